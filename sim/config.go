@@ -1,0 +1,199 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Deployment describes the simulated serving deployment: the prefill pool with its prefix cache,
+// the decode pool with its KV memory, the link between them and KV lending. Every field is a model
+// parameter; docs/simulator.md gives each default and where it comes from.
+type Deployment struct {
+	Prefill  PrefillPool  `yaml:"prefill"`
+	Decode   DecodePool   `yaml:"decode"`
+	Transfer Transfer     `yaml:"transfer"`
+	Lending  LendingState `yaml:"lending"`
+}
+
+// PrefillPool is the prefill side: instances, their GPU prefix cache, the optional host tier and
+// the cost of a prefill.
+type PrefillPool struct {
+	Instances int `yaml:"instances"`
+	// CacheTokens is the GPU radix-cache capacity of one instance (SGLang max_total_num_tokens).
+	CacheTokens int `yaml:"cache_tokens"`
+	// HostCacheTokens is the HiCache host tier of one instance; 0 disables it.
+	HostCacheTokens int `yaml:"host_cache_tokens"`
+	// LoadBackTokensPerSec is the host→GPU load-back bandwidth of the host tier.
+	LoadBackTokensPerSec float64 `yaml:"load_back_tokens_per_sec"`
+	// TokensPerSec is the prefill compute rate for uncached tokens at zero context.
+	TokensPerSec float64 `yaml:"tokens_per_sec"`
+	// ContextScaleTokens makes a prefill slower as its context grows (attention cost):
+	// time = overhead + u/TokensPerSec × (1 + (hit + u/2)/ContextScaleTokens).
+	ContextScaleTokens float64 `yaml:"context_scale_tokens"`
+	// OverheadMs is the fixed cost of one prefill batch.
+	OverheadMs float64 `yaml:"overhead_ms"`
+}
+
+// DecodePool is the decode side.
+type DecodePool struct {
+	Instances int `yaml:"instances"`
+	// KVTokens is the KV memory of one instance, in tokens.
+	KVTokens int `yaml:"kv_tokens"`
+	// StepBaseMs, StepPerKTokenMs and StepPerSeqMs give the decode step time:
+	// base + perKToken × (batch context tokens / 1000) + perSeq × batch size.
+	StepBaseMs      float64 `yaml:"step_base_ms"`
+	StepPerKTokenMs float64 `yaml:"step_per_ktoken_ms"`
+	StepPerSeqMs    float64 `yaml:"step_per_seq_ms"`
+}
+
+// Transfer is the prefill→decode KV link, also used by lending write-backs.
+type Transfer struct {
+	LatencyMs    float64 `yaml:"latency_ms"`
+	TokensPerSec float64 `yaml:"tokens_per_sec"`
+}
+
+// LendingState switches KV lending: decode keeps the KV of a finished call, up to MaxFraction of
+// its memory, and writes the missing part of a prefix back to prefill instead of recomputing it.
+type LendingState struct {
+	Enabled     bool    `yaml:"enabled"`
+	MaxFraction float64 `yaml:"max_fraction"`
+}
+
+// Validate reports the first field that cannot describe a deployment.
+func (d Deployment) Validate() error {
+	var errs []error
+	pos := func(name string, v float64) {
+		if !(v > 0) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", name, v))
+		}
+	}
+	nonNeg := func(name string, v float64) {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("%s: must be ≥ 0, got %v", name, v))
+		}
+	}
+	pos("deployment.prefill.instances", float64(d.Prefill.Instances))
+	pos("deployment.prefill.cache_tokens", float64(d.Prefill.CacheTokens))
+	nonNeg("deployment.prefill.host_cache_tokens", float64(d.Prefill.HostCacheTokens))
+	if d.Prefill.HostCacheTokens > 0 {
+		pos("deployment.prefill.load_back_tokens_per_sec", d.Prefill.LoadBackTokensPerSec)
+	}
+	pos("deployment.prefill.tokens_per_sec", d.Prefill.TokensPerSec)
+	pos("deployment.prefill.context_scale_tokens", d.Prefill.ContextScaleTokens)
+	nonNeg("deployment.prefill.overhead_ms", d.Prefill.OverheadMs)
+	pos("deployment.decode.instances", float64(d.Decode.Instances))
+	pos("deployment.decode.kv_tokens", float64(d.Decode.KVTokens))
+	pos("deployment.decode.step_base_ms", d.Decode.StepBaseMs)
+	nonNeg("deployment.decode.step_per_ktoken_ms", d.Decode.StepPerKTokenMs)
+	nonNeg("deployment.decode.step_per_seq_ms", d.Decode.StepPerSeqMs)
+	nonNeg("deployment.transfer.latency_ms", d.Transfer.LatencyMs)
+	pos("deployment.transfer.tokens_per_sec", d.Transfer.TokensPerSec)
+	if f := d.Lending.MaxFraction; !(f >= 0 && f <= 1) {
+		errs = append(errs, fmt.Errorf("deployment.lending.max_fraction: must be in [0, 1], got %v", f))
+	}
+	return errors.Join(errs...)
+}
+
+// prefillTime is the service time of one prefill: u uncached tokens computed on top of hit cached
+// ones, overlapped layer by layer with hostLoad tokens loaded from the host tier and lent tokens
+// written back from decode (both overlap with compute, as HiCache and layer-wise transfer do).
+func (d *Deployment) prefillTime(u, hit, hostLoad, lent int) time.Duration {
+	p := d.Prefill
+	compute := float64(u) / p.TokensPerSec * (1 + (float64(hit)+float64(u)/2)/p.ContextScaleTokens)
+	wait := compute
+	if hostLoad > 0 {
+		wait = math.Max(wait, float64(hostLoad)/p.LoadBackTokensPerSec)
+	}
+	if lent > 0 {
+		wait = math.Max(wait, float64(lent)/d.Transfer.TokensPerSec)
+	}
+	return seconds(p.OverheadMs/1000 + wait)
+}
+
+// transferTime is the prefill→decode KV transfer of a prompt.
+func (d *Deployment) transferTime(prompt int) time.Duration {
+	return seconds(d.Transfer.LatencyMs/1000 + float64(prompt)/d.Transfer.TokensPerSec)
+}
+
+// stepTime is one decode step for a batch of n sequences holding tokens of context.
+func (d *Deployment) stepTime(n int, tokens int64) time.Duration {
+	q := d.Decode
+	return seconds((q.StepBaseMs + q.StepPerKTokenMs*float64(tokens)/1000 + q.StepPerSeqMs*float64(n)) / 1000)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+
+// deploymentPresets are the hardware setups of the Basin evaluation. Values and their sources are
+// tabulated in docs/simulator.md; change them there too.
+var deploymentPresets = map[string]Deployment{
+	// One H100 prefill and one H100 decode, as in the paper's reference run (Qwen3.6-35B-A3B).
+	// Cache, prefill cost and transfer follow the calibrated prototype in the project's
+	// simulator-calibration notes, which reproduced the paper's 1P1D observations.
+	"paper-1p1d-h100": {
+		Prefill: PrefillPool{
+			Instances: 1, CacheTokens: 650_000, LoadBackTokensPerSec: 300_000,
+			TokensPerSec: 24_000, ContextScaleTokens: 256_000, OverheadMs: 3,
+		},
+		Decode:   DecodePool{Instances: 1, KVTokens: 800_000, StepBaseMs: 15, StepPerKTokenMs: 0.01, StepPerSeqMs: 0.05},
+		Transfer: Transfer{LatencyMs: 120, TokensPerSec: 1_000_000},
+		Lending:  LendingState{MaxFraction: 0.5},
+	},
+	// One H200 prefill and three H200 decode, the paper's hardware testbed. H200 has 141 GB
+	// against H100's 80 GB: with the same weights the KV pool is about 1.9× larger; compute is
+	// the same, so prefill speed is kept.
+	"paper-1p3d-h200": {
+		Prefill: PrefillPool{
+			Instances: 1, CacheTokens: 1_250_000, LoadBackTokensPerSec: 300_000,
+			TokensPerSec: 24_000, ContextScaleTokens: 256_000, OverheadMs: 3,
+		},
+		Decode:   DecodePool{Instances: 3, KVTokens: 1_500_000, StepBaseMs: 15, StepPerKTokenMs: 0.01, StepPerSeqMs: 0.05},
+		Transfer: Transfer{LatencyMs: 120, TokensPerSec: 1_000_000},
+		Lending:  LendingState{MaxFraction: 0.5},
+	},
+}
+
+// DeploymentPreset returns a copy of a named deployment preset.
+func DeploymentPreset(name string) (Deployment, error) {
+	d, ok := deploymentPresets[name]
+	if !ok {
+		return Deployment{}, fmt.Errorf("unknown deployment preset %q (known: %v)", name, DeploymentPresetNames())
+	}
+	return d, nil
+}
+
+// DeploymentPresetNames lists the presets in order.
+func DeploymentPresetNames() []string {
+	names := make([]string, 0, len(deploymentPresets))
+	for n := range deploymentPresets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// SLO is the paper's goodput definition: a session is good when it completes within Slowdown × its
+// unloaded time and at least TPOTFraction of its decode steps take at most TPOTMs.
+type SLO struct {
+	Slowdown     float64 `yaml:"slowdown"`
+	TPOTMs       float64 `yaml:"tpot_ms"`
+	TPOTFraction float64 `yaml:"tpot_fraction"`
+}
+
+// DefaultSLO is the Basin paper's: 4× unloaded time, 95% of decode steps within 50 ms.
+func DefaultSLO() SLO { return SLO{Slowdown: 4, TPOTMs: 50, TPOTFraction: 0.95} }
+
+// Validate reports a field that cannot describe an SLO.
+func (s SLO) Validate() error {
+	switch {
+	case !(s.Slowdown >= 1):
+		return fmt.Errorf("slo.slowdown: must be ≥ 1, got %v", s.Slowdown)
+	case !(s.TPOTMs > 0):
+		return fmt.Errorf("slo.tpot_ms: must be > 0, got %v", s.TPOTMs)
+	case !(s.TPOTFraction >= 0 && s.TPOTFraction <= 1):
+		return fmt.Errorf("slo.tpot_fraction: must be in [0, 1], got %v", s.TPOTFraction)
+	}
+	return nil
+}

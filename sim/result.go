@@ -1,0 +1,156 @@
+package sim
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+)
+
+// SessionCounts counts the sessions that arrived in the measurement window by outcome.
+type SessionCounts struct {
+	Arrived   int `json:"arrived"`
+	Completed int `json:"completed"`
+	Good      int `json:"good"`
+	Rejected  int `json:"rejected"`
+	Shed      int `json:"shed"`
+	Killed    int `json:"killed"`
+}
+
+// Result is the outcome of one run. Its JSON form is a contract: `basin sim run --json` prints it
+// and later tooling reads it. Rates of an empty window are null, never zero.
+type Result struct {
+	Scenario string `json:"scenario"`
+	Policy   Policy `json:"policy"`
+	Seed     uint64 `json:"seed"`
+	// GoodputPerHour counts sessions that arrived in the window and were good, per hour of window.
+	GoodputPerHour float64 `json:"goodput_per_hour"`
+	// NoSpikeGoodputPerHour is the same scenario's goodput without spikes or extra streams, same
+	// seed; filled in by the runner that knows the scenario.
+	NoSpikeGoodputPerHour *float64      `json:"no_spike_goodput_per_hour"`
+	GoodputRatio          *float64      `json:"goodput_ratio_to_no_spike"`
+	Sessions              SessionCounts `json:"sessions"`
+	HitRateMeanWindow     *float64      `json:"hit_rate_mean_window"`
+	HitRateEnd            *float64      `json:"hit_rate_end"`
+	TTFTP50Window         *float64      `json:"ttft_p50_s_window"`
+	FirstCallWaitP50      *float64      `json:"first_call_wait_p50_s"`
+	LiveSessionsEnd       int           `json:"live_sessions_end"`
+	QueuedSessionsEnd     int           `json:"queued_sessions_end"`
+	WorkingSetEnd         int64         `json:"working_set_tokens_end"`
+	CacheCapacityEnd      int64         `json:"cache_capacity_tokens_end"`
+	PrefillBusyWindow     *float64      `json:"prefill_busy_window"`
+	CallsCompleted        int64         `json:"calls_completed"`
+	MeasureFromMin        float64       `json:"measure_from_min"`
+	MeasureToMin          float64       `json:"measure_to_min"`
+	DurationMin           float64       `json:"duration_min"`
+
+	// Timeline has one row per simulated minute up to the duration.
+	Timeline []Minute `json:"-"`
+}
+
+func ptr(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+// result summarises the state at the end of the arrivals; goodput is filled in after the drain.
+func (s *Sim) result() *Result {
+	o := s.o
+	r := &Result{Policy: o.Policy, Seed: o.Seed, LiveSessionsEnd: s.live, QueuedSessionsEnd: s.held,
+		WorkingSetEnd: s.workingSet, CacheCapacityEnd: s.cacheCapacity(), CallsCompleted: s.calls,
+		MeasureFromMin: o.MeasureFrom.Minutes(), MeasureToMin: o.MeasureTo.Minutes(), DurationMin: o.Duration.Minutes()}
+	n := int(o.Duration / time.Minute)
+	full := s.minutes
+	if len(full) > n {
+		full = full[:n]
+	}
+	r.Timeline = append([]Minute(nil), full...)
+	from, to := int(o.MeasureFrom/time.Minute), int(o.MeasureTo/time.Minute)
+	var prompt, hit, busy float64
+	var ttft []float64
+	for i := from; i < to && i < len(full); i++ {
+		prompt += full[i].PromptTokens
+		hit += full[i].HitTokens
+		busy += full[i].PrefillBusy
+		ttft = append(ttft, full[i].ttftSamples...)
+	}
+	if prompt > 0 {
+		r.HitRateMeanWindow = ptr(hit / prompt)
+	}
+	if to > from {
+		r.PrefillBusyWindow = ptr(busy / float64(min(to, len(full))-from))
+	}
+	r.TTFTP50Window = ptr(median(ttft))
+	// End-of-run hit rate: the last five minutes, token-weighted, so one quiet minute does not
+	// decide it.
+	prompt, hit = 0, 0
+	for i := max(0, len(full)-5); i < len(full); i++ {
+		prompt += full[i].PromptTokens
+		hit += full[i].HitTokens
+	}
+	if prompt > 0 {
+		r.HitRateEnd = ptr(hit / prompt)
+	}
+	return r
+}
+
+func (s *Sim) fillGoodput(r *Result) {
+	var c SessionCounts
+	for _, ss := range s.sessions {
+		if !ss.measured {
+			continue
+		}
+		c.Arrived++
+		switch ss.state {
+		case stDone:
+			c.Completed++
+			if s.good(ss) {
+				c.Good++
+			}
+		case stRejected:
+			c.Rejected++
+		case stShed:
+			c.Shed++
+		case stKilled:
+			c.Killed++
+		}
+	}
+	r.Sessions = c
+	r.GoodputPerHour = float64(c.Good) / (s.o.MeasureTo - s.o.MeasureFrom).Hours()
+	r.FirstCallWaitP50 = ptr(median(s.firstW))
+}
+
+// WriteTimelineCSV writes the per-minute timeline with a header row. Empty values mean "nothing
+// to measure that minute" (no prefill, no first token), not zero.
+func WriteTimelineCSV(w io.Writer, tl []Minute) error {
+	cw := csv.NewWriter(w)
+	f := func(v float64, prec int) string {
+		if math.IsNaN(v) {
+			return ""
+		}
+		return strconv.FormatFloat(v, 'f', prec, 64)
+	}
+	if err := cw.Write([]string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions", "working_set_tokens",
+		"cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions", "calls_completed",
+		"prefill_busy"}); err != nil {
+		return fmt.Errorf("write timeline: %w", err)
+	}
+	for _, m := range tl {
+		row := []string{strconv.Itoa(m.Minute), strconv.Itoa(m.Arrivals), strconv.Itoa(m.LiveSessions), strconv.Itoa(m.LiveBase),
+			strconv.Itoa(m.QueuedSessions), strconv.FormatInt(m.WorkingSetTokens, 10),
+			strconv.FormatInt(m.CacheCapacity, 10), f(m.HitRate, 4), f(m.TTFTP50, 3), strconv.Itoa(m.Completions),
+			strconv.Itoa(m.GoodCompletions), strconv.Itoa(m.CallsCompleted), f(m.PrefillBusy, 4)}
+		if err := cw.Write(row); err != nil {
+			return fmt.Errorf("write timeline: %w", err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("write timeline: %w", err)
+	}
+	return nil
+}

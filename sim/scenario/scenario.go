@@ -1,0 +1,371 @@
+// Package scenario reads simulation scenarios: YAML files that name a deployment, a workload, an
+// arrival process with its spikes and the SLO, and turns them into simulator options. Unknown keys
+// and bad values are errors that name the key and the line, because a typo in a scenario otherwise
+// silently measures something else.
+package scenario
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/basin-dev/basin/scenarios"
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/trace"
+)
+
+// Duration is a time.Duration written the Go way in YAML ("90m", "1h30m", "45s").
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler, naming the line of a bad value.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: duration: %w", n.Line, err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: duration %q: want a value like 90m or 45s", n.Line, s)
+	}
+	if v < 0 {
+		return fmt.Errorf("line %d: duration %q: must not be negative", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// String prints the duration the way it is written ("15m0s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Window is the measurement window.
+type Window struct {
+	From Duration `yaml:"from"`
+	To   Duration `yaml:"to"`
+}
+
+// DeploymentSpec is a preset plus overrides; every sim.Deployment field may be overridden.
+type DeploymentSpec struct {
+	Preset         string `yaml:"preset"`
+	sim.Deployment `yaml:",inline"`
+}
+
+// TraceSpec points a trace workload at its file.
+type TraceSpec struct {
+	Path   string `yaml:"path"`
+	Format string `yaml:"format"` // basin | tracelab
+}
+
+// WorkloadSpec selects a workload generator or a trace.
+type WorkloadSpec struct {
+	Kind  string     `yaml:"kind"`
+	Trace *TraceSpec `yaml:"trace"`
+}
+
+// Spike multiplies the base arrival rate between From and To.
+type Spike struct {
+	From       Duration `yaml:"from"`
+	To         Duration `yaml:"to"`
+	Multiplier float64  `yaml:"multiplier"`
+}
+
+// Extra is an additional arrival stream, optionally killed at KillAt (the paper's intervention).
+type Extra struct {
+	From       Duration `yaml:"from"`
+	To         Duration `yaml:"to"`
+	RatePerMin float64  `yaml:"rate_per_min"`
+	Workload   string   `yaml:"workload"`
+	KillAt     Duration `yaml:"kill_at"`
+}
+
+// Arrivals is the arrival process: Poisson at RatePerMin, with spikes and extra streams.
+type Arrivals struct {
+	RatePerMin float64 `yaml:"rate_per_min"`
+	Spikes     []Spike `yaml:"spikes"`
+	Extra      []Extra `yaml:"extra"`
+}
+
+// Scenario is a parsed, validated scenario file.
+type Scenario struct {
+	Name       string         `yaml:"name"`
+	Seed       uint64         `yaml:"seed"`
+	Duration   Duration       `yaml:"duration"`
+	Measure    Window         `yaml:"measure"`
+	Deployment DeploymentSpec `yaml:"deployment"`
+	Workload   WorkloadSpec   `yaml:"workload"`
+	Arrivals   Arrivals       `yaml:"arrivals"`
+	SLO        sim.SLO        `yaml:"slo"`
+	// Policy is the engine policy runs use unless the command line names one.
+	Policy string `yaml:"policy"`
+
+	// dir is where relative trace paths are resolved.
+	dir string
+	// traceSessions holds the loaded trace of a trace workload.
+	traceSessions []trace.Session
+}
+
+// Load reads a scenario from a file path, or from the presets when no such file exists and the
+// name is a preset's ("paper-1p1d-h100").
+func Load(nameOrPath string) (*Scenario, error) {
+	data, err := os.ReadFile(nameOrPath)
+	dir := filepath.Dir(nameOrPath)
+	if errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(nameOrPath, `/\`) {
+		data, err = fs.ReadFile(scenarios.FS, strings.TrimSuffix(nameOrPath, ".yaml")+".yaml")
+		dir = "."
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("scenario %q: no such file and no such preset (presets: %s)",
+				nameOrPath, strings.Join(Presets(), ", "))
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	sc, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", nameOrPath, err)
+	}
+	sc.dir = dir
+	if sc.Workload.Kind == "trace" {
+		if err := sc.loadTrace(); err != nil {
+			return nil, fmt.Errorf("scenario %s: %w", nameOrPath, err)
+		}
+	}
+	return sc, nil
+}
+
+// Presets lists the embedded scenario presets.
+func Presets() []string {
+	var out []string
+	entries, _ := fs.ReadDir(scenarios.FS, ".")
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Parse reads a scenario from YAML. It does not load trace files (Load does).
+func Parse(data []byte) (*Scenario, error) {
+	// First pass, strict: unknown keys and type errors, with their lines.
+	var strict Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&strict); err != nil {
+		return nil, yamlError(err)
+	}
+	// Second pass onto the preset, so only the keys the file sets override it.
+	sc := &Scenario{SLO: sim.DefaultSLO()}
+	if p := strict.Deployment.Preset; p != "" {
+		d, err := sim.DeploymentPreset(p)
+		if err != nil {
+			return nil, fmt.Errorf("deployment.preset: %w", err)
+		}
+		sc.Deployment.Deployment = d
+	} else {
+		sc.Deployment.Deployment.Lending.MaxFraction = 0.5
+	}
+	if err := yaml.Unmarshal(data, sc); err != nil {
+		return nil, yamlError(err)
+	}
+	if err := sc.validate(); err != nil {
+		return nil, err
+	}
+	return sc, nil
+}
+
+// yamlError rewrites yaml.v3's messages into "line N: …" form, naming unknown keys plainly.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, 0, len(te.Errors))
+		for _, m := range te.Errors {
+			if i := strings.Index(m, ": field "); i >= 0 && strings.Contains(m, " not found in type ") {
+				key := m[i+len(": field "):]
+				key = key[:strings.Index(key, " not found")]
+				m = fmt.Sprintf("%s: unknown key %q", m[:i], key)
+			}
+			msgs = append(msgs, m)
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+func (sc *Scenario) validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if sc.Name == "" {
+		add("name: missing")
+	}
+	if sc.Duration <= 0 {
+		add("duration: missing or zero")
+	}
+	if sc.Measure.To == 0 {
+		sc.Measure.To = sc.Duration
+	}
+	if sc.Measure.From >= sc.Measure.To || sc.Measure.To > sc.Duration {
+		add("measure: need from < to ≤ duration, got from %v to %v (duration %v)",
+			time.Duration(sc.Measure.From), time.Duration(sc.Measure.To), time.Duration(sc.Duration))
+	}
+	if err := sc.Deployment.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	switch sc.Workload.Kind {
+	case "":
+		add("workload.kind: missing (one of %s, trace)", strings.Join(sim.SyntheticWorkloadNames(), ", "))
+	case "trace":
+		t := sc.Workload.Trace
+		if t == nil || t.Path == "" {
+			add("workload.trace.path: missing (workload kind trace needs a file)")
+		} else if t.Format != "basin" && t.Format != "tracelab" {
+			add("workload.trace.format: %q, want basin or tracelab", t.Format)
+		}
+	default:
+		if _, err := sim.SyntheticWorkload(sc.Workload.Kind); err != nil {
+			add("workload.kind: %v", err)
+		}
+		if sc.Workload.Trace != nil {
+			add("workload.trace: only for kind trace")
+		}
+	}
+	if !(sc.Arrivals.RatePerMin >= 0) {
+		add("arrivals.rate_per_min: must be ≥ 0, got %v", sc.Arrivals.RatePerMin)
+	}
+	for i, sp := range sc.Arrivals.Spikes {
+		if sp.To <= sp.From {
+			add("arrivals.spikes[%d]: to (%v) must be after from (%v)", i, time.Duration(sp.To), time.Duration(sp.From))
+		}
+		if !(sp.Multiplier >= 0) {
+			add("arrivals.spikes[%d].multiplier: must be ≥ 0, got %v", i, sp.Multiplier)
+		}
+	}
+	for i, ex := range sc.Arrivals.Extra {
+		if ex.To <= ex.From {
+			add("arrivals.extra[%d]: to (%v) must be after from (%v)", i, time.Duration(ex.To), time.Duration(ex.From))
+		}
+		if !(ex.RatePerMin > 0) {
+			add("arrivals.extra[%d].rate_per_min: must be > 0, got %v", i, ex.RatePerMin)
+		}
+		kind := ex.Workload
+		if kind == "" {
+			kind = sc.Workload.Kind
+		}
+		if _, err := sim.SyntheticWorkload(kind); err != nil && kind != "trace" {
+			add("arrivals.extra[%d].workload: %v", i, err)
+		}
+	}
+	if err := sc.SLO.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if sc.Policy != "" {
+		if _, err := sim.ParsePolicy(sc.Policy); err != nil {
+			add("policy: %v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (sc *Scenario) loadTrace() error {
+	t := sc.Workload.Trace
+	path := t.Path
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(sc.dir, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("workload.trace.path: %w", err)
+	}
+	defer f.Close()
+	var ss []trace.Session
+	if t.Format == "tracelab" {
+		ss, err = trace.ReadTraceLab(f)
+	} else {
+		ss, err = trace.ReadBasin(f)
+	}
+	if err != nil {
+		return fmt.Errorf("workload.trace %s: %w", t.Path, err)
+	}
+	sc.traceSessions = ss
+	return nil
+}
+
+func (sc *Scenario) workload(kind string) (sim.Workload, error) {
+	if kind == "" {
+		kind = sc.Workload.Kind
+	}
+	if kind == "trace" {
+		return sim.NewReplay(sc.Workload.Trace.Path, sc.traceSessions)
+	}
+	return sim.SyntheticWorkload(kind)
+}
+
+// WithoutSpikes is the same scenario with spikes and extra streams removed: the baseline a spike's
+// damage is measured against. The seed is kept, so base sessions are identical.
+func (sc *Scenario) WithoutSpikes() *Scenario {
+	c := *sc
+	c.Arrivals.Spikes = nil
+	c.Arrivals.Extra = nil
+	return &c
+}
+
+// HasSpikes reports whether the scenario has spikes or extra streams.
+func (sc *Scenario) HasSpikes() bool {
+	return len(sc.Arrivals.Spikes) > 0 || len(sc.Arrivals.Extra) > 0
+}
+
+// Options builds simulator options for a policy ("" means the scenario's own, or none).
+func (sc *Scenario) Options(policy string) (sim.Options, error) {
+	if policy == "" {
+		policy = sc.Policy
+	}
+	if policy == "" {
+		policy = string(sim.PolicyNone)
+	}
+	p, err := sim.ParsePolicy(policy)
+	if err != nil {
+		return sim.Options{}, err
+	}
+	base, err := sc.workload("")
+	if err != nil {
+		return sim.Options{}, err
+	}
+	o := sim.Options{
+		Seed: sc.Seed, Deployment: sc.Deployment.Deployment, Policy: p, SLO: sc.SLO,
+		Duration: time.Duration(sc.Duration), MeasureFrom: time.Duration(sc.Measure.From),
+		MeasureTo: time.Duration(sc.Measure.To),
+	}
+	main := sim.Stream{Class: "base", Workload: base, RatePerMin: sc.Arrivals.RatePerMin}
+	var spikes []sim.Stream
+	for _, sp := range sc.Arrivals.Spikes {
+		switch {
+		case sp.Multiplier > 1:
+			// A spike is a second Poisson stream on top of the base one, so that removing it
+			// leaves the base arrivals exactly as they were.
+			spikes = append(spikes, sim.Stream{Class: "spike", Workload: base,
+				RatePerMin: sc.Arrivals.RatePerMin * (sp.Multiplier - 1),
+				From:       time.Duration(sp.From), To: time.Duration(sp.To)})
+		case sp.Multiplier < 1:
+			main.Thin = append(main.Thin, sim.Thinning{From: time.Duration(sp.From), To: time.Duration(sp.To),
+				Keep: sp.Multiplier})
+		}
+	}
+	o.Streams = append(o.Streams, main)
+	o.Streams = append(o.Streams, spikes...)
+	for i, ex := range sc.Arrivals.Extra {
+		w, err := sc.workload(ex.Workload)
+		if err != nil {
+			return sim.Options{}, fmt.Errorf("arrivals.extra[%d]: %w", i, err)
+		}
+		o.Streams = append(o.Streams, sim.Stream{Class: fmt.Sprintf("extra-%d", i), Workload: w,
+			RatePerMin: ex.RatePerMin, From: time.Duration(ex.From), To: time.Duration(ex.To),
+			KillAt: time.Duration(ex.KillAt)})
+	}
+	return o, nil
+}

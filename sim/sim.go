@@ -1,0 +1,1149 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Policy names the engine behaviour a run assumes. These are baselines: what a deployment does
+// without basin. basin's own policies plug in through Gate and Controller and live outside this
+// package.
+type Policy string
+
+// Engine policies.
+const (
+	// PolicyNone is SGLang's default: FCFS scheduling, LRU radix cache on the GPU only.
+	PolicyNone Policy = "none"
+	// PolicyHiCache adds SGLang's hierarchical cache: a host-memory tier holding prefixes evicted
+	// from the GPU, loaded back at host bandwidth.
+	PolicyHiCache Policy = "hicache"
+	// PolicyContinuum pins a session's KV across its tool calls with a time-to-live and orders
+	// queues by session (program-level FCFS), as in the Continuum paper.
+	PolicyContinuum Policy = "continuum"
+)
+
+// Policies lists the engine policies in a stable order.
+func Policies() []Policy { return []Policy{PolicyNone, PolicyHiCache, PolicyContinuum} }
+
+// ParsePolicy checks a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies() {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown policy %q (known: none, hicache, continuum)", s)
+}
+
+// ContinuumParams set the Continuum-like baseline. The paper chooses a TTL from the reload cost
+// and the distribution of tool-call durations; we pin for the TTLQuantile of the tool durations
+// observed so far (bounded by TTLMin and TTLMax) and pin only when a reload would cost more than
+// MinReload of prefill time. docs/simulator.md states the mapping and its sources.
+type ContinuumParams struct {
+	TTLQuantile float64
+	TTLMin      time.Duration
+	TTLMax      time.Duration
+	MinReload   time.Duration
+	// Window is how many recent tool durations feed the quantile.
+	Window int
+}
+
+// DefaultContinuum returns the baseline's parameters.
+func DefaultContinuum() ContinuumParams {
+	return ContinuumParams{TTLQuantile: 0.9, TTLMin: time.Second, TTLMax: 120 * time.Second,
+		MinReload: 50 * time.Millisecond, Window: 1000}
+}
+
+// Action is a gate's verdict on a session.
+type Action int
+
+// Gate verdicts.
+const (
+	// Admit lets the session send its first call now.
+	Admit Action = iota
+	// Hold keeps it waiting at the gate; a later Poll releases or refuses it.
+	Hold
+	// Reject refuses it (queue timeout, quota): it counts as a failed session.
+	Reject
+	// Shed drops a waiting session because capacity is truly short: a failed session too.
+	Shed
+)
+
+// SessionInfo is what a gate knows of an arriving session: what a real gateway sees on the first
+// call, plus the true peak for oracle experiments.
+type SessionInfo struct {
+	ID          int64
+	Arrival     time.Duration
+	FirstPrompt int
+	TaskChars   int
+	// Class is the arrival stream ("base", "spike", "extra-0", …).
+	Class string
+	// TruePeak is the session's real peak context. Only oracle policies may use it.
+	TruePeak int
+}
+
+// Verdict is a gate's answer to an arrival.
+type Verdict struct {
+	Action Action
+	// Priority orders the session in the engine's queues when Options.PriorityQueues is set;
+	// lower runs first.
+	Priority time.Duration
+}
+
+// Release is a later decision on a held session.
+type Release struct {
+	ID       int64
+	Action   Action
+	Priority time.Duration
+}
+
+// Gate is the admission hook a session gateway fills. The simulator tells it about arrivals and
+// progress and asks it, after each change and at every control tick, which held sessions may go.
+// The simulator holds no admission logic of its own.
+type Gate interface {
+	Arrive(now time.Duration, s SessionInfo) Verdict
+	CallDone(now time.Duration, id int64, contextTokens int)
+	SessionDone(now time.Duration, id int64)
+	Poll(now time.Duration) []Release
+}
+
+// Control is the simulator seen by a controller: what it can read and the levers it can pull.
+type Control interface {
+	Stats() []InstanceStats
+	Observe() Observation
+	SetLending(enabled bool, maxFraction float64)
+}
+
+// Controller runs every Every of simulated time, as a daemon's loop would.
+type Controller struct {
+	Every time.Duration
+	Tick  func(now time.Duration, c Control)
+}
+
+// Observation is the simulator's ground truth at one instant, for tests and timelines; a real
+// controller reads InstanceStats and the gateway instead.
+type Observation struct {
+	Now              time.Duration
+	LiveSessions     int
+	HeldSessions     int
+	WorkingSetTokens int64
+	CacheCapacity    int64
+	CallsCompleted   int64
+	Lending          LendingState
+}
+
+// Stream is one arrival process: Poisson arrivals at RatePerMin between From and To (To zero:
+// until the end), drawing sessions from Workload. KillAt, when set, aborts the stream's sessions
+// that are still live at that time.
+type Stream struct {
+	Class      string
+	Workload   Workload
+	RatePerMin float64
+	From, To   time.Duration
+	KillAt     time.Duration
+	// Thin lists intervals in which arrivals are kept only with a probability (rate dips).
+	Thin []Thinning
+}
+
+// Thinning keeps an arrival in [From, To) with probability Keep.
+type Thinning struct {
+	From, To time.Duration
+	Keep     float64
+}
+
+// Options configure one simulation run.
+type Options struct {
+	Seed       uint64
+	Deployment Deployment
+	Policy     Policy
+	Continuum  ContinuumParams
+	SLO        SLO
+	// Duration is when arrivals stop. The run then drains until every session that arrived in
+	// the measurement window has finished or missed its deadline.
+	Duration time.Duration
+	// MeasureFrom and MeasureTo bound the window whose arrivals count for goodput.
+	MeasureFrom, MeasureTo time.Duration
+	Streams                []Stream
+	// ClosedLoop, when > 0, replaces the streams: ClosedLoop sessions of ClosedWorkload are live
+	// at all times, a new one starting as soon as one ends (for completion curves).
+	ClosedLoop     int
+	ClosedWorkload Workload
+	// Gate, when set, decides when arriving sessions start.
+	Gate Gate
+	// PriorityQueues orders the decode pre-allocation and prefill queues by the gate's Priority
+	// instead of arrival order.
+	PriorityQueues bool
+	Controller     *Controller
+	// NoDrain stops at Duration even if measured sessions are still running.
+	NoDrain bool
+	// External allows a run with no arrival streams: calls come through Submit (sim serve).
+	External bool
+	// Forget keeps memory flat in open-ended runs (sim serve): finished sessions are dropped and
+	// only the last hour of the timeline is kept. Goodput and Result then cover nothing useful.
+	Forget bool
+	// Progress, when set, is called with the fraction of the run done.
+	Progress func(done float64)
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if err := o.Deployment.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.SLO.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParsePolicy(string(o.Policy)); err != nil {
+		errs = append(errs, fmt.Errorf("policy: %w", err))
+	}
+	if o.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration: must be > 0, got %v", o.Duration))
+	}
+	if o.MeasureFrom < 0 || o.MeasureTo <= o.MeasureFrom || o.MeasureTo > o.Duration {
+		errs = append(errs, fmt.Errorf("measure: need 0 ≤ from < to ≤ duration, got from %v to %v (duration %v)",
+			o.MeasureFrom, o.MeasureTo, o.Duration))
+	}
+	if o.ClosedLoop > 0 {
+		if o.ClosedWorkload == nil {
+			errs = append(errs, errors.New("closed loop: workload missing"))
+		}
+	} else if len(o.Streams) == 0 && !o.External {
+		errs = append(errs, errors.New("arrivals: no arrival stream"))
+	}
+	for i, s := range o.Streams {
+		if s.Workload == nil {
+			errs = append(errs, fmt.Errorf("stream %d (%s): workload missing", i, s.Class))
+		}
+		if !(s.RatePerMin >= 0) || math.IsInf(s.RatePerMin, 0) {
+			errs = append(errs, fmt.Errorf("stream %d (%s): rate_per_min must be ≥ 0, got %v", i, s.Class, s.RatePerMin))
+		}
+	}
+	if o.Controller != nil && o.Controller.Every <= 0 {
+		errs = append(errs, errors.New("controller: every must be > 0"))
+	}
+	if o.Policy == PolicyContinuum {
+		c := o.Continuum
+		if !(c.TTLQuantile > 0 && c.TTLQuantile <= 1) || c.TTLMax < c.TTLMin || c.Window <= 0 {
+			errs = append(errs, fmt.Errorf("continuum parameters out of range: %+v", c))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// session is a live (or finished) agent session.
+type session struct {
+	id       int64
+	class    string
+	stream   int
+	spec     SessionSpec
+	arrival  time.Duration
+	started  time.Duration // first call's prefill start; -1 before
+	end      time.Duration
+	next     int // index of the next call to send
+	ctx      int // context tokens now (what the working set counts)
+	unloaded time.Duration
+	prio     time.Duration
+
+	state     sessionState
+	measured  bool
+	steps     float64
+	goodSteps float64
+
+	gpu      *entry
+	host     *entry
+	lent     *lentEntry
+	prefill  int
+	inFlight *request
+
+	extKey string          // external sessions (sim serve): the client's session key
+	notify func(CallEvent) // external sessions: the current call's listener
+}
+
+type sessionState uint8
+
+const (
+	stHeld sessionState = iota
+	stLive
+	stDone
+	stRejected
+	stShed
+	stKilled
+)
+
+type stage uint8
+
+const (
+	stagePrealloc stage = iota
+	stagePrefillQueue
+	stagePrefill
+	stageTransfer
+	stageDecode
+)
+
+// request is one call in flight.
+type request struct {
+	s        *session
+	spec     CallSpec
+	arrive   time.Duration
+	key      time.Duration // queue order
+	seq      uint64
+	d        *decodeInst
+	p        *prefillInst
+	stage    stage
+	heapIdx  int
+	reserved int
+	lentHave int // tokens of this session's KV that decode kept and may write back
+	steps    float64
+	killed   bool
+	prefillT time.Duration
+	cached   int
+}
+
+type prefillInst struct {
+	idx        int
+	cache      prefixCache
+	host       prefixCache
+	queue      reqHeap
+	busy       *request
+	busySince  time.Duration
+	waitingMem bool
+	st         InstanceStats
+}
+
+type decodeInst struct {
+	idx          int
+	kv           int
+	reserved     int
+	lent         lentList
+	prealloc     reqHeap
+	transferring int
+	running      []*request
+	batchTokens  int64
+	step         time.Duration
+	last         time.Duration
+	ver          uint64
+	st           InstanceStats
+}
+
+// Sim is one simulation run. It is not safe for concurrent use.
+type Sim struct {
+	o   Options
+	dep Deployment
+	now time.Duration
+	evq eventHeap
+	seq uint64
+
+	prefill []*prefillInst
+	decode  []*decodeInst
+	lending LendingState
+
+	sessions   []*session
+	byID       map[int64]*session
+	nextID     int64
+	live       int
+	liveBase   int // live sessions of stream 0, the base traffic
+	held       int
+	workingSet int64
+	calls      int64
+
+	streamRNG  []*rand.Rand
+	streamSeq  []uint64
+	thinRNG    *rand.Rand
+	closedSeq  uint64
+	toolGaps   []time.Duration // Continuum: recent tool durations
+	toolGapIdx int
+	ttl        time.Duration // Continuum: current time-to-live
+	ttlStale   int           // Continuum: samples until the TTL is re-estimated
+
+	ext map[string]*session // external sessions by client key
+
+	minutes    []Minute
+	minuteBase int           // index of minutes[0] (non-zero once Forget trims the timeline)
+	end        time.Duration // when arrivals stop
+	stopAt     time.Duration
+	stopped    bool
+	firstW     []float64 // first-call waits of measured sessions
+}
+
+// New prepares a run.
+func New(o Options) (*Sim, error) {
+	if o.SLO == (SLO{}) {
+		o.SLO = DefaultSLO()
+	}
+	if o.Policy == "" {
+		o.Policy = PolicyNone
+	}
+	if o.Policy == PolicyContinuum && o.Continuum == (ContinuumParams{}) {
+		o.Continuum = DefaultContinuum()
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	s := &Sim{o: o, dep: o.Deployment, lending: o.Deployment.Lending, byID: map[int64]*session{}, end: o.Duration}
+	if o.Policy == PolicyHiCache && s.dep.Prefill.HostCacheTokens == 0 {
+		// SGLang's --hicache-ratio default of 2: the host pool is twice the GPU pool.
+		s.dep.Prefill.HostCacheTokens = 2 * s.dep.Prefill.CacheTokens
+	}
+	for i := range s.dep.Prefill.Instances {
+		p := &prefillInst{idx: i}
+		p.cache.capacity = s.dep.Prefill.CacheTokens
+		p.host.capacity = s.dep.Prefill.HostCacheTokens
+		p.st = InstanceStats{Role: RolePrefill, Index: i, Name: fmt.Sprintf("prefill-%d", i),
+			TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
+		s.prefill = append(s.prefill, p)
+	}
+	for i := range s.dep.Decode.Instances {
+		d := &decodeInst{idx: i, kv: s.dep.Decode.KVTokens}
+		d.st = InstanceStats{Role: RoleDecode, Index: i, Name: fmt.Sprintf("decode-%d", i),
+			TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
+		s.decode = append(s.decode, d)
+	}
+	s.thinRNG = rand.New(rand.NewPCG(o.Seed, 0x7417))
+	for i := range o.Streams {
+		s.streamRNG = append(s.streamRNG, rand.New(rand.NewPCG(o.Seed, 0xA11A0000+uint64(i))))
+		s.streamSeq = append(s.streamSeq, 0)
+		s.scheduleArrival(i, o.Streams[i].From)
+		if k := o.Streams[i].KillAt; k > 0 {
+			s.push(event{at: k, kind: evKill, a: i})
+		}
+	}
+	s.minutes = append(s.minutes, Minute{})
+	s.push(event{at: time.Minute, kind: evMinute})
+	if o.Controller != nil {
+		s.push(event{at: o.Controller.Every, kind: evControl})
+	}
+	for range o.ClosedLoop {
+		s.closedArrival()
+	}
+	return s, nil
+}
+
+// sessionRNG is the random stream of one session: a function of the seed, the stream and the
+// session's index in it only, so removing a spike leaves every base session unchanged.
+func (s *Sim) sessionRNG(stream int, idx uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(s.o.Seed^0x5E55_0000_0000, uint64(stream)<<40|idx))
+}
+
+func (s *Sim) scheduleArrival(i int, from time.Duration) {
+	st := s.o.Streams[i]
+	if st.RatePerMin <= 0 {
+		return
+	}
+	gap := s.streamRNG[i].ExpFloat64() / (st.RatePerMin / 60)
+	at := from + seconds(gap)
+	limit := s.end
+	if st.To > 0 {
+		limit = min(limit, st.To)
+	}
+	if at >= limit {
+		return
+	}
+	s.push(event{at: at, kind: evArrival, a: i})
+}
+
+func (s *Sim) closedArrival() {
+	rng := s.sessionRNG(1<<15, s.closedSeq)
+	s.closedSeq++
+	s.arrive(s.o.ClosedWorkload.Session(rng), "closed", -1)
+}
+
+// arrive creates a session and asks the gate about it.
+func (s *Sim) arrive(spec SessionSpec, class string, stream int) *session {
+	ss := &session{id: s.nextID, class: class, stream: stream, spec: spec, arrival: s.now, started: -1}
+	s.nextID++
+	ss.prefill = int(ss.id % int64(len(s.prefill)))
+	ss.unloaded = s.unloadedTime(spec)
+	ss.measured = s.now >= s.o.MeasureFrom && s.now < s.o.MeasureTo && s.o.ClosedLoop == 0 && !s.o.Forget
+	s.sessions = append(s.sessions, ss)
+	s.byID[ss.id] = ss
+	s.minute().Arrivals++
+	v := Verdict{Action: Admit, Priority: s.now}
+	if s.o.Gate != nil {
+		v = s.o.Gate.Arrive(s.now, SessionInfo{ID: ss.id, Arrival: s.now, FirstPrompt: spec.Calls[0].Prompt,
+			TaskChars: spec.TaskChars, Class: class, TruePeak: spec.PeakContext()})
+	}
+	ss.prio = v.Priority
+	switch v.Action {
+	case Admit:
+		s.start(ss)
+	case Hold:
+		ss.state = stHeld
+		s.held++
+	default:
+		s.refuse(ss, v.Action)
+	}
+	return ss
+}
+
+func (s *Sim) refuse(ss *session, a Action) {
+	if a == Shed {
+		ss.state = stShed
+	} else {
+		ss.state = stRejected
+	}
+	ss.end = s.now
+	delete(s.byID, ss.id)
+	if s.o.ClosedLoop > 0 {
+		s.closedArrival()
+	}
+}
+
+func (s *Sim) start(ss *session) {
+	ss.state = stLive
+	s.live++
+	if ss.stream == 0 {
+		s.liveBase++
+	}
+	s.sendCall(ss)
+}
+
+// sendCall makes the session's next call arrive at the engines.
+func (s *Sim) sendCall(ss *session) {
+	c := ss.spec.Calls[ss.next]
+	s.workingSet += int64(c.Prompt - ss.ctx)
+	ss.ctx = c.Prompt
+	r := &request{s: ss, spec: c, arrive: s.now, seq: s.seq}
+	s.seq++
+	switch {
+	case s.o.PriorityQueues:
+		r.key = ss.prio
+	case s.o.Policy == PolicyContinuum:
+		r.key = ss.arrival // program-level FCFS
+	default:
+		r.key = s.now
+	}
+	ss.inFlight = r
+	r.p = s.prefill[ss.prefill]
+	r.d = s.routeDecode(ss, c)
+	r.stage = stagePrealloc
+	r.d.prealloc.push(r)
+	s.tryPrealloc(r.d)
+}
+
+// routeDecode sends a call to the decode instance holding the session's lent KV, else to the one
+// with the most free memory (reclaimable lent KV counts as free).
+func (s *Sim) routeDecode(ss *session, c CallSpec) *decodeInst {
+	if ss.lent != nil {
+		return ss.lent.d
+	}
+	best := s.decode[0]
+	for _, d := range s.decode[1:] {
+		if d.kv-d.reserved > best.kv-best.reserved {
+			best = d
+		}
+	}
+	return best
+}
+
+// tryPrealloc reserves decode KV for queued requests in order (SGLang pre-allocates decode memory
+// before prefill may start); the head blocks those behind it.
+func (s *Sim) tryPrealloc(d *decodeInst) {
+	for d.prealloc.Len() > 0 {
+		r := d.prealloc.peek()
+		need := r.spec.Prompt + r.spec.Output
+		own := 0
+		if le := r.s.lent; le != nil && le.d == d {
+			own = le.tokens
+		}
+		newNeed := max(0, need-own)
+		if free := d.kv - d.reserved - d.lent.tokens; free < newNeed {
+			d.reclaim(newNeed-free, r.s)
+			if d.kv-d.reserved-d.lent.tokens < newNeed && (d.reserved > 0 || d.lent.tokens > own) {
+				return
+			}
+		}
+		d.prealloc.pop()
+		if own > 0 {
+			r.lentHave = own
+			d.lent.remove(r.s.lent)
+			r.s.lent = nil
+		}
+		r.reserved = newNeed + own
+		d.reserved += r.reserved
+		r.stage = stagePrefillQueue
+		r.p.queue.push(r)
+		s.tryPrefill(r.p)
+	}
+}
+
+// reclaim frees lent KV, least recently used first, sparing the session about to use its own.
+func (d *decodeInst) reclaim(need int, keep *session) {
+	for e := d.lent.head; e != nil && need > 0; {
+		nx := e.next
+		if e.s != keep {
+			need -= e.tokens
+			d.lent.remove(e)
+			e.s.lent = nil
+		}
+		e = nx
+	}
+}
+
+// tryPrefill starts the next prefill on an idle instance.
+func (s *Sim) tryPrefill(p *prefillInst) {
+	if p.busy != nil || p.queue.Len() == 0 {
+		return
+	}
+	r := p.queue.peek()
+	ss, c := r.s, r.spec
+	shared := min(ss.spec.Shared, c.Prompt)
+	p.cache.growShared(shared)
+	if p.host.capacity > 0 {
+		p.host.growShared(shared)
+	}
+	// What of the prompt the caches still hold.
+	valid := max(0, c.Reused-shared) // session tokens that repeat earlier context
+	if ss.gpu == nil {
+		ss.gpu = &entry{s: ss}
+	}
+	e := ss.gpu
+	if e.tokens > valid { // the conversation diverged (compaction, edits): the tail is garbage
+		p.cache.setTokens(e, valid)
+	}
+	device := min(c.Prompt, shared+e.tokens)
+	lentHit := 0
+	if r.lentHave > 0 {
+		lentHit = max(0, min(r.lentHave, c.Reused)-device)
+	}
+	hostHit := 0
+	if p.host.capacity > 0 && ss.host != nil {
+		if ss.host.tokens > valid {
+			p.host.setTokens(ss.host, valid)
+		}
+		hostHit = max(0, min(shared+ss.host.tokens, c.Reused)-device-lentHit)
+	}
+	u := c.Prompt - device - lentHit - hostHit
+	// Room for the whole prompt on the GPU: the new part of this session's prefix.
+	need := max(0, c.Prompt-shared-e.tokens)
+	reachable := p.cache.free() + p.cache.lruTokens
+	if e.inLRU {
+		reachable -= e.tokens
+	}
+	if reachable < need && p.cache.pinned > 0 {
+		// Pinned prefixes hold the memory (Continuum): wait for a pin to expire or be used.
+		p.waitingMem = true
+		return
+	}
+	p.waitingMem = false
+	p.queue.pop()
+	if e.pinUntil != 0 {
+		p.cache.unpin(e)
+	}
+	p.cache.acquire(e)
+	if !p.cache.makeRoom(need) {
+		need = p.cache.free() // a prompt larger than the cache: keep what fits
+	}
+	p.cache.setTokens(e, e.tokens+need)
+	if p.host.capacity > 0 {
+		if ss.host == nil {
+			ss.host = &entry{s: ss}
+			p.host.pushLRU(ss.host)
+		}
+		h := ss.host
+		p.host.unlinkLRU(h)
+		hneed := max(0, c.Prompt-shared-h.tokens)
+		p.host.makeRoom(hneed)
+		p.host.setTokens(h, h.tokens+min(hneed, p.host.free()))
+		h.lastUse = s.now
+		p.host.pushLRU(h)
+	}
+	r.stage = stagePrefill
+	p.busy, p.busySince = r, s.now
+	if ss.started < 0 {
+		ss.started = s.now
+		if ss.measured {
+			s.firstW = append(s.firstW, (s.now - ss.arrival).Seconds())
+		}
+	}
+	hit := device + lentHit + hostHit
+	r.cached = hit
+	st := &p.st
+	st.PromptTokens += float64(c.Prompt)
+	st.CachedDevice += float64(device)
+	st.CachedHost += float64(hostHit)
+	st.CachedLent += float64(lentHit)
+	st.ComputedTokens += float64(u)
+	m := s.minute()
+	m.PromptTokens += float64(c.Prompt)
+	m.HitTokens += float64(hit)
+	r.prefillT = s.dep.prefillTime(u, hit, hostHit, lentHit)
+	s.push(event{at: s.now + r.prefillT, kind: evPrefillDone, r: r})
+}
+
+func (s *Sim) prefillDone(r *request) {
+	p := r.p
+	s.addBusy(p, s.now)
+	p.busy = nil
+	p.cache.release(r.s.gpu, s.now)
+	p.st.Requests++
+	if r.killed {
+		s.releaseDecode(r)
+	} else {
+		r.stage = stageTransfer
+		r.d.transferring++
+		s.push(event{at: s.now + s.dep.transferTime(r.spec.Prompt), kind: evTransferDone, r: r})
+	}
+	s.tryPrefill(p)
+}
+
+// addBusy charges prefill busy time to the minutes it spans.
+func (s *Sim) addBusy(p *prefillInst, now time.Duration) {
+	from := p.busySince
+	for from < now {
+		mi := int(from / time.Minute)
+		edge := time.Duration(mi+1) * time.Minute
+		to := min(now, edge)
+		if i := mi - s.minuteBase; i >= 0 && i < len(s.minutes) {
+			s.minutes[i].busy += to - from
+		}
+		from = to
+	}
+	p.busySince = now
+}
+
+func (s *Sim) transferDone(r *request) {
+	d := r.d
+	d.transferring--
+	if r.killed {
+		s.releaseDecode(r)
+		return
+	}
+	ttft := (s.now - r.arrive).Seconds()
+	d.st.TTFT.observe(ttft, 1)
+	r.p.st.TTFT.observe((r.p.busySince-r.arrive).Seconds()+r.prefillT.Seconds(), 1)
+	m := s.minute()
+	m.ttftSamples = append(m.ttftSamples, ttft)
+	s.notify(r, FirstToken)
+	s.advance(d)
+	r.stage = stageDecode
+	r.steps = float64(r.spec.Output)
+	d.running = append(d.running, r)
+	s.reschedule(d)
+}
+
+// advance brings a decode instance's batch up to now: every running request decoded as many
+// steps as fit since the last change, at the step time of that batch.
+func (s *Sim) advance(d *decodeInst) {
+	el := s.now - d.last
+	d.last = s.now
+	if len(d.running) == 0 || el <= 0 {
+		return
+	}
+	steps := float64(el) / float64(d.step)
+	good := d.step <= time.Duration(s.o.SLO.TPOTMs*float64(time.Millisecond))
+	stepS := d.step.Seconds()
+	var gen float64
+	for _, r := range d.running {
+		take := min(steps, r.steps)
+		r.steps -= take
+		r.s.steps += take
+		if good {
+			r.s.goodSteps += take
+		}
+		gen += take
+	}
+	d.st.GenerationTokens += gen
+	d.st.ITL.observe(stepS, gen)
+	if s.ext != nil {
+		for _, r := range d.running {
+			s.notify(r, Progress)
+		}
+	}
+}
+
+// reschedule recomputes the step time of the batch and the next completion.
+func (s *Sim) reschedule(d *decodeInst) {
+	d.ver++
+	if len(d.running) == 0 {
+		d.batchTokens = 0
+		return
+	}
+	least := math.Inf(1)
+	var tokens float64
+	for _, r := range d.running {
+		least = min(least, r.steps)
+		tokens += float64(r.spec.Prompt+r.spec.Output) - r.steps
+	}
+	d.batchTokens = int64(tokens)
+	d.step = max(time.Microsecond, s.dep.stepTime(len(d.running), d.batchTokens))
+	at := s.now + time.Duration(math.Ceil(least*float64(d.step)))
+	s.push(event{at: max(at, s.now+1), kind: evDecodeDone, a: d.idx, ver: d.ver})
+}
+
+func (s *Sim) decodeDone(d *decodeInst) {
+	s.advance(d)
+	kept := d.running[:0]
+	var done []*request
+	for _, r := range d.running {
+		if r.steps <= 1e-6 {
+			done = append(done, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(d.running[len(kept):])
+	d.running = kept
+	for _, r := range done {
+		s.finishCall(r)
+	}
+	s.reschedule(d)
+	s.tryPrealloc(d)
+}
+
+func (s *Sim) releaseDecode(r *request) {
+	r.d.reserved -= r.reserved
+	r.reserved = 0
+	s.tryPrealloc(r.d)
+}
+
+// finishCall ends a call: decode frees (or lends) its KV and the session runs its tool.
+func (s *Sim) finishCall(r *request) {
+	d, ss, c := r.d, r.s, r.spec
+	d.reserved -= r.reserved
+	r.reserved = 0
+	d.st.Requests++
+	d.st.E2E.observe((s.now - r.arrive).Seconds(), 1)
+	s.calls++
+	s.minute().CallsCompleted++
+	ss.inFlight = nil
+	ctx := c.Prompt + c.Output
+	s.workingSet += int64(ctx - ss.ctx)
+	ss.ctx = ctx
+	ss.next++
+	s.notify(r, Done)
+	if s.o.Gate != nil {
+		s.o.Gate.CallDone(s.now, ss.id, ctx)
+	}
+	if ss.extKey != "" {
+		// External sessions end when their client says so (EndSession), not after a known count.
+		if s.lending.Enabled {
+			s.lend(d, ss, ctx)
+		}
+		return
+	}
+	if ss.next >= len(ss.spec.Calls) {
+		s.endSession(ss, stDone)
+		return
+	}
+	if s.lending.Enabled {
+		s.lend(d, ss, ctx)
+	}
+	gap := ss.spec.Calls[ss.next].GapBefore
+	if s.o.Policy == PolicyContinuum {
+		s.continuumPin(ss, gap)
+	}
+	s.push(event{at: s.now + gap, kind: evCall, id: ss.id})
+}
+
+// lend keeps the finished call's KV on decode, within the lending cap.
+func (s *Sim) lend(d *decodeInst, ss *session, tokens int) {
+	limit := int(s.lending.MaxFraction * float64(d.kv))
+	if tokens > limit {
+		return
+	}
+	if over := d.lent.tokens + tokens - limit; over > 0 {
+		d.reclaim(over, ss)
+	}
+	if d.kv-d.reserved-d.lent.tokens < tokens {
+		return
+	}
+	e := &lentEntry{s: ss, d: d, tokens: tokens}
+	d.lent.push(e)
+	ss.lent = e
+}
+
+// continuumPin pins the session's prefix for the TTL if a reload would be costly, then records the
+// gap (the engine learns tool durations only as they complete, so the gap is observed later; using
+// it now only shifts the quantile by one sample in a window of a thousand).
+func (s *Sim) continuumPin(ss *session, gap time.Duration) {
+	cp := s.o.Continuum
+	if s.ttlStale <= 0 && len(s.toolGaps) > 0 {
+		// Re-estimate the quantile every few dozen samples: sorting the window on every call
+		// would dominate the run, and the quantile of a thousand samples barely moves.
+		sorted := slices.Clone(s.toolGaps)
+		slices.Sort(sorted)
+		q := sorted[min(len(sorted)-1, int(cp.TTLQuantile*float64(len(sorted))))]
+		s.ttl = min(max(q, cp.TTLMin), cp.TTLMax)
+		s.ttlStale = min(32, len(s.toolGaps))
+	}
+	s.ttlStale--
+	ttl := max(s.ttl, cp.TTLMin)
+	if len(s.toolGaps) < cp.Window {
+		s.toolGaps = append(s.toolGaps, gap)
+	} else {
+		s.toolGaps[s.toolGapIdx] = gap
+		s.toolGapIdx = (s.toolGapIdx + 1) % cp.Window
+	}
+	e := ss.gpu
+	if e == nil || e.tokens == 0 {
+		return
+	}
+	if reload := s.dep.prefillTime(e.tokens, 0, 0, 0); reload < cp.MinReload {
+		return
+	}
+	p := s.prefill[ss.prefill]
+	until := s.now + ttl
+	p.cache.pin(e, until)
+	s.push(event{at: until, kind: evUnpin, id: ss.id, ver: uint64(until)})
+}
+
+func (s *Sim) unpin(ss *session, until time.Duration) {
+	e := ss.gpu
+	if e == nil || e.pinUntil != until {
+		return
+	}
+	p := s.prefill[ss.prefill]
+	p.cache.unpin(e)
+	if p.waitingMem {
+		s.tryPrefill(p)
+	}
+}
+
+func (s *Sim) endSession(ss *session, st sessionState) {
+	ss.state = st
+	ss.end = s.now
+	s.live--
+	if ss.stream == 0 {
+		s.liveBase--
+	}
+	s.workingSet -= int64(ss.ctx)
+	if e := ss.lent; e != nil {
+		e.d.lent.remove(e)
+		ss.lent = nil
+	}
+	if e := ss.gpu; e != nil && e.pinUntil != 0 {
+		p := s.prefill[ss.prefill]
+		p.cache.unpin(e)
+		if p.waitingMem {
+			defer s.tryPrefill(p)
+		}
+	}
+	delete(s.byID, ss.id)
+	if st == stDone {
+		m := s.minute()
+		m.Completions++
+		if s.good(ss) {
+			m.GoodCompletions++
+		}
+	}
+	if s.o.Gate != nil {
+		s.o.Gate.SessionDone(s.now, ss.id)
+	}
+	if s.o.ClosedLoop > 0 {
+		s.closedArrival()
+	}
+}
+
+// kill aborts a session wherever it is (the intervention experiment's kill at minute 25).
+func (s *Sim) kill(ss *session) {
+	switch ss.state {
+	case stHeld:
+		s.held--
+		ss.state = stKilled
+		ss.end = s.now
+		delete(s.byID, ss.id)
+		return
+	case stLive:
+	default:
+		return
+	}
+	if r := ss.inFlight; r != nil {
+		r.killed = true
+		defer s.notify(r, Aborted)
+		switch r.stage {
+		case stagePrealloc:
+			r.d.prealloc.remove(r)
+			s.tryPrealloc(r.d)
+		case stagePrefillQueue:
+			r.p.queue.remove(r)
+			s.releaseDecode(r)
+			if r.p.waitingMem {
+				s.tryPrefill(r.p)
+			}
+		case stageDecode:
+			d := r.d
+			s.advance(d)
+			d.running = slices.DeleteFunc(d.running, func(x *request) bool { return x == r })
+			s.releaseDecode(r)
+			s.reschedule(d)
+		}
+		// stagePrefill and stageTransfer finish and then release (r.killed).
+	}
+	s.endSession(ss, stKilled)
+}
+
+// good is the paper's goodput test for a finished session.
+func (s *Sim) good(ss *session) bool {
+	if ss.state != stDone {
+		return false
+	}
+	if float64(ss.end-ss.arrival) > s.o.SLO.Slowdown*float64(ss.unloaded) {
+		return false
+	}
+	return ss.steps == 0 || ss.goodSteps/ss.steps >= s.o.SLO.TPOTFraction
+}
+
+// unloadedTime is the session's duration alone on this deployment: every call finds its previous
+// prompt cached, nothing queues, decode runs a batch of one. It uses the same cost functions as
+// the run itself.
+func (s *Sim) unloadedTime(spec SessionSpec) time.Duration {
+	var t time.Duration
+	cached := 0
+	for i, c := range spec.Calls {
+		t += c.GapBefore
+		hit := min(c.Prompt, max(min(spec.Shared, c.Prompt), min(cached, c.Reused)))
+		if i == 0 {
+			hit = min(spec.Shared, c.Prompt)
+		}
+		if hit > s.dep.Prefill.CacheTokens {
+			hit = s.dep.Prefill.CacheTokens
+		}
+		t += s.dep.prefillTime(c.Prompt-hit, hit, 0, 0) + s.dep.transferTime(c.Prompt)
+		for k := 0; k < c.Output; k += 64 {
+			n := min(64, c.Output-k)
+			t += time.Duration(n) * s.dep.stepTime(1, int64(c.Prompt+k))
+		}
+		cached = c.Prompt
+	}
+	return t
+}
+
+func (s *Sim) minute() *Minute { return &s.minutes[len(s.minutes)-1] }
+
+func (s *Sim) closeMinute() {
+	m := s.minute()
+	m.Minute = s.minuteBase + len(s.minutes) - 1
+	m.LiveSessions = s.live
+	m.LiveBase = s.liveBase
+	m.QueuedSessions = s.held
+	m.WorkingSetTokens = s.workingSet
+	m.CacheCapacity = s.cacheCapacity()
+	if m.PromptTokens > 0 {
+		m.HitRate = m.HitTokens / m.PromptTokens
+	} else {
+		m.HitRate = math.NaN()
+	}
+	m.TTFTP50 = median(slices.Clone(m.ttftSamples))
+	for _, p := range s.prefill {
+		if p.busy != nil {
+			s.addBusy(p, s.now)
+		}
+	}
+	m.PrefillBusy = m.busy.Seconds() / 60 / float64(len(s.prefill))
+	s.minutes = append(s.minutes, Minute{})
+	if s.o.Forget {
+		s.forget()
+	}
+}
+
+// forget drops finished sessions and timeline rows older than an hour (Options.Forget).
+func (s *Sim) forget() {
+	if n := len(s.minutes) - 60; n > 0 {
+		s.minutes = append(s.minutes[:0], s.minutes[n:]...)
+		s.minuteBase += n
+	}
+	s.sessions = slices.DeleteFunc(s.sessions, func(ss *session) bool {
+		return ss.state != stLive && ss.state != stHeld
+	})
+}
+
+// cacheCapacity is what can hold prefixes: prefill GPU and host tiers, plus KV lent by decode.
+func (s *Sim) cacheCapacity() int64 {
+	var c int64
+	for _, p := range s.prefill {
+		c += int64(p.cache.capacity + p.host.capacity)
+	}
+	for _, d := range s.decode {
+		c += int64(d.lent.tokens)
+	}
+	return c
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
+}
+
+// SetLending implements Control: lending can be switched at run time; switching it off returns
+// every lent token to decode.
+func (s *Sim) SetLending(enabled bool, maxFraction float64) {
+	s.lending = LendingState{Enabled: enabled, MaxFraction: min(max(maxFraction, 0), 1)}
+	for _, d := range s.decode {
+		limit := int(s.lending.MaxFraction * float64(d.kv))
+		if !enabled {
+			limit = 0
+		}
+		if over := d.lent.tokens - limit; over > 0 {
+			d.reclaim(over, nil)
+		}
+		s.tryPrealloc(d)
+	}
+}
+
+// Lending reports the current lending switch.
+func (s *Sim) Lending() LendingState { return s.lending }
+
+// Observe implements Control.
+func (s *Sim) Observe() Observation {
+	return Observation{Now: s.now, LiveSessions: s.live, HeldSessions: s.held, WorkingSetTokens: s.workingSet,
+		CacheCapacity: s.cacheCapacity(), CallsCompleted: s.calls, Lending: s.lending}
+}
+
+// Stats implements Control: a copy of every instance's counters and gauges now.
+func (s *Sim) Stats() []InstanceStats {
+	out := make([]InstanceStats, 0, len(s.prefill)+len(s.decode))
+	for _, p := range s.prefill {
+		st := p.st
+		st.Running = 0
+		if p.busy != nil {
+			st.Running = 1
+		}
+		st.Queued = p.queue.Len()
+		st.BootstrapQueue = 0
+		for _, d := range s.decode {
+			for _, r := range d.prealloc.items {
+				if r.p == p {
+					st.BootstrapQueue++
+				}
+			}
+		}
+		st.MaxTotalTokens = p.cache.capacity
+		st.AvailableTokens = p.cache.free()
+		st.EvictableTokens = p.cache.lruTokens
+		st.UsedTokens = p.cache.used - p.cache.lruTokens
+		st.HostTotalTokens = p.host.capacity
+		st.HostUsedTokens = p.host.used
+		st.TTFT, st.ITL, st.E2E = st.TTFT.clone(), st.ITL.clone(), st.E2E.clone()
+		out = append(out, st)
+	}
+	for _, d := range s.decode {
+		s.advance(d)
+		st := d.st
+		st.Running = len(d.running)
+		st.PreallocQueue = d.prealloc.Len()
+		st.TransferQueue = d.transferring
+		st.MaxTotalTokens = d.kv
+		st.LentTokens = d.lent.tokens
+		st.EvictableTokens = d.lent.tokens
+		st.UsedTokens = d.reserved
+		st.AvailableTokens = d.kv - d.reserved - d.lent.tokens
+		st.DecodeBatchTokens = d.batchTokens
+		st.TTFT, st.ITL, st.E2E = st.TTFT.clone(), st.ITL.clone(), st.E2E.clone()
+		out = append(out, st)
+	}
+	return out
+}
+
+// Now is the simulated time.
+func (s *Sim) Now() time.Duration { return s.now }
