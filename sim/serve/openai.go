@@ -1,0 +1,690 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/basin-dev/basin/sim"
+)
+
+// apiError is an OpenAI-style error answer.
+type apiError struct {
+	status  int
+	message string
+	typ     string
+	param   string // empty: null
+	code    string // empty: null
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func invalid(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: fmt.Sprintf(format, args...),
+		typ: "invalid_request_error", param: param}
+}
+
+// errorBody is the OpenAI error shape: {"error":{"message","type","param","code"}}.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func (e *apiError) body() errorBody {
+	var b errorBody
+	b.Error.Message, b.Error.Type = e.message, e.typ
+	if e.param != "" {
+		b.Error.Param = &e.param
+	}
+	if e.code != "" {
+		b.Error.Code = &e.code
+	}
+	return b
+}
+
+func writeError(w http.ResponseWriter, e *apiError) { writeJSON(w, e.status, e.body()) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *apiError) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error",
+				message: fmt.Sprintf("request body: larger than %d bytes", mbe.Limit)}
+		}
+		return nil, invalid("", "request body: read: %v", err)
+	}
+	return b, nil
+}
+
+// decodeError turns a JSON decoding error into a 400 naming the field when there is one.
+func decodeError(err error) *apiError {
+	if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+		return invalid(te.Field, "%s: must be %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if name, uerr := strconv.Unquote(f); uerr == nil {
+			return invalid(name, "%s: unknown field", name)
+		}
+	}
+	return invalid("", "request body: invalid JSON: %v", err)
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "int32":
+		return "an integer"
+	case "float64", "float32":
+		return "a number"
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return "of another type"
+}
+
+// endpoint is the OpenAI API a request came through.
+type endpoint int
+
+const (
+	chatEndpoint endpoint = iota
+	completionEndpoint
+)
+
+// genRequest is a parsed chat or completion request, in the simulator's terms.
+type genRequest struct {
+	endpoint     endpoint
+	model        string
+	stream       bool
+	includeUsage bool
+	prompt       int // tokens
+	shared       int // leading tokens every session shares (system prompt)
+	output       int
+	session      string // the client's session id; empty: a one-call session
+	endAfter     bool
+}
+
+// requestBody holds the fields both endpoints read.
+type requestBody struct {
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           *int64 `json:"max_tokens"`
+	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	N                   *int64 `json:"n"`
+	User                string `json:"user"`
+	Metadata            *struct {
+		SessionID string `json:"session_id"`
+	} `json:"metadata"`
+
+	Messages json.RawMessage `json:"messages"` // chat
+	Prompt   json.RawMessage `json:"prompt"`   // completions
+}
+
+type chatMessage struct {
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// sessionHeaders are the headers that carry a session id, first match wins: basin's own, then
+// those of Claude Code, SGLang's router, LiteLLM-style proxies and NVIDIA Dynamo.
+var sessionHeaders = []string{"x-session-id", "x-claude-code-session-id", "session-id", "session_id",
+	"x-session-affinity", "x-dynamo-session-id"}
+
+// parseGenerate reads a chat or completion request: body, session identity and the token counts
+// the simulator needs.
+func (s *Server) parseGenerate(ep endpoint, h http.Header, body []byte) (genRequest, *apiError) {
+	var b requestBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return genRequest{}, decodeError(err)
+	}
+	req := genRequest{endpoint: ep, model: b.Model, stream: b.Stream, output: DefaultOutputTokens}
+	if req.model == "" {
+		req.model = s.o.ModelName
+	}
+	if b.StreamOptions != nil {
+		req.includeUsage = b.StreamOptions.IncludeUsage
+	}
+	if b.N != nil && *b.N != 1 {
+		return req, invalid("n", "n: only 1 choice is supported, got %d", *b.N)
+	}
+	var apiErr *apiError
+	switch ep {
+	case chatEndpoint:
+		req.prompt, req.shared, apiErr = chatTokens(b.Messages)
+	case completionEndpoint:
+		req.prompt, apiErr = completionTokens(b.Prompt)
+	}
+	if apiErr != nil {
+		return req, apiErr
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"max_tokens", b.MaxTokens}, {"max_completion_tokens", b.MaxCompletionTokens}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 {
+			return req, invalid(f.name, "%s: must be ≥ 1, got %d", f.name, *f.v)
+		}
+		if *f.v > int64(s.maxTokens) {
+			return req, s.tooLong(ep, req.prompt, *f.v)
+		}
+		req.output = int(*f.v) // max_completion_tokens, checked last, wins
+	}
+	if req.prompt+req.output > s.maxTokens {
+		return req, s.tooLong(ep, req.prompt, int64(req.output))
+	}
+
+	for _, name := range sessionHeaders {
+		if v := strings.TrimSpace(h.Get(name)); v != "" {
+			req.session = v
+			break
+		}
+	}
+	if req.session == "" && b.Metadata != nil {
+		req.session = strings.TrimSpace(b.Metadata.SessionID)
+	}
+	if req.session == "" {
+		req.session = strings.TrimSpace(b.User)
+	}
+	if v := strings.TrimSpace(h.Get("x-session-end")); v != "" {
+		end, err := strconv.ParseBool(v)
+		if err != nil {
+			return req, invalid("x-session-end", "x-session-end: header must be true or false, got %q", v)
+		}
+		req.endAfter = end
+	}
+	return req, nil
+}
+
+// tooLong refuses a call whose prompt and output cannot fit one decode instance's KV memory, the
+// simulated deployment's context limit.
+func (s *Server) tooLong(ep endpoint, prompt int, output int64) *apiError {
+	param := "messages"
+	if ep == completionEndpoint {
+		param = "prompt"
+	}
+	e := invalid(param, "%s: this deployment's context is %d tokens; the request has %d prompt tokens and asks for %d output tokens",
+		param, s.maxTokens, prompt, output)
+	e.code = "context_length_exceeded"
+	return e
+}
+
+// tokens is the prompt size of chars characters: about four characters a token.
+func tokens(chars int) int { return (chars + 3) / 4 }
+
+// perMessageTokens is the chat template's overhead per message (role markers).
+const perMessageTokens = 4
+
+// chatTokens sizes a chat prompt: ceil(characters / 4) + 4 per message. The leading system (or
+// developer) messages are the shared prefix, a system prompt a radix cache keeps for every session.
+func chatTokens(raw json.RawMessage) (prompt, shared int, _ *apiError) {
+	if isNull(raw) {
+		return 0, 0, invalid("messages", "messages: required")
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return 0, 0, invalid("messages", "messages: must be an array of messages")
+	}
+	if len(items) == 0 {
+		return 0, 0, invalid("messages", "messages: must not be empty")
+	}
+	chars, sharedChars, sharedMsgs := 0, 0, 0
+	leading := true
+	for i, item := range items {
+		var m chatMessage
+		if err := json.Unmarshal(item, &m); err != nil {
+			param := fmt.Sprintf("messages[%d]", i)
+			if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+				param += "." + te.Field
+				return 0, 0, invalid(param, "%s: must be %s, got JSON %s", param, jsonKind(te.Type.Kind().String()), te.Value)
+			}
+			return 0, 0, invalid(param, "%s: must be a message object", param)
+		}
+		if m.Role == "" {
+			return 0, 0, invalid(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: required", i)
+		}
+		n, apiErr := contentChars(m.Content, i)
+		if apiErr != nil {
+			return 0, 0, apiErr
+		}
+		if !isNull(m.ToolCalls) {
+			// The calls an assistant made are part of the conversation the next prompt repeats.
+			n += utf8.RuneCount(m.ToolCalls)
+		}
+		chars += n
+		if leading && (m.Role == "system" || m.Role == "developer") {
+			sharedChars += n
+			sharedMsgs++
+		} else {
+			leading = false
+		}
+	}
+	prompt = tokens(chars) + perMessageTokens*len(items)
+	if sharedMsgs > 0 {
+		shared = tokens(sharedChars) + perMessageTokens*sharedMsgs
+	}
+	return prompt, shared, nil
+}
+
+// contentChars counts the characters of one message's content: a string, an array of text parts,
+// or null (an assistant message that only calls tools).
+func contentChars(raw json.RawMessage, i int) (int, *apiError) {
+	param := fmt.Sprintf("messages[%d].content", i)
+	if isNull(raw) {
+		return 0, nil
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err == nil {
+		return utf8.RuneCountInString(text), nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return 0, invalid(param, "%s: must be a string or an array of text parts", param)
+	}
+	n := 0
+	for j, p := range parts {
+		if p.Type != "text" {
+			pp := fmt.Sprintf("%s[%d].type", param, j)
+			return 0, invalid(pp, "%s: only text parts are simulated, got %q", pp, p.Type)
+		}
+		n += utf8.RuneCountInString(p.Text)
+	}
+	return n, nil
+}
+
+// completionTokens sizes a completion prompt: a string (ceil(characters / 4), at least 1), an
+// array holding one string, or an array of token ids.
+func completionTokens(raw json.RawMessage) (int, *apiError) {
+	if isNull(raw) {
+		return 0, invalid("prompt", "prompt: required")
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err == nil {
+		return max(1, tokens(utf8.RuneCountInString(text))), nil
+	}
+	var texts []string
+	if err := json.Unmarshal(raw, &texts); err == nil {
+		if len(texts) != 1 {
+			return 0, invalid("prompt", "prompt: exactly one prompt is supported, got %d", len(texts))
+		}
+		return max(1, tokens(utf8.RuneCountInString(texts[0]))), nil
+	}
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err == nil && len(ids) > 0 {
+		return len(ids), nil
+	}
+	return 0, invalid("prompt", "prompt: must be a string, an array of one string or an array of token ids")
+}
+
+func isNull(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null"
+}
+
+// fillerWords make up the generated text. Each is three letters, so that n words joined by spaces
+// are 4n−1 characters: n tokens again when a client sends the answer back in its next prompt.
+var fillerWords = [...]string{"the", "sim", "ran", "one", "big", "red", "fox", "sat", "far", "day",
+	"new", "old", "sun", "and", "cat", "dog"}
+
+// filler returns words from (inclusive) to to (exclusive) of the generated text, each after a
+// space but the first of the text, so that the pieces of a stream concatenate to the whole.
+func filler(from, to int) string {
+	var b strings.Builder
+	b.Grow(4 * max(0, to-from))
+	for i := from; i < to; i++ {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(fillerWords[i%len(fillerWords)])
+	}
+	return b.String()
+}
+
+// usage is the OpenAI usage block.
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func newUsage(prompt, cached, completion int) *usage {
+	u := &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	u.PromptTokensDetails.CachedTokens = cached
+	return u
+}
+
+type chatMessageOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type delta struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
+// choice covers both endpoints; the fields of the other one are left out.
+type choice struct {
+	Index        int             `json:"index"`
+	Message      *chatMessageOut `json:"message,omitempty"`
+	Delta        *delta          `json:"delta,omitempty"`
+	Text         *string         `json:"text,omitempty"`
+	Logprobs     *struct{}       `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+type response struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage,omitempty"`
+}
+
+// generation is what one request writes back.
+type generation struct {
+	req     genRequest
+	id      string
+	created int64
+}
+
+func (g *generation) object(chunk bool) string {
+	switch {
+	case g.req.endpoint == completionEndpoint:
+		return "text_completion"
+	case chunk:
+		return "chat.completion.chunk"
+	}
+	return "chat.completion"
+}
+
+// choice builds the one choice: text from word from to to; stop marks the last.
+func (g *generation) choice(chunk bool, from, to int, stop bool) choice {
+	c := choice{}
+	if stop {
+		reason := "stop"
+		c.FinishReason = &reason
+	}
+	text := filler(from, to)
+	switch {
+	case g.req.endpoint == completionEndpoint:
+		c.Text = &text
+	case chunk:
+		c.Delta = &delta{Content: text}
+		if from == 0 && to > 0 {
+			c.Delta.Role = "assistant"
+		}
+	default:
+		c.Message = &chatMessageOut{Role: "assistant", Content: text}
+	}
+	return c
+}
+
+func (g *generation) response(chunk bool, choices []choice, u *usage) response {
+	return response{ID: g.id, Object: g.object(chunk), Created: g.created, Model: g.req.model, Choices: choices, Usage: u}
+}
+
+// serveGenerate handles POST /v1/chat/completions and /v1/completions.
+func (s *Server) serveGenerate(ep endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, apiErr := readBody(w, r, s.o.MaxBodyBytes)
+		if apiErr != nil {
+			writeError(w, apiErr)
+			return
+		}
+		req, apiErr := s.parseGenerate(ep, r.Header, body)
+		if apiErr != nil {
+			writeError(w, apiErr)
+			return
+		}
+		c, apiErr := s.submit(req)
+		if apiErr != nil {
+			writeError(w, apiErr)
+			return
+		}
+		prefix := "chatcmpl-sim-"
+		if ep == completionEndpoint {
+			prefix = "cmpl-sim-"
+		}
+		g := &generation{req: req, id: prefix + strconv.FormatUint(s.ids.Add(1), 10), created: s.o.Now().Unix()}
+		if req.stream {
+			s.stream(w, r, c, g)
+		} else {
+			s.respond(w, r, c, g)
+		}
+	}
+}
+
+// submit hands the call to the simulator.
+func (s *Server) submit(req genRequest) (*call, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stopped:
+		return nil, errStopped()
+	default:
+	}
+	s.advanceLocked(s.virtualNow())
+	var key string
+	if req.session == "" {
+		s.mu.anon++
+		key = "anon/" + strconv.FormatUint(s.mu.anon, 10)
+	} else {
+		key = "session/" + req.session
+	}
+	ss, known := s.mu.sessions[key]
+	if known && ss.call != nil {
+		return nil, errBusy(req.session)
+	}
+	if !known {
+		ss = &session{key: key, id: req.session, endAfterCall: req.session == ""}
+	}
+	c := newCall(s, req.stream)
+	c.sess = ss
+	err := s.mu.sim.Submit(sim.ExternalCall{Session: key, Shared: req.shared, Prompt: req.prompt,
+		Output: req.output, Notify: c.notify})
+	switch {
+	case errors.Is(err, sim.ErrBusy):
+		return nil, errBusy(req.session)
+	case err != nil:
+		return nil, &apiError{status: http.StatusInternalServerError, typ: "server_error",
+			message: fmt.Sprintf("submit call: %v", err)}
+	}
+	s.mu.sessions[key] = ss
+	ss.call = c
+	ss.endAfterCall = ss.endAfterCall || req.endAfter
+	s.o.Logger.Debug("call submitted", "session", req.session, "prompt_tokens", req.prompt,
+		"shared_tokens", req.shared, "output_tokens", req.output, "stream", req.stream, "virtual_now", s.mu.sim.Now())
+	s.kick()
+	return c, nil
+}
+
+func errBusy(id string) *apiError {
+	return &apiError{status: http.StatusConflict, typ: "invalid_request_error", param: "session_id",
+		code: "session_busy", message: fmt.Sprintf("session %q has a call in flight; a session sends one call at a time", id)}
+}
+
+func errStopped() *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "simulator_stopped",
+		message: "the simulator is not running"}
+}
+
+func errEnded() *apiError {
+	return &apiError{status: http.StatusConflict, typ: "invalid_request_error", code: "session_ended",
+		message: "the session was ended while this call was in flight"}
+}
+
+// abandon aborts a call whose client is gone: the simulator has no way to drop one call, so the
+// session ends, as an engine frees a request's KV when its client disconnects.
+func (s *Server) abandon(c *call, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceLocked(s.virtualNow())
+	if c.finished {
+		return
+	}
+	s.endLocked(c.sess.key)
+	s.kick()
+	s.o.Logger.Info("call aborted; session ended", "session", c.sess.id, "reason", why, "virtual_now", s.mu.sim.Now())
+}
+
+// respond waits for the call to finish and writes one response.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, g *generation) {
+	for {
+		select {
+		case <-c.ready:
+		case <-r.Context().Done():
+			s.abandon(c, "client disconnected")
+			return
+		case <-s.stopped:
+		}
+		for _, ev := range c.take() {
+			switch ev.Kind {
+			case sim.Done:
+				w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(ev.PromptTokens))
+				w.Header().Set("x-basin-sim-cached-tokens", strconv.Itoa(ev.CachedTokens))
+				u := newUsage(ev.PromptTokens, ev.CachedTokens, g.req.output)
+				writeJSON(w, http.StatusOK, g.response(false, []choice{g.choice(false, 0, g.req.output, true)}, u))
+				return
+			case sim.Aborted:
+				writeError(w, errEnded())
+				return
+			}
+		}
+		if isClosed(s.stopped) {
+			writeError(w, errStopped())
+			return
+		}
+	}
+}
+
+// stream writes the call as server-sent events, one chunk per simulator event that produced
+// words, as the simulator produces them.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *generation) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(g.req.prompt))
+	w.WriteHeader(http.StatusOK)
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if err := rc.Flush(); err != nil {
+		s.abandon(c, "flush failed: "+err.Error())
+		return
+	}
+	sent := 0
+	for {
+		select {
+		case <-c.ready:
+		case <-r.Context().Done():
+			s.abandon(c, "client disconnected")
+			return
+		case <-s.stopped:
+		}
+		for _, ev := range c.take() {
+			var err error
+			switch ev.Kind {
+			case sim.FirstToken, sim.Progress:
+				if n := min(ev.Tokens, g.req.output); n > sent {
+					err = send(g.response(true, []choice{g.choice(true, sent, n, false)}, nil))
+					sent = n
+				}
+			case sim.Done:
+				if sent < g.req.output {
+					err = send(g.response(true, []choice{g.choice(true, sent, g.req.output, false)}, nil))
+					sent = g.req.output
+				}
+				if err == nil {
+					err = send(g.response(true, []choice{g.choice(true, 0, 0, true)}, nil))
+				}
+				if err == nil && g.req.includeUsage {
+					err = send(g.response(true, []choice{}, newUsage(ev.PromptTokens, ev.CachedTokens, g.req.output)))
+				}
+				if err == nil {
+					_, err = io.WriteString(w, "data: [DONE]\n\n")
+				}
+				if err == nil {
+					err = rc.Flush()
+				}
+				return // the call is over whether or not the client got the end
+			case sim.Aborted:
+				writeStreamError(w, rc, errEnded())
+				return
+			}
+			if err != nil {
+				s.abandon(c, "write failed: "+err.Error())
+				return
+			}
+		}
+		if isClosed(s.stopped) {
+			writeStreamError(w, rc, errStopped())
+			return
+		}
+	}
+}
+
+// writeStreamError ends a stream with an error event, as OpenAI's API does once a stream has
+// begun (no [DONE] follows).
+func writeStreamError(w http.ResponseWriter, rc *http.ResponseController, e *apiError) {
+	b, _ := json.Marshal(e.body()) // cannot fail: strings and pointers to strings
+	_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
+	_ = rc.Flush()
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	return false
+}
