@@ -1,0 +1,12 @@
+// Command basin keeps LLM agent-serving deployments out of the cache-pressure trap: it simulates
+// deployments, admits sessions at a gateway, detects drift toward the trap and remediates it.
+// Run `basin help` for the commands.
+package main
+
+import (
+	"os"
+
+	"github.com/basin-dev/basin/internal/cli"
+)
+
+func main() { os.Exit(cli.Main()) }

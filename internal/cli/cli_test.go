@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func basin(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Run(context.Background(), Env{Stdout: &out, Stderr: &errOut}, args)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: basin"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"sim"}, 2, "missing subcommand"},
+		{[]string{"sim", "fly"}, 2, `unknown subcommand "fly"`},
+		{[]string{"sim", "run"}, 2, "--scenario is required"},
+		{[]string{"sim", "run", "--scenario", "paper-1p1d-h100", "--bogus"}, 2, "bogus"},
+		{[]string{"sim", "run", "--scenario", "nope"}, 1, "no such file and no such preset"},
+		{[]string{"sim", "compare", "--scenario", "paper-1p1d-h100", "--policies", "none,magic"}, 2, "magic"},
+		{[]string{"sim", "curve", "--scenario", "paper-1p1d-h100", "-n", "5,x"}, 2, `"x" is not a positive integer`},
+		{[]string{"trace", "import"}, 2, "want one input file"},
+		{[]string{"demo", "--scenario", "paper-1p1d-h100"}, 2, "has no spike"},
+		{[]string{"help"}, 0, "commands:"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := basin(t, tc.args...)
+			assert.Equal(t, tc.code, code)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
+}
+
+func TestSimRunJSONAndTimeline(t *testing.T) {
+	tl := filepath.Join(t.TempDir(), "tl.csv")
+	code, stdout, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--json", "--timeline", tl)
+	require.Equal(t, 0, code, stderr)
+	assert.Empty(t, stderr, "--json is quiet on stderr")
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got))
+	for _, k := range []string{"goodput_per_hour", "no_spike_goodput_per_hour", "sessions", "hit_rate_mean_window",
+		"hit_rate_end", "ttft_p50_s_window", "first_call_wait_p50_s", "live_sessions_end"} {
+		assert.Contains(t, got, k)
+	}
+	sessions := got["sessions"].(map[string]any)
+	for _, k := range []string{"arrived", "completed", "good", "rejected", "shed"} {
+		assert.Contains(t, sessions, k)
+	}
+	assert.Less(t, got["goodput_per_hour"].(float64), got["no_spike_goodput_per_hour"].(float64))
+
+	f, err := os.Open(tl)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Len(t, rows, 91, "a header and one row per simulated minute")
+	assert.Equal(t, []string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions",
+		"working_set_tokens", "cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions",
+		"calls_completed", "prefill_busy"}, rows[0])
+
+	// Same seed, same bytes.
+	_, again, _ := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--json")
+	assert.Equal(t, stdout, again)
+}
+
+func TestSimCompareTable(t *testing.T) {
+	code, stdout, stderr := basin(t, "sim", "compare", "--scenario", "paper-1p1d-h100-spike")
+	require.Equal(t, 0, code, stderr)
+	for _, p := range []string{"none", "hicache", "continuum"} {
+		assert.Contains(t, stdout, p)
+	}
+	assert.Contains(t, stdout, "goodput/h")
+}
+
+func TestSimCurveJSON(t *testing.T) {
+	code, stdout, stderr := basin(t, "sim", "curve", "--scenario", "paper-1p1d-h100", "-n", "10,40,80", "--json")
+	require.Equal(t, 0, code, stderr)
+	var c struct {
+		Points []struct {
+			N              int     `json:"n"`
+			SessionsPerMin float64 `json:"sessions_per_min"`
+		} `json:"points"`
+		Stable *float64 `json:"stable_n"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &c))
+	require.Len(t, c.Points, 3)
+	assert.Greater(t, c.Points[1].SessionsPerMin, c.Points[0].SessionsPerMin)
+	assert.Less(t, c.Points[2].SessionsPerMin, c.Points[1].SessionsPerMin)
+	assert.NotNil(t, c.Stable)
+}
+
+func TestDemo(t *testing.T) {
+	code, stdout, stderr := basin(t, "demo")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "no spike")
+	assert.Contains(t, stdout, "goodput (sessions/h)")
+	assert.Contains(t, stdout, "still stuck")
+}
+
+func TestTraceImport(t *testing.T) {
+	in := filepath.Join("..", "..", "sim", "trace", "testdata", "tracelab-claude-session.jsonl")
+	out := filepath.Join(t.TempDir(), "basin.jsonl")
+	code, stdout, stderr := basin(t, "trace", "import", "-o", out, in)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "claude:92ee5b8a", "per-session statistics name the session")
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, 10, strings.Count(string(b), "\n"), "one basin row per TraceLab round")
+
+	code, _, stderr = basin(t, "trace", "import", "-format", "basin", out)
+	assert.Equal(t, 0, code, stderr)
+	code, _, stderr = basin(t, "trace", "import", "-format", "basin", in)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "line 1")
+}
