@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./sim/enginemetrics/... ./sim/serve/... ./sim/trace/...
+RACE_PKGS := ./internal/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... ./sim/trace/...
 
 .PHONY: build test lint demo bench fidelity fuzz clean
 

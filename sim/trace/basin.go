@@ -46,19 +46,7 @@ const (
 // optional fields. Sessions come sorted by their first call's start, then ID. The first bad row
 // stops the read with a *ParseError naming its line and field.
 func ReadBasin(r io.Reader) ([]Session, error) {
-	var rows []placed[basinCall]
-	err := scanLines(r, func(n int, line []byte) error {
-		row, err := parseBasinRow(n, line)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, row)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	groups, err := groupSessions(rows, "call")
+	groups, err := readGroups(r, parseBasinRow, "call")
 	if err != nil {
 		return nil, err
 	}

@@ -187,6 +187,24 @@ type placed[T any] struct {
 // groupSessions gathers rows by session, each session's rows ordered by index, and rejects a session
 // whose indices do not run 0, 1, 2, ... . indexField is the index's name in the file's format, for
 // the error. Sessions come in order of first appearance, which keeps the error reported stable.
+// readGroups parses every line of r with parse and groups the rows by session, checking each
+// session's call indices (named indexField in errors).
+func readGroups[T any](r io.Reader, parse func(n int, line []byte) (placed[T], error), indexField string) ([][]placed[T], error) {
+	var rows []placed[T]
+	err := scanLines(r, func(n int, line []byte) error {
+		row, err := parse(n, line)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return groupSessions(rows, indexField)
+}
+
 func groupSessions[T any](rows []placed[T], indexField string) ([][]placed[T], error) {
 	bySession := make(map[string]int)
 	var groups [][]placed[T]

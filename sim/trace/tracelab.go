@@ -62,19 +62,7 @@ type tlCall struct {
 // the import with a *ParseError naming its line and field; fields the import does not use are not
 // checked.
 func ReadTraceLab(r io.Reader) ([]Session, error) {
-	var rows []placed[tlCall]
-	err := scanLines(r, func(n int, line []byte) error {
-		row, err := parseTraceLabRow(n, line)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, row)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	groups, err := groupSessions(rows, "round_index")
+	groups, err := readGroups(r, parseTraceLabRow, "round_index")
 	if err != nil {
 		return nil, err
 	}
