@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,30 @@ func TestTraceImport(t *testing.T) {
 	code, _, stderr = basin(t, "trace", "import", "-format", "basin", in)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "line 1")
+}
+
+func TestSimServeStartsAndStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, Env{Stdout: &out, Stderr: &errOut}, []string{"sim", "serve", "--scenario", "paper-1p1d-h100",
+			"--listen", "127.0.0.1:0", "--speed", "600", "--traffic", "scenario"})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code, errOut.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("sim serve did not stop after its context was cancelled")
+	}
+	assert.Contains(t, errOut.String(), "serving simulated deployment")
+
+	code, _, stderr := basin(t, "sim", "serve", "--scenario", "paper-1p1d-h100", "--traffic", "mixed")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--traffic")
+	code, _, stderr = basin(t, "sim", "serve", "--scenario", "paper-1p1d-h100", "--speed", "0", "--listen", "127.0.0.1:0")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "speed")
 }
