@@ -1,0 +1,629 @@
+// Package admission is the gateway's session-admission core: which agent sessions may start, in
+// what order, against a token budget. It has no HTTP in it, so the gateway server and the
+// virtual-time simulator harness run the very same decisions.
+//
+// The rule is the Basin paper's. A session is admitted whole at its first call and is never cut
+// for budget afterwards: its later calls always pass. While the working set W (the current
+// contexts of all live sessions) is at or under the reference budget, every session is admitted at
+// once. Past it, new sessions queue, ordered by a fixed priority p = arrival + peak/r (smaller first:
+// small sessions may overtake a little, late ones never jump far ahead), and the head of the queue
+// is admitted when its demand fits the budget B next to the demands of the live sessions — in
+// "current" mode a demand is a session's current context, in "peak" mode its predicted peak. When
+// nothing is live, the head is admitted even over budget, so the service always makes progress.
+//
+// Every mutating method takes the current time and returns the events it caused (sessions
+// admitted from the queue, sessions shed); the caller delivers them. Core is safe for concurrent
+// use.
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Mode says what a session's demand on the budget is.
+type Mode string
+
+// Admission modes.
+const (
+	// ModeCurrent counts a live session's current context (the paper's hardware prototype).
+	ModeCurrent Mode = "current"
+	// ModePeak counts its predicted peak context, so a session admitted small cannot later grow the
+	// working set past the budget.
+	ModePeak Mode = "peak"
+)
+
+// Options configure a Core. Zero values take the documented defaults; Validate reports the rest.
+type Options struct {
+	Mode Mode
+	// Budget B in tokens: what the live sessions' demands may add up to once admission engages.
+	Budget int64
+	// ReferenceBudget: admission engages when the working set exceeds it (0: Budget).
+	ReferenceBudget int64
+	// TokensPerSecond is r in p = arrival + peak/r (default 30, the paper's).
+	TokensPerSecond float64
+	// ArrivalOrder orders the queue by arrival only (p = arrival), as the paper's hardware
+	// prototype did; otherwise the queue is size-aware.
+	ArrivalOrder bool
+	// TenantQuota caps the live plus queued sessions of a tenant (0: no cap); Quotas overrides it
+	// per tenant.
+	TenantQuota int
+	Quotas      map[string]int
+	// RetryMemory is how long a session that gave up waiting keeps its place in time: a retry with
+	// the same id within it keeps its original arrival, so its priority does not reset (default
+	// 30 min).
+	RetryMemory time.Duration
+	// ShedMemory is how long a shed session stays refused (default 30 min).
+	ShedMemory time.Duration
+	// DrainWindow is the window of recent admissions the Retry-After estimate uses (default 5 min).
+	DrainWindow time.Duration
+	// IdleTimeout ends a live session whose last call finished this long ago (default 10 min).
+	IdleTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultTokensPerSecond = 30
+	DefaultRetryMemory     = 30 * time.Minute
+	DefaultShedMemory      = 30 * time.Minute
+	DefaultDrainWindow     = 5 * time.Minute
+	DefaultIdleTimeout     = 10 * time.Minute
+)
+
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	if o.Mode == "" {
+		o.Mode = ModeCurrent
+	}
+	if o.Mode != ModeCurrent && o.Mode != ModePeak {
+		errs = append(errs, fmt.Errorf("mode: %q, want current or peak", o.Mode))
+	}
+	if o.Budget <= 0 {
+		errs = append(errs, fmt.Errorf("budget_tokens: must be > 0, got %d", o.Budget))
+	}
+	if o.ReferenceBudget == 0 {
+		o.ReferenceBudget = o.Budget
+	}
+	if o.ReferenceBudget < 0 {
+		errs = append(errs, fmt.Errorf("reference_budget_tokens: must be ≥ 0, got %d", o.ReferenceBudget))
+	}
+	if o.TokensPerSecond == 0 {
+		o.TokensPerSecond = DefaultTokensPerSecond
+	}
+	if !(o.TokensPerSecond > 0) || math.IsInf(o.TokensPerSecond, 0) {
+		errs = append(errs, fmt.Errorf("priority_tokens_per_sec: must be > 0, got %v", o.TokensPerSecond))
+	}
+	if o.TenantQuota < 0 {
+		errs = append(errs, fmt.Errorf("tenant_quota: must be ≥ 0, got %d", o.TenantQuota))
+	}
+	for t, q := range o.Quotas {
+		if q < 0 {
+			errs = append(errs, fmt.Errorf("quotas[%q]: must be ≥ 0, got %d", t, q))
+		}
+	}
+	def := func(d *time.Duration, v time.Duration, name string) {
+		switch {
+		case *d == 0:
+			*d = v
+		case *d < 0:
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", name, *d))
+		}
+	}
+	def(&o.RetryMemory, DefaultRetryMemory, "retry_memory")
+	def(&o.ShedMemory, DefaultShedMemory, "shed_memory")
+	def(&o.DrainWindow, DefaultDrainWindow, "drain_window")
+	def(&o.IdleTimeout, DefaultIdleTimeout, "idle_timeout")
+	return o, errors.Join(errs...)
+}
+
+// Request is a new session's first call as the gateway sees it.
+type Request struct {
+	ID     string
+	Tenant string
+	// FirstPrompt is the first call's prompt in tokens (estimated from its size).
+	FirstPrompt int64
+	// PredictedPeak is the predictor's estimate of the session's peak context.
+	PredictedPeak int64
+}
+
+// Verdict is the answer to an arriving session.
+type Verdict int
+
+// Verdicts.
+const (
+	// Admitted: send the call now.
+	Admitted Verdict = iota + 1
+	// Queued: hold the call until an EventAdmitted (or give up and Cancel).
+	Queued
+	// OverQuota: the tenant has too many sessions (HTTP 429).
+	OverQuota
+	// Refused: the session was shed recently; retrying soon will not help (HTTP 529).
+	Refused
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Admitted:
+		return "admitted"
+	case Queued:
+		return "queued"
+	case OverQuota:
+		return "over_quota"
+	case Refused:
+		return "shed"
+	}
+	return "unknown"
+}
+
+// Decision is what Arrive returns.
+type Decision struct {
+	Verdict Verdict
+	// Priority is the session's fixed priority (smaller first).
+	Priority time.Time
+	// Arrival is the session's arrival, the original one for a retry.
+	Arrival time.Time
+	// RetryAfter is when trying again may help (OverQuota, Refused). For a queued session ask
+	// RetryAfter(id) when it is needed: finding a place in a long queue costs a walk of it.
+	RetryAfter time.Duration
+	// Reason is a short machine-readable reason ("budget", "tenant_quota", "shed").
+	Reason string
+	// Events are admissions this arrival caused for others (none today; kept for symmetry).
+	Events []Event
+}
+
+// EventKind is what happened to a session outside its own call.
+type EventKind int
+
+// Events.
+const (
+	// EventAdmitted: a queued session may send its call.
+	EventAdmitted EventKind = iota + 1
+	// EventShed: a queued session was dropped; answer 529.
+	EventShed
+	// EventEnded: a live session ended (explicitly or idle); Peak is its largest context.
+	EventEnded
+)
+
+// Event is something the caller must deliver.
+type Event struct {
+	Kind   EventKind
+	ID     string
+	At     time.Time
+	Reason string
+	// Peak is the largest context an ended session reached (EventEnded).
+	Peak int64
+	// Waited is how long an admitted session queued (EventAdmitted).
+	Waited time.Duration
+}
+
+type session struct {
+	id, tenant  string
+	arrival     time.Time
+	priority    time.Time
+	seq         uint64
+	predicted   int64
+	context     int64
+	peak        int64
+	admitted    time.Time
+	lastDone    time.Time
+	inFlight    int
+	queued      bool
+	heapIndex   int
+	demandCache int64
+}
+
+type memo struct {
+	arrival   time.Time
+	predicted int64
+	until     time.Time
+}
+
+// Core is the admission state of one gateway.
+type Core struct {
+	mu struct {
+		sync.Mutex
+		o          Options
+		live       map[string]*session
+		queue      queue
+		queued     map[string]*session
+		retry      map[string]memo
+		shed       map[string]time.Time
+		tenants    map[string]int
+		workingSet int64
+		reserved   int64
+		seq        uint64
+		admits     []time.Time // recent admissions, for the drain-rate estimate
+		nextSweep  time.Time
+		counters   Counters
+	}
+}
+
+// Counters are cumulative, for metrics.
+type Counters struct {
+	Arrivals          uint64
+	AdmittedAtOnce    uint64
+	AdmittedFromQueue uint64
+	Queued            uint64
+	OverQuota         uint64
+	Refused           uint64
+	Shed              uint64
+	Cancelled         uint64
+	Ended             uint64
+}
+
+// New returns a Core, or an error naming every bad option.
+func New(o Options) (*Core, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("admission options: %w", err)
+	}
+	c := &Core{}
+	c.mu.o = o
+	c.mu.live = map[string]*session{}
+	c.mu.queued = map[string]*session{}
+	c.mu.retry = map[string]memo{}
+	c.mu.shed = map[string]time.Time{}
+	c.mu.tenants = map[string]int{}
+	return c, nil
+}
+
+// demand is what a live (or candidate) session counts against the budget.
+func (c *Core) demandLocked(s *session) int64 {
+	if c.mu.o.Mode == ModePeak {
+		return max(s.predicted, s.context)
+	}
+	return s.context
+}
+
+func (c *Core) priority(arrival time.Time, peak int64) time.Time {
+	if c.mu.o.ArrivalOrder {
+		return arrival
+	}
+	return arrival.Add(time.Duration(float64(peak) / c.mu.o.TokensPerSecond * float64(time.Second)))
+}
+
+// Live reports whether a session is admitted and live: its calls pass without admission.
+func (c *Core) Live(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.mu.live[id]
+	return ok
+}
+
+// Arrive decides on a session's first call. A live session's call is admitted (calls of admitted
+// sessions always pass); a session already queued keeps its place.
+func (c *Core) Arrive(now time.Time, r Request) Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetLocked(now)
+	if _, ok := c.mu.live[r.ID]; ok {
+		return Decision{Verdict: Admitted, Reason: "live"}
+	}
+	if s, ok := c.mu.queued[r.ID]; ok {
+		return Decision{Verdict: Queued, Priority: s.priority, Arrival: s.arrival, Reason: "budget"}
+	}
+	c.mu.counters.Arrivals++
+	if until, ok := c.mu.shed[r.ID]; ok && now.Before(until) {
+		c.mu.counters.Refused++
+		return Decision{Verdict: Refused, Reason: "shed", RetryAfter: until.Sub(now)}
+	}
+	if q := c.quotaLocked(r.Tenant); q > 0 && c.mu.tenants[r.Tenant] >= q {
+		c.mu.counters.OverQuota++
+		return Decision{Verdict: OverQuota, Reason: "tenant_quota", RetryAfter: c.estimateLocked(now, 0)}
+	}
+	arrival, predicted := now, max(r.PredictedPeak, r.FirstPrompt)
+	if m, ok := c.mu.retry[r.ID]; ok {
+		if now.Before(m.until) {
+			arrival = m.arrival // a retry keeps its place in time
+		}
+		delete(c.mu.retry, r.ID)
+	}
+	c.mu.seq++
+	s := &session{id: r.ID, tenant: r.Tenant, arrival: arrival, predicted: predicted, context: r.FirstPrompt,
+		peak: r.FirstPrompt, seq: c.mu.seq, heapIndex: -1}
+	s.priority = c.priority(arrival, predicted)
+	c.mu.tenants[r.Tenant]++
+	if c.mu.queue.Len() == 0 && c.fitsLocked(s) {
+		c.admitLocked(now, s)
+		c.mu.counters.AdmittedAtOnce++
+		return Decision{Verdict: Admitted, Priority: s.priority, Arrival: arrival, Reason: "admitted"}
+	}
+	s.queued = true
+	c.mu.queued[s.id] = s
+	c.mu.queue.push(s)
+	c.mu.counters.Queued++
+	evs := c.drainLocked(now)
+	for _, e := range evs {
+		if e.ID == s.id {
+			// Admitted by the drain: answer directly; the caller has nothing to wait for.
+			rest := evs[:0:0]
+			for _, o := range evs {
+				if o.ID != s.id {
+					rest = append(rest, o)
+				}
+			}
+			return Decision{Verdict: Admitted, Priority: s.priority, Arrival: arrival, Reason: "admitted", Events: rest}
+		}
+	}
+	return Decision{Verdict: Queued, Priority: s.priority, Arrival: arrival, Reason: "budget", Events: evs}
+}
+
+func (c *Core) quotaLocked(tenant string) int {
+	if q, ok := c.mu.o.Quotas[tenant]; ok {
+		return q
+	}
+	return c.mu.o.TenantQuota
+}
+
+// fitsLocked is the admission test for a candidate at the head of the queue.
+func (c *Core) fitsLocked(s *session) bool {
+	if len(c.mu.live) == 0 {
+		return true // nothing live: admit even over budget, so the service makes progress
+	}
+	if c.mu.workingSet+s.context <= c.mu.o.ReferenceBudget {
+		return true // admission engages only past the reference budget
+	}
+	return c.mu.reserved+c.demandLocked(s) <= c.mu.o.Budget
+}
+
+func (c *Core) admitLocked(now time.Time, s *session) {
+	s.queued = false
+	s.admitted = now
+	s.lastDone = now
+	s.inFlight = 1 // the first call is what is being admitted
+	s.demandCache = c.demandLocked(s)
+	c.mu.live[s.id] = s
+	c.mu.workingSet += s.context
+	c.mu.reserved += s.demandCache
+	c.mu.admits = append(c.mu.admits, now)
+}
+
+// drainLocked admits queue heads while they fit.
+func (c *Core) drainLocked(now time.Time) []Event {
+	var evs []Event
+	for c.mu.queue.Len() > 0 {
+		h := c.mu.queue.peek()
+		if !c.fitsLocked(h) {
+			break
+		}
+		c.mu.queue.pop()
+		delete(c.mu.queued, h.id)
+		c.admitLocked(now, h)
+		c.mu.counters.AdmittedFromQueue++
+		evs = append(evs, Event{Kind: EventAdmitted, ID: h.id, At: now, Waited: now.Sub(h.arrival)})
+	}
+	return evs
+}
+
+// setContextLocked moves a live session's context and its demand.
+func (c *Core) setContextLocked(s *session, ctx int64) {
+	c.mu.workingSet += ctx - s.context
+	s.context = ctx
+	s.peak = max(s.peak, ctx)
+	d := c.demandLocked(s)
+	c.mu.reserved += d - s.demandCache
+	s.demandCache = d
+}
+
+// Begin records that a live session sent a call (with its prompt estimate, which only ever
+// raises the tracked context until the response's usage corrects it). It reports false if the
+// session is not live.
+func (c *Core) Begin(now time.Time, id string, promptEstimate int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.live[id]
+	if !ok {
+		return false
+	}
+	s.inFlight++
+	if promptEstimate > s.context {
+		c.setContextLocked(s, promptEstimate)
+	}
+	return true
+}
+
+// Finish records the end of a live session's call with its context from the response's usage
+// (prompt + completion tokens; 0 if unknown keeps the estimate). A shrinking context can admit
+// queued sessions, returned as events.
+func (c *Core) Finish(now time.Time, id string, contextTokens int64) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.live[id]
+	if !ok {
+		return nil
+	}
+	if s.inFlight > 0 {
+		s.inFlight--
+	}
+	s.lastDone = now
+	if contextTokens > 0 {
+		c.setContextLocked(s, contextTokens)
+	}
+	return c.drainLocked(now)
+}
+
+// End ends a live session (explicit end). Its budget goes to the queue.
+func (c *Core) End(now time.Time, id string) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.live[id]
+	if !ok {
+		return nil
+	}
+	evs := []Event{c.endLocked(now, s, "ended")}
+	return append(evs, c.drainLocked(now)...)
+}
+
+func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
+	delete(c.mu.live, s.id)
+	c.mu.workingSet -= s.context
+	c.mu.reserved -= s.demandCache
+	c.mu.tenants[s.tenant]--
+	if c.mu.tenants[s.tenant] <= 0 {
+		delete(c.mu.tenants, s.tenant)
+	}
+	c.mu.counters.Ended++
+	return Event{Kind: EventEnded, ID: s.id, At: now, Reason: reason, Peak: s.peak}
+}
+
+// Expire ends live sessions idle (no call in flight) for longer than the idle timeout.
+func (c *Core) Expire(now time.Time) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetLocked(now)
+	var evs []Event
+	for _, s := range c.mu.live {
+		if s.inFlight == 0 && now.Sub(s.lastDone) >= c.mu.o.IdleTimeout {
+			evs = append(evs, c.endLocked(now, s, "idle"))
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
+	if len(evs) > 0 {
+		evs = append(evs, c.drainLocked(now)...)
+	}
+	return evs
+}
+
+// Cancel takes a queued session out of the queue (its client gave up or timed out). A retry with
+// the same id within RetryMemory keeps its arrival time.
+func (c *Core) Cancel(now time.Time, id string) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.queued[id]
+	if !ok {
+		return nil
+	}
+	c.removeQueuedLocked(s)
+	c.mu.counters.Cancelled++
+	c.mu.retry[id] = memo{arrival: s.arrival, predicted: s.predicted, until: now.Add(c.mu.o.RetryMemory)}
+	return c.drainLocked(now)
+}
+
+func (c *Core) removeQueuedLocked(s *session) {
+	c.mu.queue.remove(s)
+	delete(c.mu.queued, s.id)
+	c.mu.tenants[s.tenant]--
+	if c.mu.tenants[s.tenant] <= 0 {
+		delete(c.mu.tenants, s.tenant)
+	}
+}
+
+// Shed drops queued sessions, lowest priority first: count of them, or exactly ids (unknown ids
+// are skipped). Their clients get 529 and retries stay refused for ShedMemory.
+func (c *Core) Shed(now time.Time, count int, ids []string, reason string) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var victims []*session
+	if len(ids) > 0 {
+		for _, id := range ids {
+			if s, ok := c.mu.queued[id]; ok {
+				victims = append(victims, s)
+			}
+		}
+	} else if count > 0 {
+		all := append([]*session(nil), c.mu.queue.items...)
+		sort.Slice(all, func(i, j int) bool { return less(all[j], all[i]) }) // lowest priority first
+		victims = all[:min(count, len(all))]
+	}
+	evs := make([]Event, 0, len(victims))
+	for _, s := range victims {
+		c.removeQueuedLocked(s)
+		c.mu.shed[s.id] = now.Add(c.mu.o.ShedMemory)
+		c.mu.counters.Shed++
+		evs = append(evs, Event{Kind: EventShed, ID: s.id, At: now, Reason: reason})
+	}
+	return append(evs, c.drainLocked(now)...)
+}
+
+// SetBudget changes B (and, if reference > 0, the reference budget). A looser budget admits from
+// the queue at once; a tighter one never cuts a live session.
+func (c *Core) SetBudget(now time.Time, budget, reference int64) ([]Event, error) {
+	if budget <= 0 {
+		return nil, fmt.Errorf("budget tokens: must be > 0, got %d", budget)
+	}
+	if reference < 0 {
+		return nil, fmt.Errorf("reference budget tokens: must be ≥ 0, got %d", reference)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.o.Budget = budget
+	if reference > 0 {
+		c.mu.o.ReferenceBudget = reference
+	}
+	return c.drainLocked(now), nil
+}
+
+// forgetLocked drops expired retry and shed memories and old admissions. The memories are swept
+// at most every few seconds (lookups check expiry themselves), so a long memory does not make
+// every decision walk it.
+func (c *Core) forgetLocked(now time.Time) {
+	cut := now.Add(-c.mu.o.DrainWindow)
+	i := 0
+	for i < len(c.mu.admits) && c.mu.admits[i].Before(cut) {
+		i++
+	}
+	if i > 0 {
+		c.mu.admits = append(c.mu.admits[:0], c.mu.admits[i:]...)
+	}
+	if now.Before(c.mu.nextSweep) {
+		return
+	}
+	c.mu.nextSweep = now.Add(sweepEvery)
+	for id, m := range c.mu.retry {
+		if !now.Before(m.until) {
+			delete(c.mu.retry, id)
+		}
+	}
+	for id, until := range c.mu.shed {
+		if !now.Before(until) {
+			delete(c.mu.shed, id)
+		}
+	}
+}
+
+const sweepEvery = 10 * time.Second
+
+// estimateLocked is how long a session at position pos may wait, from the recent admission rate.
+// With no admission in the window it says a minute: long enough to back off, short enough to
+// notice a recovery.
+func (c *Core) estimateLocked(now time.Time, pos int) time.Duration {
+	n := len(c.mu.admits)
+	if n == 0 {
+		return time.Minute
+	}
+	window := min(c.mu.o.DrainWindow, now.Sub(c.mu.admits[0]))
+	if window < time.Second {
+		window = time.Second
+	}
+	rate := float64(n) / window.Seconds()
+	wait := time.Duration(float64(pos+1) / rate * float64(time.Second))
+	return min(max(wait, time.Second), 15*time.Minute)
+}
+
+// RetryAfter estimates the wait of a queued session, or of a newcomer when id is not queued.
+func (c *Core) RetryAfter(now time.Time, id string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetLocked(now)
+	pos := c.mu.queue.Len()
+	if s, ok := c.mu.queued[id]; ok {
+		pos = c.positionLocked(s)
+	}
+	return c.estimateLocked(now, pos)
+}
+
+// positionLocked counts the queued sessions ahead of s. It walks the heap, O(queue), so the
+// admission path never calls it; refusals and the admin API do.
+func (c *Core) positionLocked(s *session) int {
+	n := 0
+	for _, o := range c.mu.queue.items {
+		if less(o, s) {
+			n++
+		}
+	}
+	return n
+}

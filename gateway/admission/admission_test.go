@@ -1,0 +1,409 @@
+package admission
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func core(t testing.TB, o Options) *Core {
+	t.Helper()
+	c, err := New(o)
+	require.NoError(t, err)
+	return c
+}
+
+func req(id string, first, peak int64) Request {
+	return Request{ID: id, FirstPrompt: first, PredictedPeak: peak}
+}
+
+// check verifies the core's bookkeeping against its sessions.
+func check(t testing.TB, c *Core) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ws, res int64
+	for _, s := range c.mu.live {
+		ws += s.context
+		res += c.demandLocked(s)
+		assert.Equal(t, c.demandLocked(s), s.demandCache, "cached demand of %s", s.id)
+	}
+	assert.Equal(t, ws, c.mu.workingSet, "working set")
+	assert.Equal(t, res, c.mu.reserved, "reserved")
+	assert.Equal(t, len(c.mu.queued), c.mu.queue.Len())
+	tenants := map[string]int{}
+	for _, s := range c.mu.live {
+		tenants[s.tenant]++
+	}
+	for _, s := range c.mu.queued {
+		tenants[s.tenant]++
+		assert.True(t, s.queued)
+	}
+	assert.Equal(t, tenants, c.mu.tenants)
+}
+
+func ids(evs []Event, kind EventKind) []string {
+	var out []string
+	for _, e := range evs {
+		if e.Kind == kind {
+			out = append(out, e.ID)
+		}
+	}
+	return out
+}
+
+func TestUnderReferenceEverythingIsAdmitted(t *testing.T) {
+	c := core(t, Options{Budget: 100, ReferenceBudget: 100})
+	for i := range 5 {
+		d := c.Arrive(at(float64(i)), req(fmt.Sprint(i), 20, 500))
+		assert.Equal(t, Admitted, d.Verdict, "session %d", i)
+	}
+	check(t, c)
+	// W = 100 = reference: the next one engages admission and queues.
+	d := c.Arrive(at(10), req("x", 20, 20))
+	assert.Equal(t, Queued, d.Verdict)
+	assert.Equal(t, "budget", d.Reason)
+	evs := c.End(at(11), "0")
+	assert.Equal(t, []string{"x"}, ids(evs, EventAdmitted))
+	assert.Equal(t, []string{"0"}, ids(evs, EventEnded))
+	check(t, c)
+}
+
+func TestAdmittedSessionsAreNeverCut(t *testing.T) {
+	c := core(t, Options{Budget: 100})
+	require.Equal(t, Admitted, c.Arrive(at(0), req("a", 90, 0)).Verdict)
+	// The session grows far past the budget: its calls still pass.
+	for i := range 5 {
+		assert.True(t, c.Begin(at(float64(i+1)), "a", int64(200*(i+1))))
+		c.Finish(at(float64(i+1)), "a", int64(210*(i+1)))
+	}
+	assert.Equal(t, Admitted, c.Arrive(at(9), req("a", 5000, 0)).Verdict, "a live session's call is admitted")
+	assert.Equal(t, Queued, c.Arrive(at(10), req("b", 10, 0)).Verdict)
+	snap := c.Snapshot(at(10), true)
+	assert.Equal(t, int64(1050), snap.WorkingSet)
+	assert.Len(t, snap.Queue, 1)
+	check(t, c)
+	// Tightening the budget never ends anyone.
+	_, err := c.SetBudget(at(11), 10, 0)
+	require.NoError(t, err)
+	assert.True(t, c.Live("a"))
+}
+
+func TestNothingLiveAdmitsHeadOverBudget(t *testing.T) {
+	c := core(t, Options{Budget: 100, Mode: ModePeak})
+	d := c.Arrive(at(0), req("huge", 100, 10_000))
+	assert.Equal(t, Admitted, d.Verdict, "nothing live: the head goes in even over budget")
+	assert.Equal(t, Queued, c.Arrive(at(1), req("next", 10, 20)).Verdict)
+	evs := c.End(at(2), "huge")
+	assert.Equal(t, []string{"next"}, ids(evs, EventAdmitted))
+	check(t, c)
+}
+
+func TestPriorityOrder(t *testing.T) {
+	cases := []struct {
+		name         string
+		arrivalOrder bool
+		want         []string
+	}{
+		// p = arrival + peak/30: "small" (arrived 10 s later, peak 300 → +10 s) beats "big"
+		// (peak 3000 → +100 s); "late" arrived 200 s later and cannot jump ahead of anyone.
+		{"size aware", false, []string{"small", "big", "late"}},
+		{"arrival order", true, []string{"big", "small", "late"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := core(t, Options{Budget: 100, Mode: ModePeak, ArrivalOrder: tc.arrivalOrder})
+			require.Equal(t, Admitted, c.Arrive(at(0), req("blocker", 100, 100)).Verdict)
+			require.Equal(t, Queued, c.Arrive(at(1), req("big", 10, 3000)).Verdict)
+			require.Equal(t, Queued, c.Arrive(at(11), req("small", 10, 300)).Verdict)
+			require.Equal(t, Queued, c.Arrive(at(201), req("late", 10, 30)).Verdict)
+			snap := c.Snapshot(at(202), true)
+			var order []string
+			for _, q := range snap.Queue {
+				order = append(order, q.ID)
+			}
+			assert.Equal(t, tc.want, order)
+			// Strict head of line: the budget admits one at a time as sessions end.
+			var admitted []string
+			evs := c.End(at(300), "blocker")
+			admitted = append(admitted, ids(evs, EventAdmitted)...)
+			for len(admitted) < 3 {
+				evs = c.End(at(300), admitted[len(admitted)-1])
+				admitted = append(admitted, ids(evs, EventAdmitted)...)
+			}
+			assert.Equal(t, tc.want, admitted)
+			check(t, c)
+		})
+	}
+}
+
+func TestModes(t *testing.T) {
+	// Same sessions: current mode counts contexts (10 each), peak mode predicted peaks (60 each).
+	for _, tc := range []struct {
+		mode  Mode
+		admit int
+	}{{ModeCurrent, 10}, {ModePeak, 1}} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			c := core(t, Options{Budget: 100, ReferenceBudget: 1, Mode: tc.mode})
+			n := 0
+			for i := range 10 {
+				if c.Arrive(at(float64(i)), req(fmt.Sprint(i), 10, 60)).Verdict == Admitted {
+					n++
+				}
+			}
+			assert.Equal(t, tc.admit, n)
+			check(t, c)
+		})
+	}
+}
+
+func TestRetryKeepsArrival(t *testing.T) {
+	c := core(t, Options{Budget: 100, Mode: ModePeak})
+	require.Equal(t, Admitted, c.Arrive(at(0), req("blocker", 100, 100)).Verdict)
+	d := c.Arrive(at(5), req("r", 10, 300))
+	require.Equal(t, Queued, d.Verdict)
+	first := d.Priority
+	assert.Empty(t, c.Cancel(at(35), "r"), "the client timed out")
+	assert.Equal(t, 0, c.QueueLen())
+	// A newcomer arrives, then the old session retries: it keeps its earlier place.
+	require.Equal(t, Queued, c.Arrive(at(40), req("new", 10, 300)).Verdict)
+	d = c.Arrive(at(60), req("r", 10, 300))
+	assert.Equal(t, Queued, d.Verdict)
+	assert.Equal(t, first, d.Priority, "priority did not reset")
+	assert.Equal(t, at(5), d.Arrival)
+	evs := c.End(at(61), "blocker")
+	assert.Equal(t, []string{"r", "new"}, ids(evs, EventAdmitted), "r first; then the working set is small again")
+	check(t, c)
+
+	// Past the retry memory a retry is a new arrival.
+	c2 := core(t, Options{Budget: 100, RetryMemory: time.Minute})
+	c2.Arrive(at(0), req("blocker", 100, 0))
+	c2.Arrive(at(1), req("r", 10, 0))
+	c2.Cancel(at(2), "r")
+	d = c2.Arrive(at(200), req("r", 10, 0))
+	assert.Equal(t, at(200), d.Arrival)
+}
+
+func TestShed(t *testing.T) {
+	c := core(t, Options{Budget: 100, Mode: ModePeak, ShedMemory: time.Minute})
+	require.Equal(t, Admitted, c.Arrive(at(0), req("blocker", 100, 100)).Verdict)
+	for i, peak := range []int64{300, 3000, 30} {
+		require.Equal(t, Queued, c.Arrive(at(float64(i+1)), req(fmt.Sprint("q", i), 10, peak)).Verdict)
+	}
+	evs := c.Shed(at(10), 1, nil, "capacity short")
+	assert.Equal(t, []string{"q1"}, ids(evs, EventShed), "the lowest priority (largest p) goes first")
+	assert.Equal(t, "capacity short", evs[0].Reason)
+	d := c.Arrive(at(20), req("q1", 10, 3000))
+	assert.Equal(t, Refused, d.Verdict, "a shed session's retry is refused")
+	assert.Equal(t, 50*time.Second, d.RetryAfter)
+	evs = c.Shed(at(21), 0, []string{"q0", "nope"}, "by id")
+	assert.Equal(t, []string{"q0"}, ids(evs, EventShed))
+	assert.Equal(t, 1, c.QueueLen())
+	assert.Equal(t, Queued, c.Arrive(at(100), req("q1", 10, 3000)).Verdict, "shed memory expired")
+	snap := c.Snapshot(at(100), false)
+	assert.Equal(t, uint64(2), snap.Counters.Shed)
+	assert.Equal(t, uint64(1), snap.Counters.Refused)
+	check(t, c)
+}
+
+func TestTenantQuota(t *testing.T) {
+	c := core(t, Options{Budget: 1000, TenantQuota: 2, Quotas: map[string]int{"big": 3}})
+	r := func(id, tenant string) Request { return Request{ID: id, Tenant: tenant, FirstPrompt: 10} }
+	assert.Equal(t, Admitted, c.Arrive(at(0), r("a1", "a")).Verdict)
+	assert.Equal(t, Admitted, c.Arrive(at(0), r("a2", "a")).Verdict)
+	d := c.Arrive(at(0), r("a3", "a"))
+	assert.Equal(t, OverQuota, d.Verdict)
+	assert.Equal(t, "tenant_quota", d.Reason)
+	assert.Positive(t, d.RetryAfter)
+	for i := range 3 {
+		assert.Equal(t, Admitted, c.Arrive(at(0), r(fmt.Sprint("b", i), "big")).Verdict)
+	}
+	assert.Equal(t, OverQuota, c.Arrive(at(0), r("b3", "big")).Verdict)
+	c.End(at(1), "a1")
+	assert.Equal(t, Admitted, c.Arrive(at(2), r("a3", "a")).Verdict, "ending a session frees quota")
+	check(t, c)
+}
+
+func TestBudgetChangeAdmits(t *testing.T) {
+	c := core(t, Options{Budget: 100})
+	c.Arrive(at(0), req("a", 90, 0))
+	c.Arrive(at(1), req("b", 30, 0))
+	c.Arrive(at(2), req("c", 50, 0))
+	evs, err := c.SetBudget(at(3), 160, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, ids(evs, EventAdmitted), "90+30 fits 160; c would need 170")
+	evs, err = c.SetBudget(at(4), 200, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c"}, ids(evs, EventAdmitted))
+	_, err = c.SetBudget(at(5), 0, 0)
+	assert.ErrorContains(t, err, "budget")
+	check(t, c)
+}
+
+func TestIdleExpiry(t *testing.T) {
+	c := core(t, Options{Budget: 100, IdleTimeout: time.Minute})
+	c.Arrive(at(0), req("a", 60, 0))
+	c.Finish(at(1), "a", 70)
+	c.Arrive(at(2), req("busy", 30, 0))
+	c.Arrive(at(3), req("q", 30, 0))
+	assert.Empty(t, c.Expire(at(60)), "not idle for a minute yet")
+	evs := c.Expire(at(70))
+	assert.Equal(t, []string{"a"}, ids(evs, EventEnded), "busy has a call in flight and is not idle")
+	assert.Equal(t, []string{"q"}, ids(evs, EventAdmitted))
+	assert.Equal(t, int64(70), evs[0].Peak)
+	check(t, c)
+}
+
+func TestExportRestore(t *testing.T) {
+	c := core(t, Options{Budget: 100, Mode: ModePeak})
+	c.Arrive(at(0), req("a", 90, 80))
+	c.Finish(at(1), "a", 100)
+	require.Equal(t, Queued, c.Arrive(at(2), req("q", 10, 500)).Verdict)
+	c.Shed(at(3), 0, []string{"q"}, "test")
+	c.Arrive(at(4), req("q2", 10, 500))
+	st := c.Export(at(5))
+
+	d := core(t, Options{Budget: 100, Mode: ModePeak})
+	require.NoError(t, d.Restore(at(6), st))
+	assert.True(t, d.Live("a"))
+	assert.Equal(t, Admitted, d.Arrive(at(7), req("a", 60, 0)).Verdict, "not treated as new after a restart")
+	assert.Equal(t, Refused, d.Arrive(at(7), req("q", 10, 500)).Verdict, "still shed")
+	dq := d.Arrive(at(8), req("q2", 10, 500))
+	assert.Equal(t, at(4), dq.Arrival, "a queued session keeps its place in time across the restart")
+	snap := d.Snapshot(at(8), false)
+	assert.Equal(t, int64(100), snap.WorkingSet)
+	check(t, d)
+
+	assert.Error(t, d.Restore(at(9), st), "restoring into a core with sessions")
+	bad := st
+	bad.Live = append([]LiveSession(nil), st.Live...)
+	bad.Live = append(bad.Live, LiveSession{ID: ""})
+	assert.ErrorContains(t, core(t, Options{Budget: 1}).Restore(at(9), bad), "live[1].id")
+}
+
+func TestOptionsValidation(t *testing.T) {
+	cases := map[string]Options{
+		"budget_tokens":           {},
+		"mode":                    {Budget: 1, Mode: "magic"},
+		"reference_budget_tokens": {Budget: 1, ReferenceBudget: -1},
+		"priority_tokens_per_sec": {Budget: 1, TokensPerSecond: -3},
+		"tenant_quota":            {Budget: 1, TenantQuota: -1},
+		`quotas["x"]`:             {Budget: 1, Quotas: map[string]int{"x": -1}},
+		"idle_timeout":            {Budget: 1, IdleTimeout: -time.Second},
+	}
+	for want, o := range cases {
+		t.Run(want, func(t *testing.T) {
+			_, err := New(o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), want)
+		})
+	}
+}
+
+func TestRetryAfterFollowsDrainRate(t *testing.T) {
+	c := core(t, Options{Budget: 100})
+	assert.Equal(t, time.Minute, c.RetryAfter(at(0), "nobody"), "no admissions yet: a minute")
+	// Ten admissions over 100 s: 0.1/s, so the fifth in line waits about 50 s.
+	for i := range 10 {
+		c.Arrive(at(float64(i*10)), req(fmt.Sprint(i), 1, 0))
+	}
+	c.SetBudget(at(100), 10, 1)
+	for i := range 5 {
+		c.Arrive(at(100), req(fmt.Sprint("w", i), 1, 0))
+	}
+	assert.InDelta(t, 50, c.RetryAfter(at(100), "w4").Seconds(), 6)
+}
+
+// TestRandomOperations runs a long random mix of operations and checks the books after each.
+func TestRandomOperations(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, mode := range []Mode{ModeCurrent, ModePeak} {
+		c := core(t, Options{Budget: 5000, ReferenceBudget: 3000, Mode: mode, TenantQuota: 20})
+		now := t0
+		var live, queued []string
+		n := 0
+		for range 5000 {
+			now = now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
+			var evs []Event
+			switch op := rng.IntN(10); {
+			case op < 3:
+				id := fmt.Sprint("s", n)
+				n++
+				d := c.Arrive(now, Request{ID: id, Tenant: fmt.Sprint(rng.IntN(3)), FirstPrompt: int64(100 + rng.IntN(500)),
+					PredictedPeak: int64(rng.IntN(3000))})
+				evs = d.Events
+				switch d.Verdict {
+				case Admitted:
+					live = append(live, id)
+				case Queued:
+					queued = append(queued, id)
+				}
+			case op < 6 && len(live) > 0:
+				id := live[rng.IntN(len(live))]
+				c.Begin(now, id, int64(rng.IntN(3000)))
+				evs = c.Finish(now, id, int64(rng.IntN(3000)))
+			case op < 8 && len(live) > 0:
+				i := rng.IntN(len(live))
+				evs = c.End(now, live[i])
+			case op < 9 && len(queued) > 0:
+				evs = c.Cancel(now, queued[rng.IntN(len(queued))])
+			default:
+				evs = c.Shed(now, 1, nil, "random")
+			}
+			for _, e := range evs {
+				switch e.Kind {
+				case EventAdmitted:
+					live = append(live, e.ID)
+					queued = slices.DeleteFunc(queued, func(s string) bool { return s == e.ID })
+				case EventShed:
+					queued = slices.DeleteFunc(queued, func(s string) bool { return s == e.ID })
+				case EventEnded:
+					live = slices.DeleteFunc(live, func(s string) bool { return s == e.ID })
+				}
+			}
+			// Keep the test's own view in step with cancels (no event for the cancelled one).
+			queued = slices.DeleteFunc(queued, func(s string) bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				_, ok := c.mu.queued[s]
+				return !ok
+			})
+			check(t, c)
+		}
+		snap := c.Snapshot(now, false)
+		assert.Equal(t, len(live), snap.Live, "mode %s: every admission was reported exactly once", mode)
+	}
+}
+
+// BenchmarkArriveWith10kQueued measures the admission decision with 10,000 sessions waiting and
+// reports its p99 (target ≤ 50 µs).
+func BenchmarkArriveWith10kQueued(b *testing.B) {
+	c := core(b, Options{Budget: 1000, Mode: ModePeak})
+	c.Arrive(t0, req("blocker", 1000, 1000))
+	for i := range 10_000 {
+		c.Arrive(t0, req(fmt.Sprint("q", i), 100, int64(100+i%5000)))
+	}
+	lat := make([]time.Duration, 0, b.N)
+	i := 0
+	for b.Loop() {
+		id := fmt.Sprint("n", i)
+		i++
+		start := time.Now()
+		c.Arrive(t0.Add(time.Second), req(id, 100, int64(100+i%5000)))
+		c.Cancel(t0.Add(time.Second), id) // keep the queue at 10k
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	}
+}

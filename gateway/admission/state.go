@@ -1,0 +1,154 @@
+package admission
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// QueuedSession is one entry of the queue as the admin API shows it.
+type QueuedSession struct {
+	ID       string    `json:"id"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Arrival  time.Time `json:"arrival"`
+	Priority time.Time `json:"priority"`
+	// WaitedSeconds is how long it has been queued, from its (original) arrival.
+	WaitedSeconds float64 `json:"waited_seconds"`
+	Demand        int64   `json:"demand_tokens"`
+}
+
+// Snapshot is the state of the core at one instant.
+type Snapshot struct {
+	Mode            Mode            `json:"mode"`
+	Budget          int64           `json:"budget_tokens"`
+	ReferenceBudget int64           `json:"reference_budget_tokens"`
+	Reserved        int64           `json:"reserved_tokens"`
+	WorkingSet      int64           `json:"working_set_tokens"`
+	Engaged         bool            `json:"engaged"`
+	Live            int             `json:"live_sessions"`
+	Queue           []QueuedSession `json:"queue"`
+	Counters        Counters        `json:"counters"`
+}
+
+// Snapshot copies the state; with queue false it skips the O(queue) listing.
+func (c *Core) Snapshot(now time.Time, queue bool) Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Snapshot{Mode: c.mu.o.Mode, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
+		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live),
+		Engaged: c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0, Counters: c.mu.counters}
+	if queue {
+		s.Queue = make([]QueuedSession, 0, c.mu.queue.Len())
+		items := append([]*session(nil), c.mu.queue.items...)
+		sort.Slice(items, func(i, j int) bool { return less(items[i], items[j]) })
+		for _, q := range items {
+			s.Queue = append(s.Queue, QueuedSession{ID: q.id, Tenant: q.tenant, Arrival: q.arrival, Priority: q.priority,
+				WaitedSeconds: now.Sub(q.arrival).Seconds(), Demand: c.demandLocked(q)})
+		}
+	}
+	return s
+}
+
+// QueueLen is the number of queued sessions (cheap, for metrics).
+func (c *Core) QueueLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.queue.Len()
+}
+
+// LiveSession is a live session as persisted across restarts.
+type LiveSession struct {
+	ID            string    `json:"id"`
+	Tenant        string    `json:"tenant,omitempty"`
+	Arrival       time.Time `json:"arrival"`
+	Admitted      time.Time `json:"admitted"`
+	LastDone      time.Time `json:"last_done"`
+	Context       int64     `json:"context_tokens"`
+	Peak          int64     `json:"peak_tokens"`
+	PredictedPeak int64     `json:"predicted_peak_tokens"`
+}
+
+// State is what survives a restart: the live-session table (so sessions in flight are not
+// treated as new) and the remembered retries and sheds. Queued sessions are not kept: their
+// clients' connections died with the process, and their retries keep their place through the
+// retry memory.
+type State struct {
+	Budget          int64                `json:"budget_tokens"`
+	ReferenceBudget int64                `json:"reference_budget_tokens"`
+	Live            []LiveSession        `json:"live"`
+	Retry           map[string]time.Time `json:"retry_arrivals,omitempty"`
+	Shed            map[string]time.Time `json:"shed_until,omitempty"`
+}
+
+// Export returns the state to persist. Queued sessions become retry memories, so a client that
+// retries after a restart keeps its place in time.
+func (c *Core) Export(now time.Time) State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := State{Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget, Retry: map[string]time.Time{},
+		Shed: map[string]time.Time{}}
+	for _, s := range c.mu.live {
+		st.Live = append(st.Live, LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
+			LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted})
+	}
+	sort.Slice(st.Live, func(i, j int) bool { return st.Live[i].ID < st.Live[j].ID })
+	for id, m := range c.mu.retry {
+		if now.Before(m.until) {
+			st.Retry[id] = m.arrival
+		}
+	}
+	for _, s := range c.mu.queue.items {
+		st.Retry[s.id] = s.arrival
+	}
+	for id, until := range c.mu.shed {
+		if now.Before(until) {
+			st.Shed[id] = until
+		}
+	}
+	return st
+}
+
+// Restore loads a persisted state into an empty core. Restored sessions count as idle since
+// their last recorded call, so ones whose clients never come back expire as usual.
+func (c *Core) Restore(now time.Time, st State) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.mu.live) > 0 || c.mu.queue.Len() > 0 {
+		return fmt.Errorf("restore: core already has sessions")
+	}
+	if st.Budget > 0 {
+		c.mu.o.Budget = st.Budget
+	}
+	if st.ReferenceBudget > 0 {
+		c.mu.o.ReferenceBudget = st.ReferenceBudget
+	}
+	for i, ls := range st.Live {
+		if ls.ID == "" {
+			return fmt.Errorf("restore: live[%d].id: empty", i)
+		}
+		if ls.Context < 0 || ls.Peak < 0 || ls.PredictedPeak < 0 {
+			return fmt.Errorf("restore: live[%d] (%s): negative token count", i, ls.ID)
+		}
+		if _, dup := c.mu.live[ls.ID]; dup {
+			return fmt.Errorf("restore: live[%d].id: %q twice", i, ls.ID)
+		}
+		c.mu.seq++
+		s := &session{id: ls.ID, tenant: ls.Tenant, arrival: ls.Arrival, admitted: ls.Admitted, lastDone: ls.LastDone,
+			context: ls.Context, peak: max(ls.Peak, ls.Context), predicted: ls.PredictedPeak, seq: c.mu.seq, heapIndex: -1}
+		s.priority = c.priority(s.arrival, s.predicted)
+		s.demandCache = c.demandLocked(s)
+		c.mu.live[s.id] = s
+		c.mu.workingSet += s.context
+		c.mu.reserved += s.demandCache
+		c.mu.tenants[s.tenant]++
+	}
+	for id, a := range st.Retry {
+		c.mu.retry[id] = memo{arrival: a, until: now.Add(c.mu.o.RetryMemory)}
+	}
+	for id, until := range st.Shed {
+		if now.Before(until) {
+			c.mu.shed[id] = until
+		}
+	}
+	return nil
+}
