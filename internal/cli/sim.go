@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/internal/progress"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/fidelity"
@@ -39,13 +40,18 @@ func loadScenario(name string) (*scenario.Scenario, error) {
 		return nil, fmt.Errorf("%w: --scenario is required (a file, or a preset: %s)", errUsage,
 			strings.Join(scenario.Presets(), ", "))
 	}
-	return scenario.Load(name)
+	sc, err := scenario.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	sc.Policies = harness.Policies{}
+	return sc, nil
 }
 
 func simRun(env Env, args []string) error {
 	fs := newFlags(env, "sim run")
 	scName := fs.String("scenario", "", "scenario file or preset name")
-	policy := fs.String("policy", "", "engine policy: none, hicache or continuum (default: the scenario's, else none)")
+	policy := fs.String("policy", "", "policy: none, hicache, continuum, basin-current, basin or oracle (default: the scenario's, else none)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeline := fs.String("timeline", "", "write the per-minute timeline as CSV to this file")
 	if err := parse(fs, args, 0); err != nil {
@@ -126,7 +132,8 @@ func printResult(w io.Writer, r *sim.Result) {
 func simCompare(env Env, args []string) error {
 	fs := newFlags(env, "sim compare")
 	scName := fs.String("scenario", "", "scenario file or preset name")
-	policies := fs.String("policies", "none,hicache,continuum", "comma-separated engine policies")
+	policies := fs.String("policies", "none,hicache,continuum,basin-current,basin,oracle",
+		"comma-separated policies: engine baselines (none, hicache, continuum) and basin's (basin-current, basin, oracle)")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -137,7 +144,7 @@ func simCompare(env Env, args []string) error {
 	}
 	ps := strings.Split(*policies, ",")
 	for _, p := range ps {
-		if _, err := sim.ParsePolicy(p); err != nil {
+		if err := harness.Validate(p); err != nil {
 			return fmt.Errorf("%w: --policies: %v", errUsage, err)
 		}
 	}

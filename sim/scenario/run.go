@@ -116,6 +116,9 @@ func runAll(scs []*Scenario, policies []string, progress Progress) ([][]*sim.Res
 			}
 			r := s.Run()
 			r.Scenario = scs[jb.i].Name
+			if policies[jb.j] != "" {
+				r.Policy = sim.Policy(policies[jb.j]) // the name asked for, which may be basin's
+			}
 			out[jb.i][jb.j] = r
 		})
 	}

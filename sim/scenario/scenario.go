@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,6 +104,9 @@ type Scenario struct {
 	SLO        sim.SLO        `yaml:"slo"`
 	// Policy is the engine policy runs use unless the command line names one.
 	Policy string `yaml:"policy"`
+	// Policies resolves policy names beyond the engine baselines: basin's own policies, wired
+	// outside the simulator so that it holds no basin logic. Nil: engine baselines only.
+	Policies PolicySet `yaml:"-"`
 
 	// dir is where relative trace paths are resolved.
 	dir string
@@ -264,7 +268,8 @@ func (sc *Scenario) validate() error {
 	if err := sc.SLO.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if sc.Policy != "" {
+	if sc.Policy != "" && !strings.HasPrefix(sc.Policy, "basin") && sc.Policy != "oracle" {
+		// basin's own policies are resolved when the scenario runs (PolicySet).
 		if _, err := sim.ParsePolicy(sc.Policy); err != nil {
 			add("policy: %v", err)
 		}
@@ -320,6 +325,15 @@ func (sc *Scenario) HasSpikes() bool {
 	return len(sc.Arrivals.Spikes) > 0 || len(sc.Arrivals.Extra) > 0
 }
 
+// PolicySet configures runs for policies the simulator does not know itself.
+type PolicySet interface {
+	// Apply configures o (built for the engine baseline) for the named policy, with a fresh
+	// state for this run; it reports false for a name it does not know.
+	Apply(name string, o *sim.Options) (bool, error)
+	// Names lists the policies it knows, for help texts and errors.
+	Names() []string
+}
+
 // Options builds simulator options for a policy ("" means the scenario's own, or none).
 func (sc *Scenario) Options(policy string) (sim.Options, error) {
 	if policy == "" {
@@ -328,8 +342,17 @@ func (sc *Scenario) Options(policy string) (sim.Options, error) {
 	if policy == "" {
 		policy = string(sim.PolicyNone)
 	}
-	p, err := sim.ParsePolicy(policy)
+	engine := policy
+	custom := false
+	if sc.Policies != nil && slices.Contains(sc.Policies.Names(), policy) {
+		engine, custom = string(sim.PolicyNone), true
+	}
+	p, err := sim.ParsePolicy(engine)
 	if err != nil {
+		if sc.Policies != nil {
+			return sim.Options{}, fmt.Errorf("unknown policy %q (known: none, hicache, continuum, %s)", policy,
+				strings.Join(sc.Policies.Names(), ", "))
+		}
 		return sim.Options{}, err
 	}
 	base, err := sc.workload("")
@@ -366,6 +389,11 @@ func (sc *Scenario) Options(policy string) (sim.Options, error) {
 		o.Streams = append(o.Streams, sim.Stream{Class: fmt.Sprintf("extra-%d", i), Workload: w,
 			RatePerMin: ex.RatePerMin, From: time.Duration(ex.From), To: time.Duration(ex.To),
 			KillAt: time.Duration(ex.KillAt)})
+	}
+	if custom {
+		if _, err := sc.Policies.Apply(policy, &o); err != nil {
+			return sim.Options{}, fmt.Errorf("policy %s: %w", policy, err)
+		}
 	}
 	return o, nil
 }

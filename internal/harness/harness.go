@@ -1,0 +1,174 @@
+// Package harness wires basin's own policy code into the simulator, in virtual time: the gateway's
+// admission core decides when simulated sessions start, exactly as it decides for real clients in
+// `basin gateway`. The simulator holds no basin logic; this package is the bridge, and the reason a
+// number from `basin sim compare` is a number for the code that ships.
+package harness
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/sim"
+)
+
+// Policy names basin adds to the simulator's engine baselines.
+const (
+	// BasinCurrent is the paper's hardware prototype: arrival-order admission by current context,
+	// KV lending on. (Budget control and shedding arrive with the daemon.)
+	BasinCurrent = "basin-current"
+	// Basin admits by predicted peak context with the size-aware priority p = a + peak/r.
+	Basin = "basin"
+	// Oracle is Basin with every session's true peak: the bound a perfect predictor reaches.
+	Oracle = "oracle"
+)
+
+// Knee is the working set, as a multiple of the cache, past which the hit rate collapses; the
+// reference budget is min(KneeFraction × knee, cache). Until the detector measures a deployment's
+// knee (calibration), the paper's value stands in.
+const (
+	KneeFactor   = 1.9
+	KneeFraction = 0.9
+)
+
+// Policies is the scenario.PolicySet of basin's policies.
+type Policies struct {
+	// Predict estimates a session's peak for the Basin policy; nil uses the workload-free
+	// fallback (four times the first prompt).
+	Predict func(sim.SessionInfo) int64
+}
+
+// Names implements scenario.PolicySet.
+func (Policies) Names() []string { return []string{BasinCurrent, Basin, Oracle} }
+
+// Apply implements scenario.PolicySet: a fresh admission core per run, in front of the engine
+// baseline (SGLang default), with the engine queues ordered by the gate's priority and lending on.
+func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
+	// Cache capacity as the collector will count it: prefill GPU and host tiers plus what decode
+	// may lend (basin's policies switch lending on).
+	dep := o.Deployment
+	lendCap := max(dep.Lending.MaxFraction, 0.5)
+	cache := int64(dep.Prefill.CacheTokens+dep.Prefill.HostCacheTokens)*int64(dep.Prefill.Instances) +
+		int64(lendCap*float64(dep.Decode.KVTokens))*int64(dep.Decode.Instances)
+	ref := min(int64(KneeFraction*KneeFactor*float64(cache)), cache)
+	ao := admission.Options{Budget: ref, ReferenceBudget: ref}
+	predict := func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) * 4 }
+	switch name {
+	case BasinCurrent:
+		ao.Mode, ao.ArrivalOrder = admission.ModeCurrent, true
+	case Basin:
+		ao.Mode = admission.ModePeak
+		if p.Predict != nil {
+			predict = p.Predict
+		}
+	case Oracle:
+		ao.Mode = admission.ModePeak
+		predict = func(s sim.SessionInfo) int64 { return int64(s.TruePeak) }
+	default:
+		return false, nil
+	}
+	core, err := admission.New(ao)
+	if err != nil {
+		return true, err
+	}
+	o.Gate = &Gate{core: core, predict: predict}
+	o.PriorityQueues = true
+	o.Deployment.Lending = sim.LendingState{Enabled: true, MaxFraction: lendCap}
+	return true, nil
+}
+
+// epoch anchors virtual time to the admission core's wall-clock time.Time.
+var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Gate adapts an admission.Core to sim.Gate.
+type Gate struct {
+	core    *admission.Core
+	predict func(sim.SessionInfo) int64
+	pending []sim.Release
+	// held remembers the fixed priority of queued sessions for their release.
+	held map[int64]time.Duration
+}
+
+func key(id int64) string { return strconv.FormatInt(id, 10) }
+
+func (g *Gate) take(evs []admission.Event) {
+	for _, e := range evs {
+		id, err := strconv.ParseInt(e.ID, 10, 64)
+		if err != nil {
+			continue // not a simulated session
+		}
+		switch e.Kind {
+		case admission.EventAdmitted:
+			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Admit, Priority: g.held[id]})
+			delete(g.held, id)
+		case admission.EventShed:
+			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Shed})
+			delete(g.held, id)
+		}
+	}
+}
+
+// Arrive implements sim.Gate.
+func (g *Gate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict {
+	d := g.core.Arrive(epoch.Add(now), admission.Request{ID: key(s.ID), FirstPrompt: int64(s.FirstPrompt),
+		PredictedPeak: g.predict(s)})
+	g.take(d.Events)
+	prio := d.Priority.Sub(epoch)
+	switch d.Verdict {
+	case admission.Admitted:
+		return sim.Verdict{Action: sim.Admit, Priority: prio}
+	case admission.Queued:
+		if g.held == nil {
+			g.held = map[int64]time.Duration{}
+		}
+		g.held[s.ID] = prio
+		return sim.Verdict{Action: sim.Hold, Priority: prio}
+	case admission.Refused:
+		return sim.Verdict{Action: sim.Shed}
+	default:
+		return sim.Verdict{Action: sim.Reject}
+	}
+}
+
+// CallDone implements sim.Gate: the response's usage updates the session's context.
+func (g *Gate) CallDone(now time.Duration, id int64, contextTokens int) {
+	g.take(g.core.Finish(epoch.Add(now), key(id), int64(contextTokens)))
+}
+
+// SessionDone implements sim.Gate.
+func (g *Gate) SessionDone(now time.Duration, id int64) {
+	g.take(g.core.End(epoch.Add(now), key(id)))
+}
+
+// Poll implements sim.Gate: releases carry the priority the core fixed at arrival.
+func (g *Gate) Poll(now time.Duration) []sim.Release {
+	out := g.pending
+	g.pending = nil
+	return out
+}
+
+// Core exposes the admission core (the daemon's budget controller drives it in later runs).
+func (g *Gate) Core() *admission.Core { return g.core }
+
+// PolicyNames lists every policy `basin sim` accepts, engine baselines first.
+func PolicyNames() []string {
+	out := []string{}
+	for _, p := range sim.Policies() {
+		out = append(out, string(p))
+	}
+	names := Policies{}.Names()
+	sort.Strings(names)
+	return append(out, names...)
+}
+
+// Validate reports an unknown policy name.
+func Validate(name string) error {
+	for _, n := range PolicyNames() {
+		if n == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown policy %q (known: %v)", name, PolicyNames())
+}
