@@ -30,10 +30,11 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"sim":     {"simulate a deployment: run, compare, curve, serve", runSim},
-		"trace":   {"agent-session traces: import", runTrace},
-		"demo":    {"show the cache-pressure trap: a healthy and a spike run side by side", runDemo},
-		"version": {"print the version", runVersion},
+		"sim":       {"simulate a deployment: run, compare, curve, serve", runSim},
+		"trace":     {"agent-session traces: import", runTrace},
+		"demo":      {"show the cache-pressure trap: a healthy and a spike run side by side", runDemo},
+		"predictor": {"the gateway's peak-context predictor: train", runPredictor},
+		"version":   {"print the version", runVersion},
 	}
 }
 

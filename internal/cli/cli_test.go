@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/predictor"
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/trace"
 )
 
 func basin(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -157,4 +164,43 @@ func TestSimServeStartsAndStops(t *testing.T) {
 	code, _, stderr = basin(t, "sim", "serve", "--scenario", "paper-1p1d-h100", "--speed", "0", "--listen", "127.0.0.1:0")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "speed")
+}
+
+func TestPredictorTrain(t *testing.T) {
+	dir := t.TempDir()
+	w, err := sim.SyntheticWorkload("terminal-bench")
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var sessions []trace.Session
+	for i := range 300 {
+		spec := w.Session(rng)
+		ts := trace.Session{ID: fmt.Sprint("s", i), TaskChars: spec.TaskChars}
+		at := start.Add(time.Duration(i) * time.Minute)
+		for _, c := range spec.Calls {
+			at = at.Add(c.GapBefore)
+			ts.Calls = append(ts.Calls, trace.Call{Start: at, Prompt: c.Prompt, Reused: c.Reused, Output: c.Output,
+				GapBefore: c.GapBefore})
+			at = at.Add(5 * time.Second)
+		}
+		sessions = append(sessions, ts)
+	}
+	tracePath := filepath.Join(dir, "calls.jsonl")
+	f, err := os.Create(tracePath)
+	require.NoError(t, err)
+	require.NoError(t, trace.WriteBasin(f, sessions))
+	require.NoError(t, f.Close())
+
+	model := filepath.Join(dir, "model.json")
+	code, stdout, stderr := basin(t, "predictor", "train", "--traces", tracePath, "-o", model)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "Spearman rank correlation: holdout")
+	m, err := predictor.Load(model)
+	require.NoError(t, err)
+	assert.InDelta(t, 240, m.TrainedOn(), 30, "about a fifth of the sessions is held out")
+	assert.False(t, math.IsNaN(m.SpearmanHoldout()), "the holdout measured the model")
+
+	code, _, stderr = basin(t, "predictor", "train", "--traces", tracePath)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "-o are required")
 }

@@ -6,11 +6,13 @@ package harness
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -60,8 +62,15 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 		ao.Mode, ao.ArrivalOrder = admission.ModeCurrent, true
 	case Basin:
 		ao.Mode = admission.ModePeak
-		if p.Predict != nil {
+		switch {
+		case p.Predict != nil:
 			predict = p.Predict
+		case len(o.Streams) > 0:
+			m, err := TrainPredictor(o.Streams[0].Workload, o.Seed, 2000)
+			if err != nil {
+				return true, err
+			}
+			predict = func(s sim.SessionInfo) int64 { return m.PredictPeak("", s.TaskChars, s.FirstPrompt) }
 		}
 	case Oracle:
 		ao.Mode = admission.ModePeak
@@ -77,6 +86,24 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 	o.PriorityQueues = true
 	o.Deployment.Lending = sim.LendingState{Enabled: true, MaxFraction: lendCap}
 	return true, nil
+}
+
+// TrainPredictor fits the gateway's peak predictor on n sessions of a workload, drawn from a
+// random stream the runs never use. Simulated sessions carry no task text, so the model learns
+// from the task length and the first prompt only — a weaker predictor than the paper's, which
+// also reads the text (its holdout Spearman is in docs/simulator.md).
+func TrainPredictor(w sim.Workload, seed uint64, n int) (*predictor.Model, error) {
+	rng := rand.New(rand.NewPCG(seed^0xBEEF_CAFE, 0x7121))
+	samples := make([]predictor.Sample, n)
+	for i := range samples {
+		s := w.Session(rng)
+		samples[i] = predictor.Sample{TaskChars: s.TaskChars, FirstPrompt: s.Calls[0].Prompt, Peak: int64(s.PeakContext())}
+	}
+	m, _, err := predictor.Train(samples, predictor.TrainOptions{Seed: seed, Created: epoch})
+	if err != nil {
+		return nil, fmt.Errorf("train the peak predictor on %s: %w", w.Name(), err)
+	}
+	return m, nil
 }
 
 // epoch anchors virtual time to the admission core's wall-clock time.Time.
