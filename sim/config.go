@@ -124,6 +124,31 @@ func (d *Deployment) stepTime(n int, tokens int64) time.Duration {
 	return seconds((q.StepBaseMs + q.StepPerKTokenMs*float64(tokens)/1000 + q.StepPerSeqMs*float64(n)) / 1000)
 }
 
+// UnloadedTime is the session's duration alone on this deployment: every call finds its previous
+// prompt cached, nothing queues, decode runs a batch of one. It uses the same cost functions as
+// the run itself.
+func (d *Deployment) UnloadedTime(spec SessionSpec) time.Duration {
+	var t time.Duration
+	cached := 0
+	for i, c := range spec.Calls {
+		t += c.GapBefore
+		hit := min(c.Prompt, max(min(spec.Shared, c.Prompt), min(cached, c.Reused)))
+		if i == 0 {
+			hit = min(spec.Shared, c.Prompt)
+		}
+		if hit > d.Prefill.CacheTokens {
+			hit = d.Prefill.CacheTokens
+		}
+		t += d.prefillTime(c.Prompt-hit, hit, 0, 0) + d.transferTime(c.Prompt)
+		for k := 0; k < c.Output; k += 64 {
+			n := min(64, c.Output-k)
+			t += time.Duration(n) * d.stepTime(1, int64(c.Prompt+k))
+		}
+		cached = c.Prompt
+	}
+	return t
+}
+
 func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
 // deploymentPresets are the hardware setups of the Basin evaluation. Values and their sources are

@@ -230,7 +230,7 @@ func (s *Sim) arrive(spec SessionSpec, class string, stream int) *session {
 	ss := &session{id: s.nextID, class: class, stream: stream, spec: spec, arrival: s.now, started: -1}
 	s.nextID++
 	ss.prefill = int(ss.id % int64(len(s.prefill)))
-	ss.unloaded = s.unloadedTime(spec)
+	ss.unloaded = s.dep.UnloadedTime(spec)
 	ss.measured = s.now >= s.o.MeasureFrom && s.now < s.o.MeasureTo && s.o.ClosedLoop == 0 && !s.o.Forget
 	s.sessions = append(s.sessions, ss)
 	s.byID[ss.id] = ss
@@ -682,31 +682,6 @@ func (s *Sim) good(ss *session) bool {
 		return false
 	}
 	return ss.steps == 0 || ss.goodSteps/ss.steps >= s.o.SLO.TPOTFraction
-}
-
-// unloadedTime is the session's duration alone on this deployment: every call finds its previous
-// prompt cached, nothing queues, decode runs a batch of one. It uses the same cost functions as
-// the run itself.
-func (s *Sim) unloadedTime(spec SessionSpec) time.Duration {
-	var t time.Duration
-	cached := 0
-	for i, c := range spec.Calls {
-		t += c.GapBefore
-		hit := min(c.Prompt, max(min(spec.Shared, c.Prompt), min(cached, c.Reused)))
-		if i == 0 {
-			hit = min(spec.Shared, c.Prompt)
-		}
-		if hit > s.dep.Prefill.CacheTokens {
-			hit = s.dep.Prefill.CacheTokens
-		}
-		t += s.dep.prefillTime(c.Prompt-hit, hit, 0, 0) + s.dep.transferTime(c.Prompt)
-		for k := 0; k < c.Output; k += 64 {
-			n := min(64, c.Output-k)
-			t += time.Duration(n) * s.dep.stepTime(1, int64(c.Prompt+k))
-		}
-		cached = c.Prompt
-	}
-	return t
 }
 
 func (s *Sim) minute() *Minute { return &s.minutes[len(s.minutes)-1] }

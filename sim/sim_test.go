@@ -473,7 +473,7 @@ func TestWorkloadShapes(t *testing.T) {
 	require.NoError(t, err)
 	over := 0
 	for i := range 500 {
-		if s.unloadedTime(short.Session(s.sessionRNG(0, uint64(i)))) > 5*time.Minute {
+		if s.dep.UnloadedTime(short.Session(s.sessionRNG(0, uint64(i)))) > 5*time.Minute {
 			over++
 		}
 	}

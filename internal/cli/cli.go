@@ -34,6 +34,7 @@ func commands() map[string]command {
 		"trace":     {"agent-session traces: import", runTrace},
 		"demo":      {"show the cache-pressure trap: a healthy and a spike run side by side", runDemo},
 		"predictor": {"the gateway's peak-context predictor: train", runPredictor},
+		"loadgen":   {"drive a scenario's agent sessions over the OpenAI API against an endpoint", runLoadgen},
 		"version":   {"print the version", runVersion},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/scenario"
+	"github.com/basin-dev/basin/sim/serve"
 	"github.com/basin-dev/basin/sim/trace"
 )
 
@@ -203,4 +206,41 @@ func TestPredictorTrain(t *testing.T) {
 	code, _, stderr = basin(t, "predictor", "train", "--traces", tracePath)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "-o are required")
+}
+
+func TestLoadgenAgainstSimServe(t *testing.T) {
+	sc, err := scenario.Load("paper-1p1d-h100")
+	require.NoError(t, err)
+	o, err := sc.Options("")
+	require.NoError(t, err)
+	o.Streams = nil
+	srv, err := serve.New(serve.Options{Sim: o, Speed: 1200})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Run(ctx)
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+
+	dir := t.TempDir()
+	yaml := "name: tiny\nseed: 4\nduration: 3m\nmeasure: {from: 0s, to: 3m}\ndeployment: {preset: paper-1p1d-h100}\n" +
+		"workload: {kind: short}\narrivals: {rate_per_min: 2}\n"
+	path := filepath.Join(dir, "tiny.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	code, stdout, stderr := basin(t, "loadgen", "--target", hs.URL, "--scenario", path, "--speed", "1200")
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Sessions struct {
+			Arrived, Completed, Good int
+		} `json:"sessions"`
+		Goodput *float64 `json:"goodput_per_hour"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	assert.Positive(t, rep.Sessions.Arrived)
+	assert.Equal(t, rep.Sessions.Arrived, rep.Sessions.Completed)
+	assert.NotNil(t, rep.Goodput, "the scenario's deployment gives the unloaded times goodput needs")
+
+	code, _, stderr = basin(t, "loadgen", "--scenario", path)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "--target")
 }

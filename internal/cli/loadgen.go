@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/loadgen"
+)
+
+// runLoadgen drives a scenario's agent sessions over the OpenAI API against any endpoint (the
+// gateway, basin sim serve, a real engine) and prints the outcome as JSON.
+func runLoadgen(ctx context.Context, env Env, args []string) error {
+	fs := newFlags(env, "loadgen")
+	target := fs.String("target", "", "base URL of the OpenAI-compatible endpoint (e.g. http://127.0.0.1:8080)")
+	scName := fs.String("scenario", "", "scenario file or preset: its arrivals and workload are what is sent")
+	speed := fs.Float64("speed", 60, "virtual seconds per wall second (arrivals and tool pauses are divided by it)")
+	header := fs.String("session-header", "x-session-id", "header carrying the session id")
+	keyEnv := fs.String("api-key-env", "", "environment variable holding the API key sent as a bearer token")
+	noStream := fs.Bool("no-stream", false, "ask for whole responses instead of streams")
+	reject429 := fs.Bool("reject-429", false, "treat 429 as a final refusal instead of retrying after Retry-After")
+	retries := fs.Int("retry-budget", 5, "retries per session after 503/429 (negative: none)")
+	maxWait := fs.Duration("max-retry-wait", 2*time.Minute, "longest total Retry-After wait per session (wall time)")
+	perSession := fs.Bool("per-session", false, "include every session's record")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *target == "" {
+		return fmt.Errorf("%w: --target is required", errUsage)
+	}
+	sc, err := loadScenario(*scName)
+	if err != nil {
+		return err
+	}
+	key := ""
+	if *keyEnv != "" {
+		if key = strings.TrimSpace(env.Getenv(*keyEnv)); key == "" {
+			return fmt.Errorf("%w: --api-key-env: %s is empty or unset", errUsage, *keyEnv)
+		}
+	}
+	dep := sc.Deployment.Deployment
+	rep, err := loadgen.Run(ctx, loadgen.Options{
+		Target: *target, Scenario: sc, Speed: *speed, SessionHeader: *header, APIKey: key, NoStream: *noStream,
+		Reject429Terminal: *reject429, RetryBudget: *retries, MaxRetryWait: *maxWait, PerSession: *perSession,
+		// The scenario's deployment is what goodput's slowdown is measured against; against a real
+		// engine it is only as right as the scenario's description of that engine.
+		Unloaded: func(s sim.SessionSpec) time.Duration { return dep.UnloadedTime(s) },
+		Logger:   slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(env.Stdout, rep); err != nil {
+		return err
+	}
+	if rep.Interrupted {
+		fmt.Fprintln(env.Stderr, "basin loadgen: interrupted; the report is partial")
+	}
+	return nil
+}

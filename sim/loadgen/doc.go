@@ -1,0 +1,81 @@
+// Package loadgen drives a scenario's agent sessions over the OpenAI chat API against any endpoint
+// — basin's gateway, `basin sim serve`, or a real engine — and reports what each session got:
+// completed, refused, shed, killed, failed or cut short, and the goodput that follows
+// (`basin loadgen`).
+//
+// # Sessions
+//
+// The sessions are the simulator's. Run takes the scenario's arrival streams from
+// scenario.Scenario.Options and generates arrivals exactly as the simulator does, so the same seed
+// offers the same sessions at the same virtual times:
+//
+//   - stream i is Poisson: exponential gaps drawn from rand.NewPCG(seed, 0xA11A0000+i), starting at
+//     the stream's From and stopping at its To or the scenario's duration, whichever is first;
+//   - a rate dip (Thin) keeps an arrival with its probability, drawn from one generator,
+//     rand.NewPCG(seed, 0x7417), in the order of the arrivals across all streams;
+//   - arrival k of stream i (counting thinned ones) draws its SessionSpec from its own generator,
+//     rand.NewPCG(seed^0x5E55_0000_0000, i<<40|k), so that removing a stream changes no other
+//     stream's sessions.
+//
+// The generators are the simulator's (sim.Sim's streamRNG, thinRNG and sessionRNG); the tests
+// compare minute-by-minute arrivals with a simulator run.
+//
+// At a stream's KillAt, its sessions that arrived before it and are still running are stopped,
+// their call in flight cancelled, and count as killed; the stream's later arrivals run, as in the
+// simulator. Arrivals stop at the scenario's duration; Run then waits for the sessions under way.
+//
+// # Clock
+//
+// Virtual time runs at Speed × wall time. Arrival times and tool pauses (CallSpec.GapBefore) are
+// virtual and so divided by Speed; a Retry-After is the server's wall time and is waited as is.
+// Every duration in the report is virtual: wall × Speed (against a real engine Speed is 1).
+//
+// # Calls
+//
+// A session sends its calls in order, one at a time, to {target}/v1/chat/completions, with its id
+// in a header (x-session-id: <run id>-<n>, n counting sessions from 1 in arrival order) and
+// x-session-end: true on its last call. The conversation grows as an agent's does: a system
+// message shared by every session, the user's task, then per call the assistant's answer (the
+// text the server returned) and a user message standing for the tool result.
+//
+// Messages are sized for sim/serve's token count, prompt = ceil(characters / 4) + 4 per message,
+// with the leading system message as the shared prefix. The system message has
+// 4·(Shared − 4) characters, so it counts Shared tokens. The message that ends call i's prompt (the
+// task for call 0, the tool result later) is padded to 4·(Prompt_i − 4·M) − C characters, where M
+// is the number of messages including it and C the characters of the messages before it, so the
+// whole prompt counts exactly Prompt_i tokens. It overshoots only when the messages before it are
+// already longer than that (an answer much longer than the spec's output), and never by more than
+// its short heading. The filler is three-letter words, about a token each for a real tokenizer
+// too, but a real engine's count differs by its tokenizer and chat template: each session's
+// max_prompt_error in the report says by how much.
+//
+// # Refusals
+//
+// AdmitPerf's contract: 503 and 429 are deferrals with Retry-After. The session waits
+// Retry-After × (1 + U[0, JitterFraction]) and sends the same call again, up to RetryBudget
+// retries and MaxRetryWait of waiting per session; past either it is rejected. 529 means shed:
+// retrying soon will not help, so the session ends at once. Reject429Terminal makes 429 a
+// rejection too. Any other status, a transport error or a broken stream fails the session with
+// outcome error and the message.
+//
+// # Measurements
+//
+// A session's first-call wait runs from its start to the first token of its first call (retry
+// waits included): what admission control and queueing cost it. A call's time to first token runs
+// from sending the attempt that was answered to the first content in its stream; without
+// streaming the first token is not seen, so there is none, and the first-call wait runs to the
+// whole answer. Both are virtual: against a server on an accelerated clock every millisecond of
+// wall overhead (loopback, JSON, the server's scheduling) counts Speed milliseconds, so runs meant
+// to measure latency want a modest Speed.
+//
+// A session that fails between calls does not tell the server; servers end idle sessions
+// themselves (sim/serve after its idle timeout).
+//
+// # Goodput
+//
+// A session counts in the report when it arrived (by its scheduled arrival) in the scenario's
+// measurement window, as in the simulator; rejected and shed sessions stay in the denominator, so
+// a policy cannot win by refusing. A session is good when it completed within SLO.Slowdown × its
+// unloaded time. A client cannot know the unloaded time of a remote deployment, so it comes from
+// Options.Unloaded; without it good and goodput are null, never zero.
+package loadgen

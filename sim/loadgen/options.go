@@ -1,0 +1,212 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/scenario"
+)
+
+// Defaults of Options.
+const (
+	DefaultSessionHeader  = "x-session-id"
+	DefaultModel          = "basin-sim"
+	DefaultJitterFraction = 0.2
+	DefaultRetryBudget    = 5
+	// DefaultMaxRetryWait bounds a session's total waiting on Retry-After, in wall time.
+	DefaultMaxRetryWait = 2 * time.Minute
+	DefaultMaxSessions  = 10_000
+	// DefaultRetryAfter is the wait after a 503 or 429 without a usable Retry-After.
+	DefaultRetryAfter = time.Second
+)
+
+// Options configure a load run. The zero value of every field but Target and Scenario has a
+// default.
+type Options struct {
+	// Target is the endpoint's base URL (http or https); calls go to Target/v1/chat/completions.
+	// A trailing "/v1" is dropped, since OpenAI clients' base URLs usually carry it.
+	Target string
+	// Scenario supplies the arrival streams, seed, duration, measurement window and SLO.
+	Scenario *scenario.Scenario
+	// Speed is virtual seconds per wall second (1 when zero). Against `basin sim serve` it must be
+	// the server's speed, or tool pauses and arrivals are compressed differently from the engine.
+	Speed float64
+	// Model is the request's model field (DefaultModel when empty).
+	Model string
+	// RunID prefixes session ids (<run id>-<n>); random when empty, so that a second run against
+	// the same server does not extend the first one's sessions. Letters, digits, '.', '_', '-'.
+	RunID string
+	// SessionHeader carries the session id (DefaultSessionHeader when empty).
+	SessionHeader string
+	// APIKey, when set, is sent as Authorization: Bearer <key>.
+	APIKey string
+	// NoStream sends "stream": false; streaming (with stream_options.include_usage) is the
+	// default because only a stream shows the time to first token.
+	NoStream bool
+	// JitterFraction is the largest extra fraction of Retry-After waited, drawn uniformly
+	// (DefaultJitterFraction when zero, none when negative; at most 1).
+	JitterFraction float64
+	// RetryBudget is how many refused calls a session retries in all (DefaultRetryBudget when
+	// zero, none when negative).
+	RetryBudget int
+	// MaxRetryWait bounds the wall time a session spends waiting on Retry-After
+	// (DefaultMaxRetryWait when zero); a wait that would pass it rejects the session instead.
+	MaxRetryWait time.Duration
+	// Reject429Terminal makes 429 (over quota) reject the session instead of deferring it.
+	Reject429Terminal bool
+	// Unloaded is a session's duration alone on the deployment, in virtual time, for the goodput
+	// deadline (SLO.Slowdown × Unloaded). Without it good and goodput are reported as null. It is
+	// called from Run's goroutine only, after the sessions are done.
+	Unloaded func(sim.SessionSpec) time.Duration
+	// PerSession adds every session's record to the report.
+	PerSession bool
+	// HTTPClient sends the calls. When nil, Run uses a client of its own and closes its idle
+	// connections before returning. It should have no overall Timeout: a call lasts as long as the
+	// engine takes.
+	HTTPClient *http.Client
+	// MaxSessions is a safety cap (DefaultMaxSessions when zero): a scenario that offers more
+	// sessions fails at start instead of being cut short silently.
+	MaxSessions int
+	// Logger receives the run's progress (discarded when nil).
+	Logger *slog.Logger
+	// Now is the wall clock (time.Now when nil); it is called from several goroutines.
+	Now func() time.Time
+	// Sleep waits d of wall time or until ctx is done, returning ctx's error then (a timer when
+	// nil); it is called from several goroutines. Every wait of a run — arrivals, tool pauses,
+	// Retry-After, KillAt — goes through it.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// withDefaults fills the defaults and checks every field, naming the bad ones.
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if o.Target == "" {
+		add("target: missing")
+	} else if u, err := url.Parse(o.Target); err != nil {
+		add("target: %v", err)
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		add("target: want an http or https URL with a host, got %q", o.Target)
+	} else if u.RawQuery != "" || u.Fragment != "" {
+		add("target: must not have a query or fragment, got %q", o.Target)
+	} else {
+		o.Target = strings.TrimSuffix(strings.TrimSuffix(o.Target, "/"), "/v1")
+	}
+	if o.Scenario == nil {
+		add("scenario: missing")
+	}
+	switch {
+	case o.Speed == 0:
+		o.Speed = 1
+	case !(o.Speed > 0) || math.IsInf(o.Speed, 0):
+		add("speed: must be a finite number > 0, got %v", o.Speed)
+	}
+	if o.Model == "" {
+		o.Model = DefaultModel
+	}
+	if o.RunID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+		o.RunID = "lg" + hex.EncodeToString(b[:])
+	} else if !validID(o.RunID) {
+		add("run_id: want 1–64 letters, digits, '.', '_' or '-', got %q", o.RunID)
+	}
+	if o.SessionHeader == "" {
+		o.SessionHeader = DefaultSessionHeader
+	} else if !validToken(o.SessionHeader) {
+		add("session_header: not a valid header name: %q", o.SessionHeader)
+	}
+	if strings.ContainsAny(o.APIKey, "\r\n") {
+		add("api_key: must not contain line breaks")
+	}
+	switch {
+	case o.JitterFraction == 0:
+		o.JitterFraction = DefaultJitterFraction
+	case o.JitterFraction < 0:
+		o.JitterFraction = 0
+	case !(o.JitterFraction <= 1):
+		add("jitter_fraction: must be ≤ 1 (negative: none), got %v", o.JitterFraction)
+	}
+	switch {
+	case o.RetryBudget == 0:
+		o.RetryBudget = DefaultRetryBudget
+	case o.RetryBudget < 0:
+		o.RetryBudget = 0
+	}
+	switch {
+	case o.MaxRetryWait == 0:
+		o.MaxRetryWait = DefaultMaxRetryWait
+	case o.MaxRetryWait < 0:
+		add("max_retry_wait: must be > 0, got %v", o.MaxRetryWait)
+	}
+	switch {
+	case o.MaxSessions == 0:
+		o.MaxSessions = DefaultMaxSessions
+	case o.MaxSessions < 0:
+		add("max_sessions: must be > 0, got %d", o.MaxSessions)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = sleep
+	}
+	return o, errors.Join(errs...)
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// validToken reports whether s is an HTTP token (RFC 9110 §5.6.2), the syntax of a header name.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

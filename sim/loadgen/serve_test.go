@@ -1,0 +1,147 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/serve"
+)
+
+// startServe runs sim/serve on the paper's 1P1D deployment behind a loopback server.
+func startServe(t *testing.T, speed float64) *httptest.Server {
+	t.Helper()
+	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
+	require.NoError(t, err)
+	srv, err := serve.New(serve.Options{Sim: sim.Options{Seed: 1, Deployment: dep}, Speed: speed})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Error("serve: Run did not return after cancel")
+		}
+		ts.Close()
+	})
+	return ts
+}
+
+// noLeaks fails the test if goroutines started after it was called are still running at the end
+// (polling for a while: closed connections take a moment to wind down).
+func noLeaks(t *testing.T) func() {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	return func() {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+const shortYAML = `name: loadgen-short
+seed: 3
+duration: 3m
+deployment: {preset: paper-1p1d-h100}
+workload: {kind: short}
+arrivals: {rate_per_min: 2}
+`
+
+func TestAgainstSimServe(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		name := map[bool]string{true: "stream", false: "no stream"}[stream]
+		t.Run(name, func(t *testing.T) {
+			const speed = 1200
+			ts := startServe(t, speed)
+			client := ts.Client()
+			check := noLeaks(t)
+			sc := parseScenario(t, shortYAML)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			rep, err := Run(ctx, Options{Target: ts.URL + "/v1/", Scenario: sc, Speed: speed, NoStream: !stream,
+				PerSession: true, HTTPClient: client, RunID: "t"})
+			require.NoError(t, err)
+			client.CloseIdleConnections()
+			check()
+
+			summary := *rep
+			summary.PerSession = nil
+			js, err := json.Marshal(summary)
+			require.NoError(t, err)
+			t.Logf("report: %s", js)
+			require.GreaterOrEqual(t, rep.Sessions.Arrived, 3, "the scenario offers a few sessions")
+			assert.False(t, rep.Interrupted)
+			assert.Equal(t, rep.Sessions.Arrived, rep.Sessions.Completed, "an unloaded deployment completes every session")
+			assert.Equal(t, 1.0, *rep.CompletionRate)
+			assert.Nil(t, rep.GoodputPerHour, "no Unloaded: goodput unknown, not zero")
+			require.NotNil(t, rep.FirstCallWaitP50)
+			assert.Greater(t, *rep.FirstCallWaitP50, 0.0)
+			if stream {
+				require.NotNil(t, rep.TTFTP50)
+				assert.Greater(t, *rep.TTFTP50, 0.0)
+			} else {
+				assert.Nil(t, rep.TTFTP50, "without a stream the first token is not seen")
+			}
+
+			w, err := sim.SyntheticWorkload("short")
+			require.NoError(t, err)
+			calls := 0
+			for _, s := range rep.PerSession {
+				// The spec drawn with the simulator's seeding, independently of the run.
+				spec := w.Session(sessionRNG(sc.Seed, 0, s.Index))
+				require.Equal(t, Completed, s.Outcome, s.Error)
+				require.Len(t, s.calls, len(spec.Calls), "session %s", s.ID)
+				assert.Equal(t, len(spec.Calls), s.CallsDone)
+				for i, c := range s.calls {
+					assert.Equal(t, spec.Calls[i].Prompt, c.specPrompt)
+					assert.InEpsilon(t, spec.Calls[i].Prompt, c.prompt, 0.03, "session %s call %d: server counted %d, spec %d",
+						s.ID, i, c.prompt, spec.Calls[i].Prompt)
+					if i > 0 {
+						// The conversation really extends: the server finds the previous prompt,
+						// not just the shared system prompt, in its cache.
+						assert.Greater(t, c.cached, spec.Shared, "session %s call %d", s.ID, i)
+						assert.GreaterOrEqual(t, c.cached, s.calls[i-1].prompt*9/10, "session %s call %d", s.ID, i)
+					}
+				}
+				require.NotNil(t, s.MaxPromptError)
+				assert.Less(t, *s.MaxPromptError, 0.03)
+				calls += len(spec.Calls)
+			}
+
+			// The server saw every call and no session is left open (each ended with its last call).
+			resp, err := client.Get(ts.URL + "/admin/state")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			var st struct {
+				CallsCompleted   int `json:"calls_completed"`
+				ExternalSessions int `json:"external_sessions"`
+			}
+			require.NoError(t, json.Unmarshal(b, &st), string(b))
+			assert.Equal(t, calls, st.CallsCompleted)
+			assert.Zero(t, st.ExternalSessions, "x-session-end closed every session")
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+		})
+	}
+}
