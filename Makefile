@@ -2,18 +2,27 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... ./sim/trace/...
+RACE_PKGS := ./internal/... ./gateway/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
+	./sim/trace/... ./sim/loadgen/...
 
 .PHONY: build test lint demo bench fidelity fuzz clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/basin
 
+OPENAI_CLIENT := gateway/testdata/openai-client
+
 # All tests, then the concurrent packages again under the race detector, then a short fuzz pass.
-test: lint
+test: lint $(OPENAI_CLIENT)/node_modules
 	$(GO) test ./...
 	$(GO) test -race $(RACE_PKGS)
 	$(MAKE) --no-print-directory fuzz
+
+# The gateway's tests drive it with the real openai npm client, pinned in package-lock.json.
+$(OPENAI_CLIENT)/node_modules: $(OPENAI_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(OPENAI_CLIENT) --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the gateway's openai client test will be skipped (install Node.js 20+ and npm)"; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -74,6 +74,12 @@ const (
 	DefaultIdleTimeout     = 10 * time.Minute
 )
 
+// Validate reports every option that cannot configure a Core, naming it.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o Options) withDefaults() (Options, error) {
 	var errs []error
 	if o.Mode == "" {
@@ -159,6 +165,10 @@ func (v Verdict) String() string {
 	return "unknown"
 }
 
+// ReasonLive marks a Decision for a session that was already live: its call passes, and nothing
+// was admitted.
+const ReasonLive = "live"
+
 // Decision is what Arrive returns.
 type Decision struct {
 	Verdict Verdict
@@ -169,7 +179,8 @@ type Decision struct {
 	// RetryAfter is when trying again may help (OverQuota, Refused). For a queued session ask
 	// RetryAfter(id) when it is needed: finding a place in a long queue costs a walk of it.
 	RetryAfter time.Duration
-	// Reason is a short machine-readable reason ("budget", "tenant_quota", "shed").
+	// Reason is a short machine-readable reason: ReasonLive for a call of a session already
+	// live (not a new admission), else "admitted", "budget", "tenant_quota" or "shed".
 	Reason string
 	// Events are admissions this arrival caused for others (none today; kept for symmetry).
 	Events []Event
@@ -301,7 +312,7 @@ func (c *Core) Arrive(now time.Time, r Request) Decision {
 	defer c.mu.Unlock()
 	c.forgetLocked(now)
 	if _, ok := c.mu.live[r.ID]; ok {
-		return Decision{Verdict: Admitted, Reason: "live"}
+		return Decision{Verdict: Admitted, Reason: ReasonLive}
 	}
 	if s, ok := c.mu.queued[r.ID]; ok {
 		return Decision{Verdict: Queued, Priority: s.priority, Arrival: s.arrival, Reason: "budget"}
@@ -318,7 +329,12 @@ func (c *Core) Arrive(now time.Time, r Request) Decision {
 	arrival, predicted := now, max(r.PredictedPeak, r.FirstPrompt)
 	if m, ok := c.mu.retry[r.ID]; ok {
 		if now.Before(m.until) {
-			arrival = m.arrival // a retry keeps its place in time
+			// A retry keeps its place: the same arrival and, when known, the same prediction, so
+			// its priority is exactly what it was.
+			arrival = m.arrival
+			if m.predicted > 0 {
+				predicted = max(m.predicted, r.FirstPrompt)
+			}
 		}
 		delete(c.mu.retry, r.ID)
 	}
@@ -486,6 +502,14 @@ func (c *Core) Expire(now time.Time) []Event {
 		evs = append(evs, c.drainLocked(now)...)
 	}
 	return evs
+}
+
+// Queued reports whether a session is waiting in the queue.
+func (c *Core) Queued(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.mu.queued[id]
+	return ok
 }
 
 // Cancel takes a queued session out of the queue (its client gave up or timed out). A retry with

@@ -19,15 +19,17 @@ type QueuedSession struct {
 
 // Snapshot is the state of the core at one instant.
 type Snapshot struct {
-	Mode            Mode            `json:"mode"`
-	Budget          int64           `json:"budget_tokens"`
-	ReferenceBudget int64           `json:"reference_budget_tokens"`
-	Reserved        int64           `json:"reserved_tokens"`
-	WorkingSet      int64           `json:"working_set_tokens"`
-	Engaged         bool            `json:"engaged"`
-	Live            int             `json:"live_sessions"`
-	Queue           []QueuedSession `json:"queue"`
-	Counters        Counters        `json:"counters"`
+	Mode            Mode  `json:"mode"`
+	Budget          int64 `json:"budget_tokens"`
+	ReferenceBudget int64 `json:"reference_budget_tokens"`
+	Reserved        int64 `json:"reserved_tokens"`
+	WorkingSet      int64 `json:"working_set_tokens"`
+	Engaged         bool  `json:"engaged"`
+	Live            int   `json:"live_sessions"`
+	// Sessions lists the live sessions (with the queue listing only).
+	Sessions []LiveSession   `json:"sessions,omitempty"`
+	Queue    []QueuedSession `json:"queue"`
+	Counters Counters        `json:"counters"`
 }
 
 // Snapshot copies the state; with queue false it skips the O(queue) listing.
@@ -38,6 +40,7 @@ func (c *Core) Snapshot(now time.Time, queue bool) Snapshot {
 		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live),
 		Engaged: c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0, Counters: c.mu.counters}
 	if queue {
+		s.Sessions = c.liveLocked()
 		s.Queue = make([]QueuedSession, 0, c.mu.queue.Len())
 		items := append([]*session(nil), c.mu.queue.items...)
 		sort.Slice(items, func(i, j int) bool { return less(items[i], items[j]) })
@@ -87,11 +90,7 @@ func (c *Core) Export(now time.Time) State {
 	defer c.mu.Unlock()
 	st := State{Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget, Retry: map[string]time.Time{},
 		Shed: map[string]time.Time{}}
-	for _, s := range c.mu.live {
-		st.Live = append(st.Live, LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
-			LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted})
-	}
-	sort.Slice(st.Live, func(i, j int) bool { return st.Live[i].ID < st.Live[j].ID })
+	st.Live = c.liveLocked()
 	for id, m := range c.mu.retry {
 		if now.Before(m.until) {
 			st.Retry[id] = m.arrival
@@ -106,6 +105,17 @@ func (c *Core) Export(now time.Time) State {
 		}
 	}
 	return st
+}
+
+// liveLocked lists the live sessions by id.
+func (c *Core) liveLocked() []LiveSession {
+	out := make([]LiveSession, 0, len(c.mu.live))
+	for _, s := range c.mu.live {
+		out = append(out, LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
+			LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // Restore loads a persisted state into an empty core. Restored sessions count as idle since

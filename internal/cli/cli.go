@@ -35,6 +35,7 @@ func commands() map[string]command {
 		"demo":      {"show the cache-pressure trap: a healthy and a spike run side by side", runDemo},
 		"predictor": {"the gateway's peak-context predictor: train", runPredictor},
 		"loadgen":   {"drive a scenario's agent sessions over the OpenAI API against an endpoint", runLoadgen},
+		"gateway":   {"the session-admission gateway in front of the engines", runGateway},
 		"version":   {"print the version", runVersion},
 	}
 }

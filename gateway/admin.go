@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// maxAdminBody bounds admin request bodies.
+const maxAdminBody = 1 << 20
+
+// adminRoutes is the admin listener: the admin API behind the bearer token, /metrics and
+// /healthz open.
+func (g *Gateway) adminRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/state", g.serveState)
+	mux.HandleFunc("PUT /admin/budget", g.serveBudget)
+	mux.HandleFunc("POST /admin/shed", g.serveShed)
+	mux.HandleFunc("PUT /admin/affinity", g.serveAffinity)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="basin gateway admin"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: apiError{
+				Message: "the admin API needs the admin token: Authorization: Bearer <token>",
+				Type:    "authentication_error", Code: "unauthorized"}})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// authorized checks the bearer token in constant time.
+func (g *Gateway) authorized(r *http.Request) bool {
+	tok, ok := bearer(r.Header.Get("Authorization"))
+	return ok && subtle.ConstantTimeCompare([]byte(tok), g.token) == 1
+}
+
+// StateView is what GET /admin/state returns: the admission core's snapshot with its queue, and
+// the gateway's routing.
+type StateView struct {
+	admission.Snapshot
+	Now       time.Time      `json:"now"`
+	Affinity  AffinityView   `json:"affinity"`
+	Upstreams []UpstreamView `json:"upstreams"`
+}
+
+// AffinityView is the sticky decode routing switch.
+type AffinityView struct {
+	Enabled bool   `json:"enabled"`
+	Header  string `json:"header"`
+}
+
+// UpstreamView is one upstream and how many live sessions are routed to it.
+type UpstreamView struct {
+	URL      string `json:"url"`
+	Sessions int    `json:"sessions"`
+}
+
+func (g *Gateway) serveState(w http.ResponseWriter, _ *http.Request) {
+	now := g.now()
+	v := StateView{Snapshot: g.core.Snapshot(now, true), Now: now,
+		Affinity: AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}
+	counts := make([]int, len(g.upstreams))
+	g.mu.Lock()
+	for _, si := range g.mu.sessions {
+		counts[si.upstream]++
+	}
+	g.mu.Unlock()
+	for i, u := range g.upstreams {
+		v.Upstreams = append(v.Upstreams, UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// budgetRequest is PUT /admin/budget.
+type budgetRequest struct {
+	Tokens          *int64 `json:"tokens"`
+	ReferenceTokens *int64 `json:"reference_tokens"`
+	Reason          string `json:"reason"`
+}
+
+// budgetValues is a budget before or after a change.
+type budgetValues struct {
+	Budget          int64 `json:"budget_tokens"`
+	ReferenceBudget int64 `json:"reference_budget_tokens"`
+}
+
+func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
+	var req budgetRequest
+	if !decodeAdmin(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Tokens == nil:
+		badField(w, "tokens", "tokens: required, the new budget in tokens")
+		return
+	case *req.Tokens <= 0:
+		badField(w, "tokens", fmt.Sprintf("tokens: must be > 0, got %d", *req.Tokens))
+		return
+	case req.ReferenceTokens != nil && *req.ReferenceTokens <= 0:
+		badField(w, "reference_tokens", fmt.Sprintf("reference_tokens: must be > 0, got %d", *req.ReferenceTokens))
+		return
+	case strings.TrimSpace(req.Reason) == "":
+		badField(w, "reason", "reason: required, say why the budget changes")
+		return
+	}
+	var ref int64
+	if req.ReferenceTokens != nil {
+		ref = *req.ReferenceTokens
+	}
+	now := g.now()
+	before := g.core.Snapshot(now, false)
+	evs, err := g.core.SetBudget(now, *req.Tokens, ref)
+	if err != nil {
+		badField(w, "tokens", err.Error())
+		return
+	}
+	after := g.core.Snapshot(now, false)
+	admitted := admittedIDs(evs)
+	g.deliver(evs)
+	g.log.Info("budget changed", "reason", req.Reason,
+		"budget_tokens", fmt.Sprintf("%d → %d", before.Budget, after.Budget),
+		"reference_budget_tokens", fmt.Sprintf("%d → %d", before.ReferenceBudget, after.ReferenceBudget),
+		"admitted_from_queue", len(admitted))
+	writeJSON(w, http.StatusOK, map[string]any{
+		"before":   budgetValues{before.Budget, before.ReferenceBudget},
+		"after":    budgetValues{after.Budget, after.ReferenceBudget},
+		"admitted": admitted,
+	})
+}
+
+// shedRequest is POST /admin/shed.
+type shedRequest struct {
+	Count      *int     `json:"count"`
+	SessionIDs []string `json:"session_ids"`
+	Reason     string   `json:"reason"`
+}
+
+func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
+	var req shedRequest
+	if !decodeAdmin(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Count == nil && req.SessionIDs == nil:
+		badField(w, "count", "count or session_ids: one is required")
+		return
+	case req.Count != nil && req.SessionIDs != nil:
+		badField(w, "session_ids", "count and session_ids: give one, not both")
+		return
+	case req.Count != nil && *req.Count <= 0:
+		badField(w, "count", fmt.Sprintf("count: must be > 0, got %d", *req.Count))
+		return
+	case req.SessionIDs != nil && len(req.SessionIDs) == 0:
+		badField(w, "session_ids", "session_ids: must not be empty")
+		return
+	case strings.TrimSpace(req.Reason) == "":
+		badField(w, "reason", "reason: required, say why sessions are shed")
+		return
+	}
+	for i, id := range req.SessionIDs {
+		if id == "" {
+			badField(w, fmt.Sprintf("session_ids[%d]", i), fmt.Sprintf("session_ids[%d]: empty", i))
+			return
+		}
+	}
+	count := 0
+	if req.Count != nil {
+		count = *req.Count
+	}
+	now := g.now()
+	before := g.core.QueueLen()
+	evs := g.core.Shed(now, count, req.SessionIDs, req.Reason)
+	shed := []string{}
+	for _, e := range evs {
+		if e.Kind == admission.EventShed {
+			shed = append(shed, e.ID)
+		}
+	}
+	admitted := admittedIDs(evs)
+	g.deliver(evs)
+	g.log.Info("sessions shed", "reason", req.Reason, "sessions", shed,
+		"queued", fmt.Sprintf("%d → %d", before, g.core.QueueLen()), "admitted_from_queue", len(admitted))
+	writeJSON(w, http.StatusOK, map[string]any{"shed": shed, "admitted": admitted})
+}
+
+// affinityRequest is PUT /admin/affinity.
+type affinityRequest struct {
+	Enabled *bool  `json:"enabled"`
+	Reason  string `json:"reason"`
+}
+
+func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
+	var req affinityRequest
+	if !decodeAdmin(w, r, &req) {
+		return
+	}
+	switch {
+	case req.Enabled == nil:
+		badField(w, "enabled", "enabled: required, true or false")
+		return
+	case strings.TrimSpace(req.Reason) == "":
+		badField(w, "reason", "reason: required, say why affinity is switched")
+		return
+	}
+	before := g.affinity.Swap(*req.Enabled)
+	g.log.Info("affinity switched", "reason", req.Reason, "enabled", fmt.Sprintf("%t → %t", before, *req.Enabled),
+		"header", g.cfg.Affinity.Header)
+	writeJSON(w, http.StatusOK, map[string]any{"before": AffinityView{before, g.cfg.Affinity.Header},
+		"after": AffinityView{*req.Enabled, g.cfg.Affinity.Header}})
+}
+
+func admittedIDs(evs []admission.Event) []string {
+	out := []string{}
+	for _, e := range evs {
+		if e.Kind == admission.EventAdmitted {
+			out = append(out, e.ID)
+		}
+	}
+	return out
+}
+
+// decodeAdmin reads one JSON object with no unknown fields, answering 400 naming the field
+// otherwise.
+func decodeAdmin(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, e := dec.Token(); !errors.Is(e, io.EOF) {
+			badField(w, "", "body: want one JSON object, found more after it")
+			return false
+		}
+		return true
+	}
+	var (
+		te  *json.UnmarshalTypeError
+		se  *json.SyntaxError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		badField(w, te.Field, fmt.Sprintf("%s: must be %s, got JSON %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		badField(w, field, fmt.Sprintf("%s: unknown field", field))
+	case errors.As(err, &se):
+		badField(w, "", fmt.Sprintf("body: invalid JSON at byte %d: %v", se.Offset, err))
+	case errors.As(err, &mbe):
+		badField(w, "", fmt.Sprintf("body: larger than %d bytes", mbe.Limit))
+	case errors.Is(err, io.EOF):
+		badField(w, "", "body: empty, want a JSON object")
+	default:
+		badField(w, "", "body: "+err.Error())
+	}
+	return false
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "int", "int64", "int32":
+		return "an integer"
+	case "float64":
+		return "a number"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	}
+	return "of another type"
+}
+
+func badField(w http.ResponseWriter, param, msg string) {
+	e := apiError{Message: msg, Type: "invalid_request_error", Code: "invalid_request"}
+	if param != "" {
+		e.Param = &param
+	}
+	writeJSON(w, http.StatusBadRequest, errorBody{Error: e})
+}

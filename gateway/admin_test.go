@@ -1,0 +1,311 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/sim/trace"
+)
+
+func TestAdminNeedsTheTokenAndChangesNothingWithout(t *testing.T) {
+	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.Admission.BudgetTokens = 1 }), nil)
+	decodeCompletion(t, h.chat("live", 5, nil))
+	queued := h.chatAsync(context.Background(), "queued", 5, nil)
+	h.waitQueued(1)
+	before := h.state()
+
+	calls := []struct{ method, path, body string }{
+		{http.MethodGet, "/admin/state", ""},
+		{http.MethodPut, "/admin/budget", `{"tokens":99999999,"reason":"attack"}`},
+		{http.MethodPost, "/admin/shed", `{"count":1,"reason":"attack"}`},
+		{http.MethodPut, "/admin/affinity", `{"enabled":true,"reason":"attack"}`},
+		{http.MethodDelete, "/admin/state", ""},
+		{http.MethodGet, "/admin/", ""},
+	}
+	for _, c := range calls {
+		for name, auth := range map[string]string{
+			"no token":          "",
+			"wrong token":       "Bearer not-the-token",
+			"prefix of token":   "Bearer " + testToken[:10],
+			"token plus suffix": "Bearer " + testToken + "x",
+			"basic scheme":      "Basic " + testToken,
+			"bare token":        testToken,
+		} {
+			t.Run(c.method+" "+c.path+" "+name, func(t *testing.T) {
+				req, err := http.NewRequest(c.method, h.admin.URL+c.path, strings.NewReader(c.body))
+				require.NoError(t, err)
+				if auth != "" {
+					req.Header.Set("Authorization", auth)
+				}
+				resp, err := h.admin.Client().Do(req)
+				require.NoError(t, err)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+				assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			})
+		}
+	}
+	after := h.state()
+	assert.Equal(t, before.Budget, after.Budget)
+	require.Len(t, after.Queue, 1)
+	assert.Equal(t, before.Queue[0].ID, after.Queue[0].ID)
+	assert.Equal(t, before.Queue[0].Priority, after.Queue[0].Priority)
+	assert.Equal(t, before.Affinity, after.Affinity)
+	assert.Equal(t, uint64(0), after.Counters.Shed)
+	assert.NotContains(t, h.log.String(), testToken, "the token is never logged")
+	assert.NotContains(t, h.log.String(), "attack")
+
+	// The right token works; /metrics needs none.
+	r := h.adminDo(http.MethodPost, "/admin/shed", testToken, `{"count":5,"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.JSONEq(t, `{"shed":["queued"],"admitted":[]}`, string(r.body))
+	<-queued
+	assert.Equal(t, http.StatusOK, h.adminDo(http.MethodGet, "/metrics", "", "").status)
+}
+
+func TestAdminRejectsBadBodiesNamingTheField(t *testing.T) {
+	h := start(t, baseConfig(t, []string{"http://127.0.0.1:1"}, nil), nil)
+	for _, tc := range []struct {
+		name, method, path, body, param string
+	}{
+		{"budget: no tokens", http.MethodPut, "/admin/budget", `{"reason":"r"}`, "tokens"},
+		{"budget: zero", http.MethodPut, "/admin/budget", `{"tokens":0,"reason":"r"}`, "tokens"},
+		{"budget: string", http.MethodPut, "/admin/budget", `{"tokens":"many","reason":"r"}`, "tokens"},
+		{"budget: bad reference", http.MethodPut, "/admin/budget", `{"tokens":5,"reference_tokens":-1,"reason":"r"}`, "reference_tokens"},
+		{"budget: no reason", http.MethodPut, "/admin/budget", `{"tokens":5}`, "reason"},
+		{"budget: blank reason", http.MethodPut, "/admin/budget", `{"tokens":5,"reason":"  "}`, "reason"},
+		{"budget: unknown field", http.MethodPut, "/admin/budget", `{"tokens":5,"reason":"r","budget":3}`, "budget"},
+		{"budget: not JSON", http.MethodPut, "/admin/budget", `tokens=5`, ""},
+		{"budget: two objects", http.MethodPut, "/admin/budget", `{"tokens":5,"reason":"r"}{}`, ""},
+		{"shed: neither", http.MethodPost, "/admin/shed", `{"reason":"r"}`, "count"},
+		{"shed: both", http.MethodPost, "/admin/shed", `{"count":1,"session_ids":["a"],"reason":"r"}`, "session_ids"},
+		{"shed: zero count", http.MethodPost, "/admin/shed", `{"count":0,"reason":"r"}`, "count"},
+		{"shed: empty ids", http.MethodPost, "/admin/shed", `{"session_ids":[],"reason":"r"}`, "session_ids"},
+		{"shed: no reason", http.MethodPost, "/admin/shed", `{"count":1}`, "reason"},
+		{"affinity: missing", http.MethodPut, "/admin/affinity", `{"reason":"r"}`, "enabled"},
+		{"affinity: not bool", http.MethodPut, "/admin/affinity", `{"enabled":"yes","reason":"r"}`, "enabled"},
+		{"affinity: no reason", http.MethodPut, "/admin/affinity", `{"enabled":true}`, "reason"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.adminDo(tc.method, tc.path, testToken, tc.body)
+			require.Equal(t, http.StatusBadRequest, r.status, "%s", r)
+			e := errorOf(t, r)
+			if tc.param != "" {
+				require.NotNil(t, e.Param, "%s", r)
+				assert.Equal(t, tc.param, *e.Param)
+				assert.Contains(t, e.Message, tc.param)
+			}
+		})
+	}
+	s := h.state()
+	assert.Equal(t, int64(1000000), s.Budget, "nothing changed")
+	assert.False(t, s.Affinity.Enabled)
+}
+
+func TestMetricsAfterAFewCalls(t *testing.T) {
+	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
+		c.Admission.BudgetTokens = 1
+		c.MaxQueueWait = Duration(100 * time.Millisecond)
+		c.TenantHeader = "x-tenant-id"
+		c.Admission.TenantQuota = 1
+	}), nil)
+	decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1"}))
+	decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1"}))
+	r := h.chat("b", 5, map[string]string{"x-tenant-id": "t2"}) // queued, times out
+	require.Equal(t, http.StatusServiceUnavailable, r.status)
+	r = h.chat("c", 5, map[string]string{"x-tenant-id": "t1"}) // over quota
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	d := h.chatAsync(context.Background(), "d", 5, map[string]string{"x-tenant-id": "t3"})
+	h.waitQueued(1)
+	decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1", "x-session-end": "true"}))
+	decodeCompletion(t, <-d)
+	h.settle()
+	s := h.state()
+
+	got, _ := gather(t, h)
+	for series, want := range map[string]float64{
+		`basin_gateway_admissions_total{result="immediate"}`:              1, // a
+		`basin_gateway_admissions_total{result="queued"}`:                 1, // d
+		`basin_gateway_session_arrivals_total`:                            4, // a, b, c, d
+		`basin_gateway_session_completions_total`:                         1, // a
+		`basin_gateway_refusals_total{code="503",reason="queue_timeout"}`: 1, // b
+		`basin_gateway_refusals_total{code="429",reason="tenant_quota"}`:  1, // c
+		`basin_gateway_refusals_total{code="529",reason="shed"}`:          0,
+		`basin_gateway_refusals_total{code="503",reason="shutting_down"}`: 0,
+		`basin_gateway_sessions_live`:                                     1, // d
+		`basin_gateway_sessions_queued`:                                   0,
+		`basin_gateway_budget_tokens`:                                     1,
+		`basin_gateway_reference_budget_tokens`:                           1,
+		`basin_gateway_affinity_enabled`:                                  0,
+		`basin_gateway_working_set_tokens`:                                float64(s.WorkingSet),
+		`basin_gateway_reserved_tokens`:                                   float64(s.Reserved),
+		`basin_gateway_queue_wait_seconds_count`:                          1, // d waited in the queue
+		`basin_gateway_first_call_wait_seconds_count`:                     2, // a's and d's first calls
+		`basin_gateway_session_peak_tokens_count`:                         1, // a ended
+	} {
+		v, ok := got[series]
+		if assert.True(t, ok, "%s is exported", series) {
+			assert.Equal(t, want, v, series)
+		}
+	}
+	assert.Positive(t, got["basin_gateway_working_set_tokens"])
+	assert.Greater(t, got["basin_gateway_first_call_wait_seconds_sum"], got["basin_gateway_queue_wait_seconds_sum"],
+		"d's first-call wait includes its queueing")
+	assert.Positive(t, got["basin_gateway_session_peak_tokens_sum"])
+
+	// The same over HTTP, for Prometheus.
+	r = h.adminDo(http.MethodGet, "/metrics", "", "")
+	require.Equal(t, http.StatusOK, r.status)
+	assert.Contains(t, string(r.body), "basin_gateway_working_set_tokens ")
+}
+
+func TestStateFileRestoresLiveSessionsAcrossARestart(t *testing.T) {
+	sim := startSim(t)
+	state := filepath.Join(t.TempDir(), "gateway-state.json")
+	cfg := baseConfig(t, []string{sim}, func(c *Config) {
+		c.Admission.BudgetTokens = 1
+		c.StateFile = state
+	})
+	h1 := start(t, cfg, nil)
+	decodeCompletion(t, h1.chat("veteran", 5, nil))
+	r := h1.adminDo(http.MethodPut, "/admin/affinity", testToken, `{"enabled":true,"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status)
+	h1.settle()
+	ws := h1.state().WorkingSet
+	require.NoError(t, h1.stop())
+
+	data, err := os.ReadFile(state)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"veteran"`)
+	entries, err := os.ReadDir(filepath.Dir(state))
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file is left behind")
+
+	h2 := start(t, cfg, nil)
+	s := h2.state()
+	assert.Equal(t, 1, s.Live)
+	assert.Equal(t, ws, s.WorkingSet)
+	assert.True(t, s.Affinity.Enabled, "the affinity switch survives too")
+
+	// The veteran is live: its call passes at once even though the budget is full…
+	done := h2.chatAsync(context.Background(), "veteran", 5, nil)
+	select {
+	case r := <-done:
+		decodeCompletion(t, r)
+	case <-time.After(3 * time.Second):
+		t.Fatal("a session live before the restart was not let through")
+	}
+	assert.Empty(t, h2.state().Queue)
+	assert.Equal(t, uint64(0), h2.state().Counters.Arrivals, "not treated as a new session")
+	// …while a newcomer queues behind it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	newcomer := h2.chatAsync(ctx, "newcomer", 5, nil)
+	h2.waitQueued(1)
+	cancel()
+	<-newcomer
+}
+
+func TestTraceRecordingReadsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "calls.jsonl")
+	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
+		c.Record.Path = path
+		c.TenantHeader = "x-tenant-id"
+	}), nil)
+	for i := range 3 {
+		extra := map[string]string{"x-tenant-id": "acme-corp"}
+		if i == 2 {
+			extra["x-session-end"] = "true"
+		}
+		decodeCompletion(t, h.chat("secret-session-1", 5+i, extra))
+		decodeCompletion(t, h.chat("secret-session-2", 3, nil))
+	}
+	h.settle()
+	// The same id after its session ended is a new trace session.
+	decodeCompletion(t, h.chat("secret-session-1", 4, nil))
+	h.settle()
+	require.NoError(t, h.stop())
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, secret := range []string{"secret-session", "acme-corp", "Fix the failing test"} {
+		assert.NotContains(t, string(data), secret, "no raw id, tenant or text in the trace")
+	}
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	sessions, err := trace.ReadBasin(f)
+	require.NoError(t, err)
+	require.Len(t, sessions, 3)
+	byCalls := map[int][]trace.Session{}
+	for _, s := range sessions {
+		assert.Len(t, s.ID, 16)
+		byCalls[len(s.Calls)] = append(byCalls[len(s.Calls)], s)
+	}
+	require.Len(t, byCalls[3], 2)
+	require.Len(t, byCalls[1], 1)
+	var withTenant *trace.Session
+	for i := range byCalls[3] {
+		if byCalls[3][i].Tenant != "" {
+			withTenant = &byCalls[3][i]
+		}
+	}
+	require.NotNil(t, withTenant, "the tenant is recorded, hashed")
+	assert.Len(t, withTenant.Tenant, 16)
+	assert.Equal(t, len("Fix the failing test in the parser package, please."), withTenant.TaskChars)
+	for i, c := range withTenant.Calls {
+		assert.Equal(t, int64(5+i), int64(c.Output), "call %d's output from usage", i)
+		assert.Positive(t, c.Prompt)
+		assert.False(t, c.End.Before(c.Start))
+		if i > 0 {
+			assert.True(t, c.Human, "the conversation ends with a user message: a person's turn")
+			assert.GreaterOrEqual(t, c.GapBefore, time.Duration(0))
+		}
+	}
+	var js map[string]any
+	first := strings.SplitN(string(data), "\n", 2)[0]
+	require.NoError(t, json.Unmarshal([]byte(first), &js))
+	assert.NotContains(t, js, "reused_tokens")
+}
+
+// gather reads the gateway's registry into series → value, histograms as _count and _sum.
+func gather(t *testing.T, h *harness) (map[string]float64, map[string]uint64) {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			if len(m.GetLabel()) > 0 {
+				var ls []string
+				for _, l := range m.GetLabel() {
+					ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+				}
+				name += "{" + strings.Join(ls, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				got[name+"_count"] = float64(m.GetHistogram().GetSampleCount())
+				got[name+"_sum"] = m.GetHistogram().GetSampleSum()
+				counts[name] = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return got, counts
+}

@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// waiter is a queued call waiting for its session's admission. It receives at most one message,
+// so the channel's one slot never blocks the dispatcher.
+type waiter struct {
+	ch chan waitMsg
+}
+
+// waitMsg is an event for a waiting call. owner is set for the one call the admission was for
+// (the core counts it in flight); other calls of the same session begin as ordinary calls.
+type waitMsg struct {
+	ev    admission.Event
+	owner bool
+}
+
+// lostEventWait bounds the wait for an admission known to be on its way to a waiter (see leave).
+const lostEventWait = 10 * time.Second
+
+// admit lets a call through: at once for a live session, else through the admission core. It
+// reports whether to proxy the call; when it does not, it has answered the client (unless the
+// client is gone).
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
+	// A few rounds, because a session can become live (or end) between the checks; in practice
+	// the second round decides.
+	for range 4 {
+		now := g.now()
+		if g.core.Begin(now, c.id, c.req.prompt) {
+			return true
+		}
+		if g.isStopping() {
+			g.refuseShuttingDown(w)
+			return false
+		}
+		peak := g.pred.PredictPeak(c.req.taskText, c.req.taskChars, int(min(c.req.prompt, 1<<31-1)))
+		g.mu.Lock()
+		d := g.core.Arrive(now, admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.prompt,
+			PredictedPeak: peak})
+		var wt *waiter
+		if d.Verdict == admission.Queued {
+			// Registered under the same lock as the decision, so no event for it can slip past.
+			wt = &waiter{ch: make(chan waitMsg, 1)}
+			g.mu.waiters[c.id] = append(g.mu.waiters[c.id], wt)
+		}
+		g.deliverLocked(d.Events)
+		g.mu.Unlock()
+
+		switch d.Verdict {
+		case admission.Admitted:
+			if d.Reason == admission.ReasonLive {
+				continue // another call admitted the session meanwhile: begin as a live call
+			}
+			c.first = true
+			g.log.Debug("session admitted", "session", c.id, "tenant", c.tenant, "prompt_tokens", c.req.prompt,
+				"predicted_peak_tokens", peak)
+			return true
+		case admission.OverQuota:
+			g.refuse(w, refusal{status: http.StatusTooManyRequests, reason: reasonTenantQuota, typ: "rate_limit_exceeded",
+				retryAfter: d.RetryAfter,
+				message:    "this tenant has as many sessions live or queued as its quota allows; retry when one of them ends"})
+			return false
+		case admission.Refused:
+			g.refuseShed(w, d.RetryAfter)
+			return false
+		case admission.Queued:
+			g.log.Debug("session queued", "session", c.id, "tenant", c.tenant, "priority", d.Priority,
+				"arrival", d.Arrival, "predicted_peak_tokens", peak)
+			switch g.wait(w, r, c, wt) {
+			case waitAdmitted:
+				c.first = true
+				return true
+			case waitRetry:
+				continue
+			default:
+				return false
+			}
+		}
+	}
+	g.refuseShuttingDown(w) // not reached unless sessions flap between live and ended
+	return false
+}
+
+func (g *Gateway) refuseShed(w http.ResponseWriter, retryAfter time.Duration) {
+	g.refuse(w, refusal{status: 529, reason: reasonShed, typ: "server_error", retryAfter: retryAfter,
+		message: "capacity is short: this session was shed to keep the deployment's working set within its cache; " +
+			"retrying soon will not help"})
+}
+
+func (g *Gateway) refuseShuttingDown(w http.ResponseWriter) {
+	g.refuse(w, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown, typ: "server_error",
+		message: "the gateway is shutting down; retry shortly"})
+}
+
+// waitResult is how a queued call's wait ended.
+type waitResult int
+
+const (
+	waitDone     waitResult = iota // answered (or the client is gone)
+	waitAdmitted                   // the session was admitted for this call
+	waitRetry                      // the session is live: begin the call as a live one
+)
+
+// wait holds a queued call until its session is admitted or shed, the queue wait runs out, the
+// client goes away or the gateway shuts down.
+func (g *Gateway) wait(w http.ResponseWriter, r *http.Request, c *call, wt *waiter) waitResult {
+	timer := time.NewTimer(time.Duration(g.cfg.MaxQueueWait))
+	defer timer.Stop()
+	var msg waitMsg
+	why := ""
+	select {
+	case msg = <-wt.ch:
+	case <-timer.C:
+		why = reasonQueueTimeout
+	case <-r.Context().Done():
+		why = "client_gone"
+	case <-g.stopping:
+		why = reasonShuttingDown
+	}
+	if why != "" {
+		m, got, retryAfter := g.leave(c.id, wt)
+		if !got {
+			switch why {
+			case reasonQueueTimeout:
+				g.refuse(w, refusal{status: http.StatusServiceUnavailable, reason: reasonQueueTimeout, typ: "server_error",
+					retryAfter: retryAfter,
+					message: fmt.Sprintf("the deployment is at its session budget and this session was not admitted within %s; "+
+						"retry after the time in Retry-After: a retry with the same session id keeps its place in the queue",
+						time.Duration(g.cfg.MaxQueueWait))})
+			case reasonShuttingDown:
+				g.refuseShuttingDown(w)
+			default:
+				g.log.Debug("queued client went away", "session", c.id)
+			}
+			return waitDone
+		}
+		msg = m // the event won the race against the timeout
+	}
+	switch msg.ev.Kind {
+	case admission.EventShed:
+		g.refuseShed(w, 0)
+		return waitDone
+	case admission.EventAdmitted:
+		if !msg.owner {
+			return waitRetry
+		}
+		if r.Context().Err() != nil {
+			// Admitted as the client left: the session never starts, so its budget goes back.
+			g.deliver(g.core.End(g.now(), c.id))
+			return waitDone
+		}
+		return waitAdmitted
+	}
+	return waitDone
+}
+
+// leave takes a waiter out of the queue. If an event reached it first, that is returned (got).
+// Otherwise the session leaves the core's queue — unless other calls of the same session still
+// wait — and retryAfter is the core's estimate just before. A session the core admitted while
+// the waiter was giving up has its event on the way (every core call's events are delivered):
+// leave waits for it, so the admission is not lost.
+func (g *Gateway) leave(id string, wt *waiter) (msg waitMsg, got bool, retryAfter time.Duration) {
+	g.mu.Lock()
+	select {
+	case m := <-wt.ch:
+		g.mu.Unlock()
+		return m, true, 0
+	default:
+	}
+	ws := g.mu.waiters[id]
+	for i, o := range ws {
+		if o == wt {
+			ws = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
+	}
+	now := g.now()
+	retryAfter = g.core.RetryAfter(now, id)
+	if len(ws) > 0 {
+		g.mu.waiters[id] = ws // the others keep the session's place
+		g.mu.Unlock()
+		return msg, false, retryAfter
+	}
+	delete(g.mu.waiters, id)
+	evs := g.core.Cancel(now, id)
+	if !g.core.Live(id) {
+		g.deliverLocked(evs)
+		g.mu.Unlock()
+		return msg, false, retryAfter
+	}
+	g.mu.waiters[id] = []*waiter{wt}
+	g.deliverLocked(evs)
+	g.mu.Unlock()
+	select {
+	case m := <-wt.ch:
+		return m, true, 0
+	case <-time.After(lostEventWait):
+		g.log.Error("admission event did not arrive; ending the session", "session", id)
+		g.mu.Lock()
+		delete(g.mu.waiters, id)
+		g.mu.Unlock()
+		g.deliver(g.core.End(g.now(), id))
+		return msg, false, retryAfter
+	}
+}
+
+// deliver hands the core's events to their waiters and bookkeeping.
+func (g *Gateway) deliver(evs []admission.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deliverLocked(evs)
+}
+
+// deliverLocked delivers events with g.mu held; events they cause are delivered too.
+func (g *Gateway) deliverLocked(evs []admission.Event) {
+	for len(evs) > 0 {
+		ev := evs[0]
+		evs = evs[1:]
+		switch ev.Kind {
+		case admission.EventAdmitted:
+			g.metrics.queueWait.Observe(ev.Waited.Seconds())
+			ws := g.mu.waiters[ev.ID]
+			delete(g.mu.waiters, ev.ID)
+			if len(ws) == 0 {
+				// Nobody is there to send the call: give the budget back.
+				g.log.Warn("admitted session has no waiting call; ending it", "session", ev.ID)
+				evs = append(evs, g.core.End(g.now(), ev.ID)...)
+				continue
+			}
+			g.log.Debug("session admitted from the queue", "session", ev.ID, "waited", ev.Waited)
+			for i, w := range ws {
+				w.ch <- waitMsg{ev: ev, owner: i == 0}
+			}
+		case admission.EventShed:
+			ws := g.mu.waiters[ev.ID]
+			delete(g.mu.waiters, ev.ID)
+			for _, w := range ws {
+				w.ch <- waitMsg{ev: ev}
+			}
+		case admission.EventEnded:
+			if g.fallback != nil {
+				g.fallback.Observe(ev.Peak)
+			}
+			g.metrics.peak.Observe(float64(ev.Peak))
+			if !g.core.Live(ev.ID) {
+				delete(g.mu.sessions, ev.ID)
+			}
+			g.log.Debug("session ended", "session", ev.ID, "reason", ev.Reason, "peak_tokens", ev.Peak)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Streamed body of the throughput benchmark: 4 MiB of SSE in 4 KiB events, each written and
+// flushed on its own.
+const (
+	benchBody  = 4 << 20
+	benchChunk = 4 << 10
+)
+
+// benchEvent is one 4 KiB SSE event of generated text.
+func benchEvent() []byte {
+	head := `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"`
+	tail := "\"}}]}\n\n"
+	return []byte(head + strings.Repeat("abc ", (benchChunk-len(head)-len(tail))/4) +
+		strings.Repeat("x", (benchChunk-len(head)-len(tail))%4) + tail)
+}
+
+// BenchmarkStreamThroughput streams a large SSE body through a bare httputil.ReverseProxy and
+// through the gateway (session admitted, usage and text read off the stream), to the same
+// upstream, side by side.
+func BenchmarkStreamThroughput(b *testing.B) {
+	ev := benchEvent()
+	if len(ev) != benchChunk {
+		b.Fatalf("event is %d bytes, want %d", len(ev), benchChunk)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for range benchBody / benchChunk {
+			if _, err := w.Write(ev); err != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+	}))
+	b.Cleanup(up.Close)
+	target, err := url.Parse(up.URL)
+	require.NoError(b, err)
+
+	// The same transport settings as the gateway's, so that only the gateway's work differs. The
+	// bare proxy buffers the (small) request body as the gateway does: proxying the server's own
+	// body, the stock ReverseProxy intermittently cuts streams (the transport reads the inbound
+	// body once more after the upstream has answered, finds it closed by the response and drops
+	// the upstream connection).
+	bareTransport := newTransport()
+	bareProxy := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target) },
+		Transport:     bareTransport,
+		FlushInterval: -1,
+	}
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		bareProxy.ServeHTTP(w, r)
+	}))
+	b.Cleanup(func() {
+		bare.Close()
+		bareTransport.CloseIdleConnections()
+	})
+
+	h := start(b, baseConfig(b, []string{up.URL}, nil), nil)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"stream a lot"}],"stream":true}`)
+
+	run := func(b *testing.B, base string) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+		b.Cleanup(client.CloseIdleConnections)
+		call := func() int64 {
+			req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("x-session-id", "bench")
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || n != benchBody {
+				b.Fatalf("status %d, %d bytes, err %v", resp.StatusCode, n, err)
+			}
+			return n
+		}
+		call() // warm the connections; through the gateway this also admits the session
+		b.SetBytes(benchBody)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			call()
+		}
+	}
+	b.Run("bare", func(b *testing.B) { run(b, bare.URL) })
+	b.Run("gateway", func(b *testing.B) { run(b, h.ts.URL) })
+}

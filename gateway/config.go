@@ -1,0 +1,446 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen       = "127.0.0.1:8080"
+	DefaultAdminListen  = "127.0.0.1:8081"
+	DefaultIdleTimeout  = admission.DefaultIdleTimeout
+	DefaultMaxQueueWait = 30 * time.Second
+	DefaultMaxBodyBytes = 16 << 20
+	// DefaultAffinityHeader is the header SGLang's model gateway routes on with its manual and
+	// consistent_hashing policies: keyed on the session, a session's calls reach the decode
+	// instance whose radix cache holds its prefix.
+	DefaultAffinityHeader = "X-SMG-Routing-Key"
+	// AdminTokenEnv is the environment variable the admin token is read from when no
+	// admin_token_file is configured.
+	AdminTokenEnv = "BASIN_GATEWAY_ADMIN_TOKEN"
+)
+
+// defaultSessionHeaders are the headers that carry a session id, first non-empty wins: basin's
+// own, Claude Code's, Codex's two spellings, OpenCode's and NVIDIA Dynamo's (the lists llm-d's
+// agent-identity and Dynamo use).
+var defaultSessionHeaders = []string{"x-session-id", "x-claude-code-session-id", "session-id", "session_id",
+	"x-session-affinity", "x-dynamo-session-id"}
+
+// Duration is a time.Duration written the Go way in YAML ("30s", "10m").
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler, naming the line of a bad value.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: duration: %w", n.Line, err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: duration %q: want a value like 30s or 10m", n.Line, s)
+	}
+	if v < 0 {
+		return fmt.Errorf("line %d: duration %q: must not be negative", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// String prints the duration the way it is written ("30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Config is the gateway's configuration file. ParseConfig fills the defaults noted on each field.
+type Config struct {
+	// Listen is the address of the OpenAI-compatible listener (DefaultListen).
+	Listen string `yaml:"listen"`
+	// AdminListen is the address of the admin API and /metrics (DefaultAdminListen).
+	AdminListen string `yaml:"admin_listen"`
+	// AdminTokenFile holds the admin API's bearer token; when empty the token comes from the
+	// environment variable AdminTokenEnv. Start fails if neither gives one.
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// Upstreams are the http(s) base URLs calls are proxied to (required). New sessions are spread
+	// round-robin; a session's calls all go to the upstream of its first call.
+	Upstreams []string `yaml:"upstreams"`
+	// SessionHeaders are the request headers that carry the session id, first non-empty wins
+	// (default x-session-id, x-claude-code-session-id, session-id, session_id,
+	// x-session-affinity, x-dynamo-session-id). After them the body's metadata.session_id, then
+	// user.
+	SessionHeaders []string `yaml:"session_headers"`
+	// RejectAnonymous answers 400 to a call with no session id instead of treating it as a
+	// one-call session.
+	RejectAnonymous bool `yaml:"reject_anonymous"`
+	// TenantHeader names the header that carries the tenant; when empty or absent on a request the
+	// tenant is a hash of the bearer API key, else "".
+	TenantHeader string `yaml:"tenant_header"`
+	// IdleTimeout ends a live session with no call in flight for this long (DefaultIdleTimeout).
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxQueueWait is how long a queued first call is held before 503 (DefaultMaxQueueWait).
+	MaxQueueWait Duration `yaml:"max_queue_wait"`
+	// MaxBodyBytes bounds request bodies; larger ones get 413 (DefaultMaxBodyBytes).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Admission is the admission policy.
+	Admission AdmissionConfig `yaml:"admission"`
+	// Predictor selects the peak predictor.
+	Predictor PredictorConfig `yaml:"predictor"`
+	// Affinity is the sticky decode routing switch.
+	Affinity AffinityConfig `yaml:"affinity"`
+	// Record is the trace recorder.
+	Record RecordConfig `yaml:"record"`
+	// StateFile keeps the live sessions (and the runtime budget and affinity) across restarts;
+	// empty: nothing is kept.
+	StateFile string `yaml:"state_file"`
+}
+
+// AdmissionConfig is the admission policy; see package admission.
+type AdmissionConfig struct {
+	// Mode is "current" (default: a live session counts its current context) or "peak" (its
+	// predicted peak).
+	Mode string `yaml:"mode"`
+	// BudgetTokens is the budget B (required).
+	BudgetTokens int64 `yaml:"budget_tokens"`
+	// ReferenceBudgetTokens: admission engages when the working set exceeds it (default
+	// BudgetTokens).
+	ReferenceBudgetTokens int64 `yaml:"reference_budget_tokens"`
+	// PriorityTokensPerSec is r in priority = arrival + peak/r (default 30).
+	PriorityTokensPerSec float64 `yaml:"priority_tokens_per_sec"`
+	// ArrivalOrder orders the queue by arrival alone.
+	ArrivalOrder bool `yaml:"arrival_order"`
+	// TenantQuota caps each tenant's live plus queued sessions (0: no cap).
+	TenantQuota int `yaml:"tenant_quota"`
+	// Quotas overrides TenantQuota per tenant.
+	Quotas map[string]int `yaml:"quotas"`
+}
+
+// PredictorConfig selects the peak predictor.
+type PredictorConfig struct {
+	// Model is a model file written by `basin predictor train`; empty: the fallback predictor,
+	// which learns from the peaks of sessions as they end.
+	Model string `yaml:"model"`
+}
+
+// AffinityConfig is sticky decode routing.
+type AffinityConfig struct {
+	// Enabled sets Header to the session id on upstream requests (switchable at runtime through
+	// the admin API).
+	Enabled bool `yaml:"enabled"`
+	// Header is the routing-key header (DefaultAffinityHeader).
+	Header string `yaml:"header"`
+}
+
+// RecordConfig is the trace recorder.
+type RecordConfig struct {
+	// Path is the JSON Lines file finished calls are appended to in basin's trace format; empty:
+	// no recording.
+	Path string `yaml:"path"`
+}
+
+// LoadConfig reads and validates a configuration file. Relative paths in it (admin_token_file,
+// predictor.model, record.path, state_file) are resolved against the file's directory.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("gateway config %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&c.AdminTokenFile, &c.Predictor.Model, &c.Record.Path, &c.StateFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	return c, nil
+}
+
+// ParseConfig reads a configuration from YAML, fills the defaults and validates it. Unknown keys
+// and type errors name the key and the line; bad values name the field (and its line).
+func ParseConfig(data []byte) (*Config, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlError(err)
+	}
+	var c Config
+	if len(root.Content) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return nil, nameKeys(&root, yamlError(err))
+		}
+	}
+	if err := c.validate(&root); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// yamlError rewrites yaml.v3's messages into "line N: …" form, naming unknown keys plainly.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, 0, len(te.Errors))
+		for _, m := range te.Errors {
+			if i := strings.Index(m, ": field "); i >= 0 && strings.Contains(m, " not found in type ") {
+				key := m[i+len(": field "):]
+				key = key[:strings.Index(key, " not found")]
+				m = fmt.Sprintf("%s: unknown key %q", m[:i], key)
+			}
+			msgs = append(msgs, m)
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+// nameKeys adds the key to "line N: …" messages that do not name one (type errors, bad
+// durations), so that every error says both where and what.
+func nameKeys(root *yaml.Node, err error) error {
+	parts := strings.Split(err.Error(), "; ")
+	for i, m := range parts {
+		var line int
+		if _, e := fmt.Sscanf(m, "line %d:", &line); e != nil || strings.Contains(m, "unknown key") {
+			continue
+		}
+		if key := keyAt(root, line, ""); key != "" {
+			prefix := fmt.Sprintf("line %d: ", line)
+			parts[i] = prefix + key + ": " + strings.TrimPrefix(m, prefix)
+		}
+	}
+	return errors.New(strings.Join(parts, "; "))
+}
+
+// keyAt finds the dotted path of the key whose value is on line (the innermost one).
+func keyAt(n *yaml.Node, line int, path string) string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if k := keyAt(c, line, path); k != "" {
+				return k
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			if inner := keyAt(v, line, p); inner != "" {
+				return inner
+			}
+			if v.Line == line || k.Line == line {
+				return p
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s.%d", path, i)
+			if inner := keyAt(c, line, p); inner != "" {
+				return inner
+			}
+			if c.Line == line && c.Kind == yaml.ScalarNode {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// lineOf finds the line of a key path ("admission", "budget_tokens") in a parsed document, 0 if
+// the key is absent. A numeric path element indexes a sequence.
+func lineOf(root *yaml.Node, path ...string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, p := range path {
+		switch n.Kind {
+		case yaml.MappingNode:
+			found := false
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == p {
+					line = n.Content[i].Line
+					n = n.Content[i+1]
+					found = true
+					break
+				}
+			}
+			if !found {
+				return 0
+			}
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return 0
+			}
+			n = n.Content[i]
+			line = n.Line
+		default:
+			return 0
+		}
+	}
+	return line
+}
+
+// validate fills the defaults and checks every field, naming each bad one (with its line when the
+// file states it).
+func (c *Config) validate(root *yaml.Node) error {
+	var errs []error
+	bad := func(path []string, format string, args ...any) {
+		msg := fmt.Sprintf("%s: %s", strings.Join(path, "."), fmt.Sprintf(format, args...))
+		if l := lineOf(root, path...); l > 0 {
+			msg = fmt.Sprintf("line %d: %s", l, msg)
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	defStr := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defStr(&c.Listen, DefaultListen)
+	defStr(&c.AdminListen, DefaultAdminListen)
+	for _, f := range []struct {
+		name string
+		v    string
+	}{{"listen", c.Listen}, {"admin_listen", c.AdminListen}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			bad([]string{f.name}, "want host:port, got %q", f.v)
+		}
+	}
+	if len(c.Upstreams) == 0 {
+		bad([]string{"upstreams"}, "required: at least one http(s) URL")
+	}
+	for i, u := range c.Upstreams {
+		p := []string{"upstreams", strconv.Itoa(i)}
+		pu, err := url.Parse(u)
+		switch {
+		case err != nil:
+			bad(p, "not a URL: %v", err)
+		case pu.Scheme != "http" && pu.Scheme != "https":
+			bad(p, "want an http or https URL, got %q", u)
+		case pu.Host == "":
+			bad(p, "no host in %q", u)
+		case pu.RawQuery != "" || pu.Fragment != "":
+			bad(p, "must not have a query or fragment, got %q", u)
+		}
+	}
+	if c.SessionHeaders == nil {
+		c.SessionHeaders = append([]string(nil), defaultSessionHeaders...)
+	}
+	if len(c.SessionHeaders) == 0 {
+		bad([]string{"session_headers"}, "must not be empty (leave it out for the defaults)")
+	}
+	for i, h := range c.SessionHeaders {
+		if !validHeaderName(h) {
+			bad([]string{"session_headers", strconv.Itoa(i)}, "not a header name: %q", h)
+		}
+	}
+	if c.TenantHeader != "" && !validHeaderName(c.TenantHeader) {
+		bad([]string{"tenant_header"}, "not a header name: %q", c.TenantHeader)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = Duration(DefaultIdleTimeout)
+	}
+	if c.MaxQueueWait == 0 {
+		c.MaxQueueWait = Duration(DefaultMaxQueueWait)
+	}
+	switch {
+	case c.MaxBodyBytes == 0:
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	case c.MaxBodyBytes < 0:
+		bad([]string{"max_body_bytes"}, "must be > 0, got %d", c.MaxBodyBytes)
+	}
+
+	a := &c.Admission
+	adm := func(k string) []string { return []string{"admission", k} }
+	if a.Mode == "" {
+		a.Mode = string(admission.ModeCurrent)
+	}
+	if a.Mode != string(admission.ModeCurrent) && a.Mode != string(admission.ModePeak) {
+		bad(adm("mode"), "want current or peak, got %q", a.Mode)
+	}
+	if a.BudgetTokens <= 0 {
+		if lineOf(root, adm("budget_tokens")...) == 0 {
+			bad(adm("budget_tokens"), "required: the token budget B, > 0")
+		} else {
+			bad(adm("budget_tokens"), "must be > 0, got %d", a.BudgetTokens)
+		}
+	}
+	if a.ReferenceBudgetTokens < 0 {
+		bad(adm("reference_budget_tokens"), "must be ≥ 0, got %d", a.ReferenceBudgetTokens)
+	}
+	if a.PriorityTokensPerSec < 0 {
+		bad(adm("priority_tokens_per_sec"), "must be > 0, got %v", a.PriorityTokensPerSec)
+	}
+	if a.TenantQuota < 0 {
+		bad(adm("tenant_quota"), "must be ≥ 0, got %d", a.TenantQuota)
+	}
+	for t, q := range a.Quotas {
+		if q < 0 {
+			bad([]string{"admission", "quotas", t}, "must be ≥ 0, got %d", q)
+		}
+	}
+	if len(errs) == 0 {
+		// Anything the admission core rejects beyond the checks above.
+		if err := c.admissionOptions().Validate(); err != nil {
+			bad([]string{"admission"}, "%v", err)
+		}
+	}
+
+	defStr(&c.Affinity.Header, DefaultAffinityHeader)
+	if !validHeaderName(c.Affinity.Header) {
+		bad([]string{"affinity", "header"}, "not a header name: %q", c.Affinity.Header)
+	}
+	return errors.Join(errs...)
+}
+
+// admissionOptions maps the configuration onto the admission core's options.
+func (c *Config) admissionOptions() admission.Options {
+	a := c.Admission
+	return admission.Options{
+		Mode:            admission.Mode(a.Mode),
+		Budget:          a.BudgetTokens,
+		ReferenceBudget: a.ReferenceBudgetTokens,
+		TokensPerSecond: a.PriorityTokensPerSec,
+		ArrivalOrder:    a.ArrivalOrder,
+		TenantQuota:     a.TenantQuota,
+		Quotas:          a.Quotas,
+		IdleTimeout:     time.Duration(c.IdleTimeout),
+	}
+}
+
+// validHeaderName reports whether s is an HTTP header field name (an RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(b)) {
+			return false
+		}
+	}
+	return http.CanonicalHeaderKey(s) != ""
+}

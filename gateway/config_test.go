@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := ParseConfig([]byte("upstreams: [http://127.0.0.1:8000]\nadmission: {budget_tokens: 5000}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultListen, c.Listen)
+	assert.Equal(t, DefaultAdminListen, c.AdminListen)
+	assert.Equal(t, defaultSessionHeaders, c.SessionHeaders)
+	assert.Equal(t, Duration(10*time.Minute), c.IdleTimeout)
+	assert.Equal(t, Duration(30*time.Second), c.MaxQueueWait)
+	assert.Equal(t, int64(16<<20), c.MaxBodyBytes)
+	assert.Equal(t, "current", c.Admission.Mode)
+	assert.Equal(t, "X-SMG-Routing-Key", c.Affinity.Header)
+	assert.False(t, c.Affinity.Enabled)
+	assert.False(t, c.RejectAnonymous)
+}
+
+func TestParseConfigErrorsNameKeyAndLine(t *testing.T) {
+	const ok = "upstreams: [http://127.0.0.1:8000]\nadmission:\n  budget_tokens: 5000\n"
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown top-level key", ok + "lisen: 127.0.0.1:1\n", []string{"line 4", `unknown key "lisen"`}},
+		{"unknown nested key", "upstreams: [http://127.0.0.1:8000]\nadmission:\n  budget_tokens: 5000\n  budjet: 3\n",
+			[]string{"line 4", `unknown key "budjet"`}},
+		{"wrong type", ok + "max_body_bytes: lots\n", []string{"line 4", "max_body_bytes", "lots"}},
+		{"bad duration", ok + "max_queue_wait: soon\n", []string{"line 4", "max_queue_wait", `duration "soon"`}},
+		{"negative duration", ok + "idle_timeout: -1s\n", []string{"line 4", "idle_timeout", "negative"}},
+		{"no upstreams", "admission: {budget_tokens: 5}\n", []string{"upstreams: required"}},
+		{"bad upstream scheme", "admission: {budget_tokens: 5}\nupstreams:\n  - http://a:1\n  - ftp://b\n",
+			[]string{"line 4", "upstreams.1", "http or https"}},
+		{"no budget", "upstreams: [http://a:1]\n", []string{"admission.budget_tokens: required"}},
+		{"zero budget", "upstreams: [http://a:1]\nadmission:\n  budget_tokens: 0\n",
+			[]string{"line 3", "admission.budget_tokens: must be > 0"}},
+		{"bad mode", ok + "  mode: greedy\n", []string{"line 4", "admission.mode", `"greedy"`}},
+		{"negative quota", ok + "  quotas:\n    acme: -1\n", []string{"line 5", "admission.quotas.acme"}},
+		{"bad header name", ok + "tenant_header: \"x tenant\"\n", []string{"line 4", "tenant_header"}},
+		{"bad listen", ok + "listen: localhost\n", []string{"line 4", "listen", "host:port"}},
+		{"empty session headers", ok + "session_headers: []\n", []string{"line 4", "session_headers"}},
+		{"not YAML", "upstreams: [\n", []string{"line"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.yaml))
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestExampleConfigParses(t *testing.T) {
+	c, err := LoadConfig("testdata/gateway.example.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://127.0.0.1:8000"}, c.Upstreams)
+	assert.Equal(t, int64(1500000), c.Admission.BudgetTokens)
+	assert.Equal(t, int64(1200000), c.Admission.ReferenceBudgetTokens)
+	assert.Equal(t, map[string]int{"batch-evals": 20}, c.Admission.Quotas)
+	assert.Equal(t, "x-tenant-id", c.TenantHeader)
+	assert.Equal(t, defaultSessionHeaders, c.SessionHeaders)
+	// Relative paths are resolved against the file's directory.
+	assert.Equal(t, filepath.Join("testdata", "admin-token"), c.AdminTokenFile)
+	assert.Equal(t, filepath.Join("testdata", "gateway-state.json"), c.StateFile)
+	assert.Empty(t, c.Record.Path)
+}
+
+func TestLoadConfigNamesTheFile(t *testing.T) {
+	_, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nope.yaml")
+
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("upstreams: [http://a:1]\nadmission: {budget_tokens: 1}\ncolour: red\n"), 0o600))
+	_, err = LoadConfig(p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bad.yaml")
+	assert.Contains(t, err.Error(), `line 3: unknown key "colour"`)
+}
+
+func TestNewFailsWithANamedCause(t *testing.T) {
+	t.Run("no admin token", func(t *testing.T) {
+		c := baseConfig(t, []string{"http://127.0.0.1:1"}, func(c *Config) { c.AdminTokenFile = "" })
+		_, err := New(Options{Config: c, Getenv: func(string) string { return "" }})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), AdminTokenEnv)
+		assert.Contains(t, err.Error(), "admin_token_file")
+	})
+	t.Run("token from the environment", func(t *testing.T) {
+		c := baseConfig(t, []string{"http://127.0.0.1:1"}, func(c *Config) { c.AdminTokenFile = "" })
+		g, err := New(Options{Config: c, Getenv: func(k string) string {
+			if k == AdminTokenEnv {
+				return "from-env"
+			}
+			return ""
+		}})
+		require.NoError(t, err)
+		assert.Equal(t, []byte("from-env"), g.token)
+	})
+	t.Run("missing predictor model", func(t *testing.T) {
+		model := filepath.Join(t.TempDir(), "peak-model.json")
+		c := baseConfig(t, []string{"http://127.0.0.1:1"}, func(c *Config) { c.Predictor.Model = model })
+		_, err := New(Options{Config: c})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "peak-model.json")
+	})
+	t.Run("corrupt state file", func(t *testing.T) {
+		state := filepath.Join(t.TempDir(), "state.json")
+		require.NoError(t, os.WriteFile(state, []byte(`{"version":1,"admission":{"live":[{"id":`), 0o600))
+		c := baseConfig(t, []string{"http://127.0.0.1:1"}, func(c *Config) { c.StateFile = state })
+		_, err := New(Options{Config: c})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), state)
+		assert.Contains(t, err.Error(), "corrupt")
+	})
+}

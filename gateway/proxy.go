@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// routes is the OpenAI-compatible listener.
+func (g *Gateway) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", g.serveCall(chatEndpoint))
+	mux.HandleFunc("POST /v1/completions", g.serveCall(completionEndpoint))
+	mux.HandleFunc("POST /v1/sessions/{id}/end", g.serveEndSession)
+	mux.HandleFunc("/", g.servePassThrough)
+	return mux
+}
+
+// callKey keys the call being proxied in its request context, for the proxy's Rewrite.
+type callKey struct{}
+
+// call is one model call on its way through the gateway.
+type call struct {
+	id        string
+	tenant    string
+	arrival   time.Time
+	req       callRequest
+	endAfter  bool // x-session-end, or a one-call session
+	first     bool // this call started the session (admitted it)
+	anonymous bool
+}
+
+// newProxy is the reverse proxy to one upstream: it flushes every write (FlushInterval -1), so
+// streamed events reach the client as they arrive, and sets the routing key when affinity is on.
+func (g *Gateway) newProxy(target *url.URL) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			if c, ok := pr.In.Context().Value(callKey{}).(*call); ok && g.affinity.Load() {
+				pr.Out.Header.Set(g.cfg.Affinity.Header, c.id)
+			}
+		},
+		Transport:     g.transport,
+		FlushInterval: -1,
+		ErrorHandler:  g.proxyError,
+		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// proxyError answers a call the upstream did not: 502, unless the client is gone.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client went away: nobody to answer
+	}
+	g.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
+	g.refuse(w, refusal{status: http.StatusBadGateway, reason: reasonUpstreamError, typ: "server_error",
+		message: "the gateway could not reach the upstream: " + err.Error()})
+}
+
+// serveCall handles a chat or completion call: identify its session, admit it (or hold it in the
+// queue, or refuse it), proxy it and account for what the response says.
+func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.calls.enter()
+		defer g.calls.exit()
+		arrival := g.now()
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				g.refuse(w, refusal{status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge,
+					typ: "invalid_request_error", message: fmt.Sprintf("request body is larger than %d bytes (max_body_bytes)", mbe.Limit)})
+			}
+			return // else the client is gone
+		}
+		c := &call{arrival: arrival, req: parseCall(ep, body), tenant: g.tenant(r.Header)}
+		if c.endAfter, err = sessionEnd(r.Header); err != nil {
+			g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
+				param: "x-session-end", message: fmt.Sprintf("x-session-end: header must be true or false, got %q", r.Header.Get("x-session-end"))})
+			return
+		}
+		c.id = g.sessionID(r.Header, c.req)
+		if c.id == "" {
+			if g.cfg.RejectAnonymous {
+				g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonNoSession, typ: "invalid_request_error",
+					message: fmt.Sprintf("no session id: this gateway admits whole agent sessions and rejects anonymous calls; "+
+						"send one of the headers %v, or metadata.session_id or user in the body", g.cfg.SessionHeaders)})
+				return
+			}
+			c.id, c.anonymous, c.endAfter = anonymousID(), true, true
+		}
+		if !g.admit(w, r, c) {
+			return
+		}
+		g.forward(w, r, c, body)
+	}
+}
+
+// forward proxies an admitted call and accounts for it.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body []byte) {
+	si, index, gap := g.startCall(c)
+	up := g.upstreams[si.upstream]
+	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	obs := newObserver(w, g.now)
+
+	aborted := serveProxy(up.proxy, obs, out)
+	if aborted {
+		// Re-raised once the call is accounted for, so the server cuts the client's connection:
+		// a stream broken upstream must not look complete.
+		defer panic(http.ErrAbortHandler)
+	}
+
+	end := g.now()
+	obs.finish()
+	prompt, output := c.req.prompt, tokensOf(obs.outChars)
+	if obs.usage != nil && obs.usage.PromptTokens > 0 {
+		prompt = obs.usage.PromptTokens
+	}
+	if obs.usage != nil {
+		output = obs.usage.CompletionTokens
+	}
+	ok := obs.status >= 200 && obs.status < 300
+	var evs []admission.Event
+	if ok {
+		evs = g.core.Finish(end, c.id, prompt+output)
+	} else {
+		// Keep the estimate: the client will resend this prompt.
+		evs = g.core.Finish(end, c.id, 0)
+		if c.first {
+			// The session never started upstream: holding its budget until it idles out would
+			// leak it. A retry is a new arrival.
+			evs = append(evs, g.core.End(end, c.id)...)
+		}
+	}
+	if c.endAfter {
+		evs = append(evs, g.core.End(end, c.id)...)
+	}
+	g.deliver(evs)
+	g.endCall(si, end)
+	if c.first && !obs.firstByte.IsZero() {
+		g.metrics.firstCallWait.Observe(obs.firstByte.Sub(c.arrival).Seconds())
+	}
+	if g.rec != nil {
+		if !ok {
+			output = 0
+		}
+		if err := g.rec.record(si, c, index, gap, end, prompt, output); err != nil {
+			g.log.Error("recording a call", "err", err)
+		}
+	}
+	g.log.Debug("call done", "session", c.id, "status", obs.status, "first", c.first, "prompt_tokens", prompt,
+		"output_tokens", output, "usage", obs.usage != nil, "bytes", obs.bytes)
+}
+
+// serveProxy runs the reverse proxy, catching the http.ErrAbortHandler panic it raises when a
+// response breaks off after its headers (upstream failure or client gone mid-stream), so that
+// the call is still accounted for; aborted tells the caller to raise it again.
+func serveProxy(p *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) (aborted bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			aborted = true
+		}
+	}()
+	p.ServeHTTP(w, r)
+	return false
+}
+
+// servePassThrough proxies anything that is not a model call (/v1/models, unknown paths) as it
+// is: to the session's upstream when a session header names a known session, else round-robin.
+func (g *Gateway) servePassThrough(w http.ResponseWriter, r *http.Request) {
+	i := -1
+	if id := g.headerSessionID(r.Header); id != "" {
+		g.mu.Lock()
+		if si, ok := g.mu.sessions[id]; ok {
+			i = si.upstream
+		}
+		g.mu.Unlock()
+	}
+	if i < 0 {
+		i = g.pickUpstream()
+	}
+	if r.ContentLength > 0 && r.ContentLength <= g.cfg.MaxBodyBytes {
+		// Proxying the server's own request body races with the response: once the response
+		// headers are written the server closes that body, and the transport, which reads it once
+		// more after the declared length, then drops the upstream connection mid-response. A
+		// buffered body is not closed under it (model calls are buffered anyway, to be read).
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return // the client is gone
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	g.upstreams[i].proxy.ServeHTTP(w, r)
+}
+
+// serveEndSession ends a live session now (POST /v1/sessions/{id}/end).
+func (g *Gateway) serveEndSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	evs := g.core.End(g.now(), id)
+	if len(evs) == 0 {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: apiError{Message: fmt.Sprintf("session %q is not live", id),
+			Type: "invalid_request_error", Code: "session_not_found"}})
+		return
+	}
+	g.deliver(evs)
+	writeJSON(w, http.StatusOK, map[string]bool{"ended": true})
+}
+
+func (g *Gateway) pickUpstream() int {
+	return int((g.rr.Add(1) - 1) % uint64(len(g.upstreams)))
+}
+
+// sessionInfo is what the gateway keeps beside the core about a live session: where its calls
+// go and what its trace rows need.
+type sessionInfo struct {
+	upstream int
+	// trace state
+	traceID     string
+	traceTenant string
+	taskChars   int
+	calls       int
+	lastEnd     time.Time
+}
+
+// startCall finds (or makes) the session's routing and trace state and numbers the call; gap is
+// the time since the session's previous call ended.
+func (g *Gateway) startCall(c *call) (si *sessionInfo, index int, gap time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	si, ok := g.mu.sessions[c.id]
+	if !ok {
+		si = &sessionInfo{upstream: g.pickUpstream()}
+		if g.core.Live(c.id) { // else it ended meanwhile (admin end): keep nothing for it
+			g.mu.sessions[c.id] = si
+		}
+	}
+	if si.traceID == "" && g.rec != nil {
+		si.traceID, si.traceTenant = g.rec.sessionID(c.id), g.rec.tenant(c.tenant)
+		si.taskChars = c.req.taskChars
+	}
+	index = si.calls
+	si.calls++
+	if index > 0 && !si.lastEnd.IsZero() {
+		gap = max(0, c.arrival.Sub(si.lastEnd))
+	}
+	return si, index, gap
+}
+
+func (g *Gateway) endCall(si *sessionInfo, end time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if end.After(si.lastEnd) {
+		si.lastEnd = end
+	}
+}
