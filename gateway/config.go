@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/yamlconf"
 )
 
 // Defaults of Config.
@@ -42,27 +41,7 @@ var defaultSessionHeaders = []string{"x-session-id", "x-claude-code-session-id",
 	"x-session-affinity", "x-dynamo-session-id"}
 
 // Duration is a time.Duration written the Go way in YAML ("30s", "10m").
-type Duration time.Duration
-
-// UnmarshalYAML implements yaml.Unmarshaler, naming the line of a bad value.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: duration: %w", n.Line, err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("line %d: duration %q: want a value like 30s or 10m", n.Line, s)
-	}
-	if v < 0 {
-		return fmt.Errorf("line %d: duration %q: must not be negative", n.Line, s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// String prints the duration the way it is written ("30s").
-func (d Duration) String() string { return time.Duration(d).String() }
+type Duration = yamlconf.Duration
 
 // Config is the gateway's configuration file. ParseConfig fills the defaults noted on each field.
 type Config struct {
@@ -172,132 +151,15 @@ func LoadConfig(path string) (*Config, error) {
 // ParseConfig reads a configuration from YAML, fills the defaults and validates it. Unknown keys
 // and type errors name the key and the line; bad values name the field (and its line).
 func ParseConfig(data []byte) (*Config, error) {
-	var root yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(err)
-	}
 	var c Config
-	if len(root.Content) > 0 {
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return nil, nameKeys(&root, yamlError(err))
-		}
+	root, err := yamlconf.Decode(data, &c)
+	if err != nil {
+		return nil, err
 	}
-	if err := c.validate(&root); err != nil {
+	if err := c.validate(root); err != nil {
 		return nil, err
 	}
 	return &c, nil
-}
-
-// yamlError rewrites yaml.v3's messages into "line N: …" form, naming unknown keys plainly.
-func yamlError(err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, 0, len(te.Errors))
-		for _, m := range te.Errors {
-			if i := strings.Index(m, ": field "); i >= 0 && strings.Contains(m, " not found in type ") {
-				key := m[i+len(": field "):]
-				key = key[:strings.Index(key, " not found")]
-				m = fmt.Sprintf("%s: unknown key %q", m[:i], key)
-			}
-			msgs = append(msgs, m)
-		}
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
-}
-
-// nameKeys adds the key to "line N: …" messages that do not name one (type errors, bad
-// durations), so that every error says both where and what.
-func nameKeys(root *yaml.Node, err error) error {
-	parts := strings.Split(err.Error(), "; ")
-	for i, m := range parts {
-		var line int
-		if _, e := fmt.Sscanf(m, "line %d:", &line); e != nil || strings.Contains(m, "unknown key") {
-			continue
-		}
-		if key := keyAt(root, line, ""); key != "" {
-			prefix := fmt.Sprintf("line %d: ", line)
-			parts[i] = prefix + key + ": " + strings.TrimPrefix(m, prefix)
-		}
-	}
-	return errors.New(strings.Join(parts, "; "))
-}
-
-// keyAt finds the dotted path of the key whose value is on line (the innermost one).
-func keyAt(n *yaml.Node, line int, path string) string {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			if k := keyAt(c, line, path); k != "" {
-				return k
-			}
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			p := k.Value
-			if path != "" {
-				p = path + "." + k.Value
-			}
-			if inner := keyAt(v, line, p); inner != "" {
-				return inner
-			}
-			if v.Line == line || k.Line == line {
-				return p
-			}
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			p := fmt.Sprintf("%s.%d", path, i)
-			if inner := keyAt(c, line, p); inner != "" {
-				return inner
-			}
-			if c.Line == line && c.Kind == yaml.ScalarNode {
-				return p
-			}
-		}
-	}
-	return ""
-}
-
-// lineOf finds the line of a key path ("admission", "budget_tokens") in a parsed document, 0 if
-// the key is absent. A numeric path element indexes a sequence.
-func lineOf(root *yaml.Node, path ...string) int {
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := 0
-	for _, p := range path {
-		switch n.Kind {
-		case yaml.MappingNode:
-			found := false
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == p {
-					line = n.Content[i].Line
-					n = n.Content[i+1]
-					found = true
-					break
-				}
-			}
-			if !found {
-				return 0
-			}
-		case yaml.SequenceNode:
-			i, err := strconv.Atoi(p)
-			if err != nil || i < 0 || i >= len(n.Content) {
-				return 0
-			}
-			n = n.Content[i]
-			line = n.Line
-		default:
-			return 0
-		}
-	}
-	return line
 }
 
 // validate fills the defaults and checks every field, naming each bad one (with its line when the
@@ -306,7 +168,7 @@ func (c *Config) validate(root *yaml.Node) error {
 	var errs []error
 	bad := func(path []string, format string, args ...any) {
 		msg := fmt.Sprintf("%s: %s", strings.Join(path, "."), fmt.Sprintf(format, args...))
-		if l := lineOf(root, path...); l > 0 {
+		if l := yamlconf.LineOf(root, path...); l > 0 {
 			msg = fmt.Sprintf("line %d: %s", l, msg)
 		}
 		errs = append(errs, errors.New(msg))
@@ -379,7 +241,7 @@ func (c *Config) validate(root *yaml.Node) error {
 		bad(adm("mode"), "want current or peak, got %q", a.Mode)
 	}
 	if a.BudgetTokens <= 0 {
-		if lineOf(root, adm("budget_tokens")...) == 0 {
+		if yamlconf.LineOf(root, adm("budget_tokens")...) == 0 {
 			bad(adm("budget_tokens"), "required: the token budget B, > 0")
 		} else {
 			bad(adm("budget_tokens"), "must be > 0, got %d", a.BudgetTokens)

@@ -5,7 +5,6 @@
 package scenario
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,35 +14,14 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/basin-dev/basin/internal/yamlconf"
 	"github.com/basin-dev/basin/scenarios"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/trace"
 )
 
 // Duration is a time.Duration written the Go way in YAML ("90m", "1h30m", "45s").
-type Duration time.Duration
-
-// UnmarshalYAML implements yaml.Unmarshaler, naming the line of a bad value.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: duration: %w", n.Line, err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("line %d: duration %q: want a value like 90m or 45s", n.Line, s)
-	}
-	if v < 0 {
-		return fmt.Errorf("line %d: duration %q: must not be negative", n.Line, s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// String prints the duration the way it is written ("15m0s").
-func (d Duration) String() string { return time.Duration(d).String() }
+type Duration = yamlconf.Duration
 
 // Window is the measurement window.
 type Window struct {
@@ -159,10 +137,8 @@ func Presets() []string {
 func Parse(data []byte) (*Scenario, error) {
 	// First pass, strict: unknown keys and type errors, with their lines.
 	var strict Scenario
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&strict); err != nil {
-		return nil, yamlError(err)
+	if _, err := yamlconf.Decode(data, &strict); err != nil {
+		return nil, err
 	}
 	// Second pass onto the preset, so only the keys the file sets override it.
 	sc := &Scenario{SLO: sim.DefaultSLO()}
@@ -175,31 +151,13 @@ func Parse(data []byte) (*Scenario, error) {
 	} else {
 		sc.Deployment.Deployment.Lending.MaxFraction = 0.5
 	}
-	if err := yaml.Unmarshal(data, sc); err != nil {
-		return nil, yamlError(err)
+	if err := yamlconf.Overlay(data, sc); err != nil {
+		return nil, err
 	}
 	if err := sc.validate(); err != nil {
 		return nil, err
 	}
 	return sc, nil
-}
-
-// yamlError rewrites yaml.v3's messages into "line N: …" form, naming unknown keys plainly.
-func yamlError(err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, 0, len(te.Errors))
-		for _, m := range te.Errors {
-			if i := strings.Index(m, ": field "); i >= 0 && strings.Contains(m, " not found in type ") {
-				key := m[i+len(": field "):]
-				key = key[:strings.Index(key, " not found")]
-				m = fmt.Sprintf("%s: unknown key %q", m[:i], key)
-			}
-			msgs = append(msgs, m)
-		}
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
 }
 
 func (sc *Scenario) validate() error {

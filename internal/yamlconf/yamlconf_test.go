@@ -1,0 +1,57 @@
+package yamlconf
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type conf struct {
+	Name  string   `yaml:"name"`
+	Wait  Duration `yaml:"wait"`
+	Inner struct {
+		Count int `yaml:"count"`
+	} `yaml:"inner"`
+	List []int `yaml:"list"`
+}
+
+func TestDecodeNamesKeyAndLine(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"name: x\nwiat: 3s\n", `line 2: unknown key "wiat"`},
+		{"name: x\ninner:\n  count: many\n", "line 3: inner.count:"},
+		{"wait: soon\n", `line 1: wait: duration "soon"`},
+		{"wait: -3s\n", "must not be negative"},
+		{"list: [1, x]\n", "line 1: list"},
+		{"name: [\n", "line"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.want, func(t *testing.T) {
+			var c conf
+			_, err := Decode([]byte(tc.yaml), &c)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestDecodeAndLineOf(t *testing.T) {
+	var c conf
+	root, err := Decode([]byte("name: x\nwait: 1m30s\ninner:\n  count: 3\nlist: [1, 2]\n"), &c)
+	require.NoError(t, err)
+	assert.Equal(t, 90*time.Second, time.Duration(c.Wait))
+	assert.Equal(t, "1m30s", c.Wait.String())
+	assert.Equal(t, 4, LineOf(root, "inner", "count"))
+	assert.Equal(t, 5, LineOf(root, "list", "1"))
+	assert.Zero(t, LineOf(root, "absent"))
+
+	_, err = Decode(nil, &c)
+	assert.NoError(t, err, "an empty file decodes to nothing")
+
+	over := conf{Name: "preset"}
+	over.Inner.Count = 7
+	require.NoError(t, Overlay([]byte("name: mine\n"), &over))
+	assert.Equal(t, "mine", over.Name)
+	assert.Equal(t, 7, over.Inner.Count, "keys the file omits keep their value")
+}
