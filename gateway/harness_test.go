@@ -20,8 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/sim/scenario"
-	"github.com/basin-dev/basin/sim/serve"
+	"github.com/basin-dev/basin/sim/serve/servetest"
 )
 
 // testToken is the admin token of the test gateways.
@@ -67,30 +66,7 @@ func (b *syncBuffer) String() string {
 
 // startSim serves the paper's 1P1D H100 deployment at 600× on a loopback server, the way
 // `basin sim serve --scenario paper-1p1d-h100` does.
-func startSim(t testing.TB) string {
-	t.Helper()
-	sc, err := scenario.Load("paper-1p1d-h100")
-	require.NoError(t, err)
-	o, err := sc.Options("")
-	require.NoError(t, err)
-	o.Streams = nil
-	srv, err := serve.New(serve.Options{Sim: o, Speed: 600})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Error("sim serve did not stop")
-		}
-		ts.Close()
-	})
-	return ts.URL
-}
+func startSim(t testing.TB) string { return servetest.Start(t, 600).URL }
 
 // harness is a gateway on loopback test servers, its Run loop going.
 type harness struct {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,8 +19,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/scenario"
-	"github.com/basin-dev/basin/sim/serve"
+	"github.com/basin-dev/basin/sim/serve/servetest"
 	"github.com/basin-dev/basin/sim/trace"
 )
 
@@ -209,18 +207,7 @@ func TestPredictorTrain(t *testing.T) {
 }
 
 func TestLoadgenAgainstSimServe(t *testing.T) {
-	sc, err := scenario.Load("paper-1p1d-h100")
-	require.NoError(t, err)
-	o, err := sc.Options("")
-	require.NoError(t, err)
-	o.Streams = nil
-	srv, err := serve.New(serve.Options{Sim: o, Speed: 1200})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
+	hs := servetest.Start(t, 1200)
 
 	dir := t.TempDir()
 	yaml := "name: tiny\nseed: 4\nduration: 3m\nmeasure: {from: 0s, to: 3m}\ndeployment: {preset: paper-1p1d-h100}\n" +

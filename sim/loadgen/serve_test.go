@@ -14,32 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/serve"
+	"github.com/basin-dev/basin/sim/serve/servetest"
 )
 
 // startServe runs sim/serve on the paper's 1P1D deployment behind a loopback server.
-func startServe(t *testing.T, speed float64) *httptest.Server {
-	t.Helper()
-	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
-	require.NoError(t, err)
-	srv, err := serve.New(serve.Options{Sim: sim.Options{Seed: 1, Deployment: dep}, Speed: speed})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Error("serve: Run did not return after cancel")
-		}
-		ts.Close()
-	})
-	return ts
-}
+func startServe(t *testing.T, speed float64) *httptest.Server { return servetest.Start(t, speed) }
 
 // noLeaks fails the test if goroutines started after it was called are still running at the end
 // (polling for a while: closed connections take a moment to wind down).
