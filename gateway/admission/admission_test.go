@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -406,4 +407,34 @@ func BenchmarkArriveWith10kQueued(b *testing.B) {
 	if len(lat) > 0 {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 	}
+}
+
+func TestCollectorExportsTheCore(t *testing.T) {
+	c := core(t, Options{Budget: 100})
+	c.Arrive(at(0), req("a", 90, 0))
+	c.Arrive(at(1), req("b", 30, 0))
+	reg := prometheus.NewRegistry()
+	on := true
+	require.NoError(t, reg.Register(NewCollector(c, func() time.Time { return at(2) }, func() bool { return on })))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			name := f.GetName()
+			if len(m.GetLabel()) > 0 {
+				name += "{" + m.GetLabel()[0].GetValue() + "}"
+			}
+			got[name] = v
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"basin_gateway_sessions_live": 1, "basin_gateway_sessions_queued": 1,
+		"basin_gateway_working_set_tokens": 90, "basin_gateway_reserved_tokens": 90,
+		"basin_gateway_budget_tokens": 100, "basin_gateway_reference_budget_tokens": 100,
+		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,
+		"basin_gateway_session_completions_total": 0, "basin_gateway_admissions_total{immediate}": 1,
+		"basin_gateway_admissions_total{queued}": 0,
+	}, got)
 }

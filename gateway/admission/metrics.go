@@ -1,0 +1,78 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// stateCollector reports the admission core's state and counters at scrape time.
+type stateCollector struct {
+	core                                                  *Core
+	now                                                   func() time.Time
+	affinityOn                                            func() bool
+	live, queued, workingSet, reserved, budget, reference *prometheus.Desc
+	affinity, arrivals, completions, admissions           *prometheus.Desc
+}
+
+// NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
+// at scrape time. The gateway serves it; the simulator harness gathers it in virtual time, so
+// basin's collector reads the same series from both. affinity reports the sticky-routing switch
+// (nil: off).
+func NewCollector(core *Core, now func() time.Time, affinity func() bool) prometheus.Collector {
+	return newStateCollector(core, now, affinity)
+}
+
+func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *stateCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &stateCollector{
+		core:        core,
+		now:         now,
+		affinityOn:  affinity,
+		live:        d("basin_gateway_sessions_live", "Sessions admitted and not yet ended (including those between calls)."),
+		queued:      d("basin_gateway_sessions_queued", "Sessions waiting in the admission queue."),
+		workingSet:  d("basin_gateway_working_set_tokens", "Working set W: the sum of the current contexts of the live sessions."),
+		reserved:    d("basin_gateway_reserved_tokens", "Sum of the live sessions' demands on the budget (current contexts, or predicted peaks in peak mode)."),
+		budget:      d("basin_gateway_budget_tokens", "Admission budget B in tokens."),
+		reference:   d("basin_gateway_reference_budget_tokens", "Reference budget: admission engages when the working set exceeds it."),
+		affinity:    d("basin_gateway_affinity_enabled", "1 when the gateway sets the sticky decode routing key on upstream requests."),
+		arrivals:    d("basin_gateway_session_arrivals_total", "New sessions that arrived (admitted, queued or refused)."),
+		completions: d("basin_gateway_session_completions_total", "Sessions that ended (explicitly or idle)."),
+		admissions:  d("basin_gateway_admissions_total", "Sessions admitted, at once or after queueing.", "result"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.live, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
+		c.affinity, c.arrivals, c.completions, c.admissions} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.core.Snapshot(c.now(), false)
+	queued := c.core.QueueLen()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(c.live, float64(s.Live))
+	gauge(c.queued, float64(queued))
+	gauge(c.workingSet, float64(s.WorkingSet))
+	gauge(c.reserved, float64(s.Reserved))
+	gauge(c.budget, float64(s.Budget))
+	gauge(c.reference, float64(s.ReferenceBudget))
+	aff := 0.0
+	if c.affinityOn != nil && c.affinityOn() {
+		aff = 1
+	}
+	gauge(c.affinity, aff)
+	counter(c.arrivals, s.Counters.Arrivals)
+	counter(c.completions, s.Counters.Ended)
+	counter(c.admissions, s.Counters.AdmittedAtOnce, "immediate")
+	counter(c.admissions, s.Counters.AdmittedFromQueue, "queued")
+}
