@@ -1,0 +1,563 @@
+package detector
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/basin-dev/basin/collector"
+)
+
+// State is the detector's reading of the deployment.
+type State string
+
+// States. See the package documentation for the transitions.
+const (
+	// Healthy: the working set is well under the knee and the hit rate on its plateau.
+	Healthy State = "healthy"
+	// Pressure: the working set is near the knee (W ≥ PressureEnter × knee·C), the hit rate still
+	// on its plateau — the "vulnerable" state of the metastability literature.
+	Pressure State = "pressure"
+	// Drifting: heading into the trap — the hit rate has left its plateau, or the population grows
+	// near the knee with completions below arrivals.
+	Drifting State = "drifting"
+	// Trapped: the cache has collapsed or the population is past the unstable equilibrium; the
+	// deployment does not come back by itself.
+	Trapped State = "trapped"
+	// Recovering: out of the collapse, the hit rate not yet back on its plateau for long enough.
+	Recovering State = "recovering"
+)
+
+// Needs lists the signals the detector reads; while any is not fresh it holds its state.
+func Needs() []collector.Signal {
+	return []collector.Signal{
+		collector.HitRate, collector.WorkingSet, collector.CacheCapacity, collector.LiveSessions,
+		collector.ArrivalRate, collector.CompletionRate, collector.CallRate,
+	}
+}
+
+// Transition is one change of state and the evidence for it, numbers included.
+type Transition struct {
+	From    State     `json:"from"`
+	To      State     `json:"to"`
+	At      time.Time `json:"at"`
+	Reasons []string  `json:"reasons"`
+}
+
+// Assessment is the detector's output for one snapshot. When Blind is not empty the numbers are
+// those of the last step that saw every needed signal (ObservedAt) and the state is held.
+type Assessment struct {
+	At    time.Time `json:"at"`
+	State State     `json:"state"`
+	// Since is when the current state was entered (or the first step).
+	Since   time.Time `json:"since"`
+	Reasons []string  `json:"reasons"`
+	// Transition is set on the step that changed the state.
+	Transition *Transition `json:"transition,omitempty"`
+	// ObservedAt is the last step with every needed signal fresh.
+	ObservedAt time.Time `json:"observed_at"`
+
+	Knee Knee `json:"knee"`
+	// KneeTokens is knee × C: the working set where the hit rate leaves its plateau.
+	KneeTokens          float64 `json:"knee_tokens"`
+	WorkingSetOverCache float64 `json:"working_set_over_cache"`
+	HitRate             float64 `json:"hit_rate"`
+	Plateau             float64 `json:"plateau_hit"`
+	// CollapseHit is the collapse line in use: min(CollapseHit, CollapseFraction × plateau).
+	CollapseHit  float64 `json:"collapse_hit"`
+	LiveSessions float64 `json:"live_sessions"`
+
+	Equilibria Equilibria `json:"equilibria"`
+	// KneeSessions is the population whose working set reaches knee × C at the current mean context.
+	KneeSessions *float64 `json:"knee_sessions,omitempty"`
+	// DistanceToEdge is the unstable equilibrium (or KneeSessions without one) minus N.
+	DistanceToEdge *float64 `json:"distance_to_edge,omitempty"`
+	// TimeToTrap is how long until N reaches the edge at its current growth; nil when N does not
+	// grow. In JSON: time_to_trap_seconds.
+	TimeToTrap *time.Duration `json:"-"`
+
+	// Lambda is the smoothed arrival rate, CompletionRate and ArrivalRate the collector's windowed
+	// ones, all sessions per second; CallsPerSession is K (0 while unknown).
+	Lambda          float64 `json:"lambda_per_s"`
+	ArrivalRate     float64 `json:"arrival_rate_per_s"`
+	CompletionRate  float64 `json:"completion_rate_per_s"`
+	CallsPerSession float64 `json:"calls_per_session,omitempty"`
+
+	// Blind names the needed signals that are not fresh ("hit_rate stale").
+	Blind []string `json:"blind,omitempty"`
+}
+
+type assessmentAlias Assessment
+
+type assessmentJSON struct {
+	*assessmentAlias
+	TimeToTrapSeconds *float64 `json:"time_to_trap_seconds,omitempty"`
+}
+
+// MarshalJSON writes TimeToTrap as time_to_trap_seconds. It leaves "<", ">" and "&" in reasons
+// unescaped; an enclosing json.Marshal escapes them again, an Encoder with SetEscapeHTML(false)
+// keeps them readable.
+func (a Assessment) MarshalJSON() ([]byte, error) {
+	j := assessmentJSON{assessmentAlias: (*assessmentAlias)(&a)}
+	if a.TimeToTrap != nil {
+		j.TimeToTrapSeconds = ptr(a.TimeToTrap.Seconds())
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(j); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (a *Assessment) UnmarshalJSON(b []byte) error {
+	j := assessmentJSON{assessmentAlias: (*assessmentAlias)(a)}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	a.TimeToTrap = nil
+	if j.TimeToTrapSeconds != nil {
+		a.TimeToTrap = ptr(time.Duration(*j.TimeToTrapSeconds * float64(time.Second)))
+	}
+	return nil
+}
+
+// cond is a condition whose continuous truth the detector times.
+type cond int
+
+const (
+	cPressureEnter cond = iota // W ≥ PressureEnter × knee·C
+	cPressureExit              // W ≤ PressureExit × knee·C
+	cDriftHit                  // hit < plateau − DriftDrop
+	cDriftFlow                 // N rising, completions < arrivals, W ≥ DriftNear × knee·C
+	cDriftClear                // no drift sign, hit ≥ collapse + margin, W < knee·C
+	cCollapse                  // hit < collapse line
+	cPastEdge                  // N past the unstable equilibrium
+	cRecoverable               // hit ≥ collapse + margin, W < knee·C, N not past an observed edge
+	cOnPlateau                 // hit ≥ plateau − RecoverTolerance
+	numConds
+)
+
+// Detector turns snapshots into assessments. It is safe for concurrent use; Step calls are
+// serialised and meant to come from one loop.
+type Detector struct {
+	o  Options
+	mu struct {
+		sync.Mutex
+		started bool
+		lastAt  time.Time
+		state   State
+		since   time.Time
+		holds   [numConds]time.Time // when each condition became true; zero while false
+		passive *Passive
+		fluid   *Fluid
+		last    Assessment
+	}
+}
+
+// New validates the options and returns a detector in the healthy state.
+func New(o Options) (*Detector, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("detector options: %w", err)
+	}
+	if o.Calibration != nil {
+		c := *o.Calibration // the caller keeps theirs
+		c.Points = slices.Clone(c.Points)
+		o.Calibration = &c
+	}
+	d := &Detector{o: o}
+	var err error
+	if d.mu.passive, err = NewPassive(o.Passive); err != nil {
+		return nil, fmt.Errorf("detector options: %w", err)
+	}
+	if d.mu.fluid, err = NewFluid(o.Fluid); err != nil {
+		return nil, fmt.Errorf("detector options: %w", err)
+	}
+	d.mu.fluid.Seed(o.Calibration)
+	d.mu.state = Healthy
+	return d, nil
+}
+
+// Last returns the latest assessment, false before the first Step.
+func (d *Detector) Last() (Assessment, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.last, d.mu.started
+}
+
+// observation is one snapshot's needed signals, all fresh and sane.
+type observation struct {
+	w, c, hit, n, arrival, completion, calls float64
+	estimated                                []string
+}
+
+// read takes the needed signals out of a snapshot; the second result names those not fresh or not
+// sane (a zero cache or a hit rate of 1.3 is a broken source, not a reading).
+func read(s collector.Snapshot) (observation, []string) {
+	blind := s.Blind(Needs())
+	var o observation
+	get := func(sig collector.Signal, dst *float64, ok func(float64) bool, want string) {
+		v, fresh := s.Get(sig)
+		if !fresh {
+			return
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || !ok(v) {
+			blind = append(blind, fmt.Sprintf("%s invalid (%v, want %s)", sig, v, want))
+			return
+		}
+		*dst = v
+		if val := s.Signals[sig]; val.Estimated {
+			o.estimated = append(o.estimated, fmt.Sprintf("%s estimated (%s)", sig, val.Source))
+		}
+	}
+	nonNeg := func(v float64) bool { return v >= 0 }
+	get(collector.WorkingSet, &o.w, nonNeg, "≥ 0")
+	get(collector.CacheCapacity, &o.c, func(v float64) bool { return v > 0 }, "> 0")
+	get(collector.HitRate, &o.hit, func(v float64) bool { return v >= 0 && v <= 1 }, "[0, 1]")
+	get(collector.LiveSessions, &o.n, nonNeg, "≥ 0")
+	get(collector.ArrivalRate, &o.arrival, nonNeg, "≥ 0")
+	get(collector.CompletionRate, &o.completion, nonNeg, "≥ 0")
+	get(collector.CallRate, &o.calls, nonNeg, "≥ 0")
+	slices.Sort(blind)
+	return o, blind
+}
+
+// kneeLocked is the knee in use: calibrated, else learnt, else the default.
+func (d *Detector) kneeLocked() Knee {
+	if c := d.o.Calibration; c != nil {
+		return c.Knee()
+	}
+	def := Knee{Ratio: d.o.KneeRatio, PlateauHit: d.o.PlateauHit, Source: SourceDefault, PlateauSource: SourceDefault}
+	if d.o.DisablePassive {
+		return def
+	}
+	return d.mu.passive.Knee(def, d.o.PressureExit*d.o.KneeRatio)
+}
+
+// Step assesses one snapshot; its time is s.At. Snapshots not after the previous one are ignored
+// (the previous assessment comes back with a reason saying so).
+func (d *Detector) Step(s collector.Snapshot) Assessment {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := s.At
+	if !d.mu.started {
+		d.mu.started, d.mu.state, d.mu.since = true, Healthy, now
+	} else if !now.After(d.mu.lastAt) {
+		a := d.mu.last
+		a.Transition = nil
+		a.Reasons = append(slices.Clone(a.Reasons),
+			fmt.Sprintf("snapshot at %s is not after the last step at %s: ignored", stamp(now), stamp(d.mu.lastAt)))
+		return a
+	}
+	d.mu.lastAt = now
+
+	obs, blind := read(s)
+	if len(blind) > 0 {
+		// No transition on missing data, and no hold survives a gap: a condition must be seen
+		// continuously for its hold.
+		d.mu.holds = [numConds]time.Time{}
+		a := d.mu.last
+		a.At, a.State, a.Since, a.Transition, a.Blind = now, d.mu.state, d.mu.since, nil, blind
+		a.Knee = d.kneeLocked()
+		if a.ObservedAt.IsZero() {
+			a.Plateau = a.Knee.PlateauHit
+		}
+		a.Reasons = []string{fmt.Sprintf("blind (%s): holding %s since %s", strings.Join(blind, ", "), d.mu.state, stamp(d.mu.since))}
+		d.mu.last = a
+		return a
+	}
+	return d.assessLocked(now, obs)
+}
+
+func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
+	o := d.o
+	ratio := obs.w / obs.c
+	if d.o.Calibration == nil && !d.o.DisablePassive && d.mu.state != Trapped && d.mu.state != Recovering {
+		// The collapsed branch of the cache hysteresis is not the knee: learn from the way up only.
+		d.mu.passive.Observe(ratio, obs.hit)
+	}
+	d.mu.fluid.Observe(now, FluidObservation{
+		LiveSessions: obs.n, CallRate: obs.calls, CompletionRate: obs.completion,
+		ArrivalRate: obs.arrival, WorkingSet: obs.w,
+	})
+	knee := d.kneeLocked()
+	out := d.mu.fluid.Outlook(obs.n, knee.Ratio, obs.c)
+	plateau := knee.PlateauHit
+	collapse := min(o.CollapseHit, o.CollapseFraction*plateau)
+	driftLine := plateau - o.DriftDrop
+	recoverLine := collapse + o.CollapseExitMargin
+
+	ev := evaluation{
+		now: now, o: o, obs: obs, ratio: ratio, knee: knee, out: out,
+		plateau: plateau, collapse: collapse, driftLine: driftLine, recoverLine: recoverLine,
+	}
+	edgeObserved := out.Equilibria.Unstable != nil && !out.Equilibria.Estimated
+	pastEdge := out.Edge != nil && obs.n > *out.Edge && (edgeObserved || obs.hit < driftLine)
+	driftHit := obs.hit < driftLine
+	driftFlow := out.ObservedSlope > 0 && obs.completion < obs.arrival && ratio >= o.DriftNear*knee.Ratio
+	var truth [numConds]bool
+	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
+	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio
+	truth[cDriftHit] = driftHit
+	truth[cDriftFlow] = driftFlow
+	truth[cDriftClear] = !driftHit && !driftFlow && obs.hit >= recoverLine && ratio < knee.Ratio
+	truth[cCollapse] = obs.hit < collapse
+	truth[cPastEdge] = pastEdge
+	truth[cRecoverable] = obs.hit >= recoverLine && ratio < knee.Ratio && !(edgeObserved && obs.n > *out.Edge)
+	truth[cOnPlateau] = obs.hit >= plateau-o.RecoverTolerance
+	for c, t := range truth {
+		switch {
+		case !t:
+			d.mu.holds[c] = time.Time{}
+		case d.mu.holds[c].IsZero():
+			d.mu.holds[c] = now
+		}
+	}
+	ev.holds = d.mu.holds
+
+	from := d.mu.state
+	to, why := ev.next(from, d.mu.since)
+	var tr *Transition
+	if to != from {
+		tr = &Transition{From: from, To: to, At: now, Reasons: why}
+		d.mu.state, d.mu.since = to, now
+	}
+
+	a := Assessment{
+		At: now, State: d.mu.state, Since: d.mu.since, Transition: tr, ObservedAt: now,
+		Knee: knee, KneeTokens: knee.Ratio * obs.c, WorkingSetOverCache: ratio, HitRate: obs.hit,
+		Plateau: plateau, CollapseHit: collapse, LiveSessions: obs.n,
+		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
+		TimeToTrap: out.TimeToTrap, Lambda: out.Lambda, ArrivalRate: obs.arrival,
+		CompletionRate: obs.completion, CallsPerSession: out.K,
+	}
+	a.Reasons = slices.Concat(why, ev.describe(d.mu.state), obs.estimated)
+	d.mu.last = a
+	return a
+}
+
+// evaluation is one step's numbers, conditions and hold timers.
+type evaluation struct {
+	now                                       time.Time
+	o                                         Options
+	obs                                       observation
+	ratio                                     float64
+	knee                                      Knee
+	out                                       Outlook
+	plateau, collapse, driftLine, recoverLine float64
+	holds                                     [numConds]time.Time
+}
+
+// heldFor is how long c has been true (false when it is not).
+func (e *evaluation) heldFor(c cond) (time.Duration, bool) {
+	if e.holds[c].IsZero() {
+		return 0, false
+	}
+	return e.now.Sub(e.holds[c]), true
+}
+
+func (e *evaluation) held(c cond, d time.Duration) bool {
+	h, ok := e.heldFor(c)
+	return ok && h >= d
+}
+
+// next applies the transition rules to the current state; it returns the new state and why.
+func (e *evaluation) next(s State, since time.Time) (State, []string) {
+	o := e.o
+	trapped := func() []string {
+		var why []string
+		if e.held(cCollapse, o.TrappedHold) {
+			why = append(why, e.reason(cCollapse))
+		}
+		if e.held(cPastEdge, o.TrappedHold) {
+			why = append(why, e.reason(cPastEdge))
+		}
+		return why
+	}
+	switch s {
+	case Healthy, Pressure:
+		if why := trapped(); why != nil {
+			return Trapped, why
+		}
+		var why []string
+		if e.held(cDriftHit, o.DriftHold) {
+			why = append(why, e.reason(cDriftHit))
+		}
+		if e.held(cDriftFlow, o.DriftFlowHold) {
+			why = append(why, e.reason(cDriftFlow))
+		}
+		if why != nil {
+			return Drifting, why
+		}
+		if s == Healthy && e.held(cPressureEnter, o.MinHold) {
+			return Pressure, []string{e.reason(cPressureEnter)}
+		}
+		if s == Pressure && e.held(cPressureExit, o.MinHold) {
+			return Healthy, []string{e.reason(cPressureExit)}
+		}
+	case Drifting:
+		if why := trapped(); why != nil {
+			return Trapped, why
+		}
+		if e.held(cDriftClear, o.MinHold) {
+			return Recovering, []string{e.reason(cDriftClear)}
+		}
+	case Trapped:
+		if e.held(cRecoverable, o.MinHold) {
+			return Recovering, []string{e.reason(cRecoverable)}
+		}
+	case Recovering:
+		if why := trapped(); why != nil {
+			return Trapped, why
+		}
+		// The plateau must hold for RecoverHold inside this state, not merely since some earlier
+		// moment: a recovery is never shorter than RecoverHold.
+		if h, ok := e.heldFor(cOnPlateau); ok && min(h, e.now.Sub(since)) >= o.RecoverHold {
+			back := fmt.Sprintf("hit rate %.2f ≥ plateau %.2f − %.2f for %s",
+				e.obs.hit, e.plateau, o.RecoverTolerance, dur(min(h, e.now.Sub(since))))
+			if e.held(cPressureExit, o.MinHold) {
+				return Healthy, []string{back, e.reason(cPressureExit)}
+			}
+			return Pressure, []string{back, fmt.Sprintf("W/C %.2f > %.2f × knee %.2f = %.2f: the cache has recovered, the load has not",
+				e.ratio, o.PressureExit, e.knee.Ratio, o.PressureExit*e.knee.Ratio)}
+		}
+	}
+	return s, nil
+}
+
+// reason states a condition with its numbers and how long it has held.
+func (e *evaluation) reason(c cond) string {
+	o, k := e.o, e.knee.Ratio
+	h, _ := e.heldFor(c)
+	for_ := " for " + dur(h)
+	switch c {
+	case cPressureEnter:
+		return fmt.Sprintf("W/C %.2f ≥ %.2f × knee %.2f = %.2f%s", e.ratio, o.PressureEnter, k, o.PressureEnter*k, for_)
+	case cPressureExit:
+		return fmt.Sprintf("W/C %.2f ≤ %.2f × knee %.2f = %.2f%s", e.ratio, o.PressureExit, k, o.PressureExit*k, for_)
+	case cDriftHit:
+		return fmt.Sprintf("hit rate %.2f < plateau %.2f − %.2f%s", e.obs.hit, e.plateau, o.DriftDrop, for_)
+	case cDriftFlow:
+		return fmt.Sprintf("live sessions rising (%+.3f/s) with completions %.4f/s < arrivals %.4f/s at W/C %.2f ≥ %.2f × knee %.2f = %.2f%s",
+			e.out.ObservedSlope, e.obs.completion, e.obs.arrival, e.ratio, o.DriftNear, k, o.DriftNear*k, for_)
+	case cDriftClear:
+		return fmt.Sprintf("drift stopped: hit rate %.2f ≥ plateau %.2f − %.2f, completions %.4f/s vs arrivals %.4f/s, W/C %.2f < knee %.2f%s",
+			e.obs.hit, e.plateau, o.DriftDrop, e.obs.completion, e.obs.arrival, e.ratio, k, for_)
+	case cCollapse:
+		return fmt.Sprintf("hit rate %.2f < collapse %.2f%s", e.obs.hit, e.collapse, for_)
+	case cPastEdge:
+		if e.out.Equilibria.Unstable != nil && !e.out.Equilibria.Estimated {
+			return fmt.Sprintf("live sessions %.1f > unstable equilibrium %.1f at λ %.2f/min%s",
+				e.obs.n, *e.out.Edge, e.out.Lambda*60, for_)
+		}
+		return fmt.Sprintf("live sessions %.1f > edge %.1f (estimated from knee %.2f × C at mean context %.0f tokens) with hit rate %.2f < %.2f%s",
+			e.obs.n, *e.out.Edge, k, e.obs.w/max(e.obs.n, 1), e.obs.hit, e.driftLine, for_)
+	case cOnPlateau:
+		return fmt.Sprintf("hit rate %.2f ≥ plateau %.2f − %.2f%s", e.obs.hit, e.plateau, o.RecoverTolerance, for_)
+	case cRecoverable:
+		return fmt.Sprintf("hit rate %.2f ≥ collapse %.2f + %.2f and W/C %.2f < knee %.2f%s",
+			e.obs.hit, e.collapse, o.CollapseExitMargin, e.ratio, k, for_)
+	}
+	return ""
+}
+
+// describe says what the current numbers mean for state s: the evidence behind it and what is
+// building up.
+func (e *evaluation) describe(s State) []string {
+	o, k := e.o, e.knee.Ratio
+	src := e.knee.Source
+	if e.knee.BeyondRange {
+		src += ", lower bound"
+	}
+	out := []string{
+		fmt.Sprintf("W/C %.2f (knee %.2f %s; pressure from %.2f, clears at %.2f)",
+			e.ratio, k, src, o.PressureEnter*k, o.PressureExit*k),
+		fmt.Sprintf("hit rate %.2f (plateau %.2f %s; drifting under %.2f, collapse under %.2f)",
+			e.obs.hit, e.plateau, e.knee.PlateauSource, e.driftLine, e.collapse),
+	}
+	// What keeps the state where it is.
+	active := func(cs ...cond) {
+		for _, c := range cs {
+			if _, ok := e.heldFor(c); ok {
+				out = append(out, e.reason(c))
+			}
+		}
+	}
+	switch s {
+	case Pressure:
+		if _, ok := e.heldFor(cPressureEnter); !ok {
+			out = append(out, fmt.Sprintf("W/C %.2f not yet ≤ %.2f: still pressure", e.ratio, o.PressureExit*k))
+		}
+	case Drifting:
+		active(cDriftHit, cDriftFlow)
+	case Trapped:
+		active(cCollapse, cPastEdge)
+	}
+	// What is building towards a transition.
+	pending := func(c cond, hold time.Duration, to State) {
+		if h, ok := e.heldFor(c); ok && h < hold {
+			out = append(out, fmt.Sprintf("%s (%s after %s)", e.reason(c), to, dur(hold)))
+		}
+	}
+	switch s {
+	case Healthy, Pressure:
+		pending(cCollapse, o.TrappedHold, Trapped)
+		pending(cPastEdge, o.TrappedHold, Trapped)
+		pending(cDriftHit, o.DriftHold, Drifting)
+		pending(cDriftFlow, o.DriftFlowHold, Drifting)
+	case Drifting:
+		pending(cCollapse, o.TrappedHold, Trapped)
+		pending(cPastEdge, o.TrappedHold, Trapped)
+		pending(cDriftClear, o.MinHold, Recovering)
+	case Recovering:
+		pending(cCollapse, o.TrappedHold, Trapped)
+		pending(cPastEdge, o.TrappedHold, Trapped)
+		if _, ok := e.heldFor(cOnPlateau); !ok {
+			out = append(out, fmt.Sprintf("hit rate %.2f not yet back to plateau %.2f − %.2f", e.obs.hit, e.plateau, o.RecoverTolerance))
+		} else {
+			pending(cOnPlateau, o.RecoverHold, "recovered")
+		}
+	case Trapped:
+		pending(cRecoverable, o.MinHold, Recovering)
+	}
+	eq := e.out.Equilibria
+	switch {
+	case eq.NoEquilibrium:
+		out = append(out, fmt.Sprintf("λ %.2f/min above the completion curve up to its peak or the knee: no equilibrium, "+
+			"the population grows until arrivals fall", e.out.Lambda*60))
+	default:
+		stable := "no stable point seen yet"
+		if eq.Stable != nil {
+			stable = fmt.Sprintf("stable N %.1f", *eq.Stable)
+		}
+		unstable := "no edge known"
+		if eq.Unstable != nil {
+			unstable = fmt.Sprintf("unstable N %.1f", *eq.Unstable)
+			if eq.Estimated {
+				unstable += " (estimated, bounded by the knee)"
+			}
+		}
+		k := "K not known yet"
+		if e.out.K > 0 {
+			k = fmt.Sprintf("K %.1f calls per session", e.out.K)
+		}
+		out = append(out, fmt.Sprintf("λ %.2f/min, %s: %s, %s, live %.1f", e.out.Lambda*60, k, stable, unstable, e.obs.n))
+	}
+	if e.out.TimeToTrap != nil && e.out.DistanceToEdge != nil && *e.out.DistanceToEdge > 0 {
+		out = append(out, fmt.Sprintf("growing %+.3f sessions/s: past the edge in %s",
+			max(e.out.ModelSlope, e.out.ObservedSlope), dur(*e.out.TimeToTrap)))
+	}
+	return out
+}
+
+func dur(d time.Duration) string { return d.Round(time.Second).String() }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -1,0 +1,316 @@
+package detector
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const testK = 40.0
+
+// simCurve is a completion curve shaped like the simulator's paper-1p1d-h100 one, in sessions per
+// minute: rising linearly to a peak of 5.1 at N = 40, falling to 0.5 at N = 60, flat after.
+func simCurve(n float64) float64 {
+	switch {
+	case n <= 40:
+		return 5.1 * n / 40
+	case n <= 60:
+		return 5.1 - 0.23*(n-40)
+	}
+	return 0.5
+}
+
+// callRate is X(N) in calls per second for simCurve.
+func callRate(n float64) float64 { return simCurve(n) * testK / 60 }
+
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// fluidClock feeds a Fluid observations 5 s apart.
+type fluidClock struct {
+	f  *Fluid
+	at time.Time
+}
+
+func (c *fluidClock) observe(n, lambdaPerMin float64) {
+	c.at = c.at.Add(5 * time.Second)
+	c.f.Observe(c.at, FluidObservation{
+		LiveSessions: n, CallRate: callRate(n), CompletionRate: simCurve(n) / 60,
+		ArrivalRate: lambdaPerMin / 60, WorkingSet: n * 25_000,
+	})
+}
+
+// learnt returns a fluid model that has seen N = 1…maxN six times each at arrival rate λ.
+func learnt(t *testing.T, maxN int, lambdaPerMin float64) *fluidClock {
+	t.Helper()
+	f, err := NewFluid(FluidOptions{CallsPerSession: testK})
+	require.NoError(t, err)
+	c := &fluidClock{f: f, at: t0}
+	for range 6 {
+		for n := 1; n <= maxN; n++ {
+			c.observe(float64(n), lambdaPerMin)
+		}
+	}
+	return c
+}
+
+func TestFluidEquilibria(t *testing.T) {
+	tests := []struct {
+		name             string
+		lambda           float64 // per minute
+		maxN             int
+		kneeN            float64
+		stable, unstable float64 // 0: nil
+		estimated, noEq  bool
+	}{
+		// 3.3/min: up through λ at 40 × 3.3/5.1, down at 40 + (5.1 − 3.3)/0.23.
+		{name: "λ inside the curve", lambda: 3.3, maxN: 80, kneeN: 70, stable: 40 * 3.3 / 5.1, unstable: 40 + 1.8/0.23},
+		{name: "λ above the peak: no equilibrium", lambda: 6, maxN: 80, kneeN: 70, noEq: true},
+		{name: "λ above the curve seen so far, knee not reached: unknown", lambda: 6, maxN: 30, kneeN: 70, unstable: 70, estimated: true},
+		{name: "λ above the curve up to the knee: no equilibrium", lambda: 6, maxN: 30, kneeN: 25, noEq: true},
+		// The curve never falls below 0.3/min: the edge is at least the last N seen above λ.
+		// (The last bin holds N = 79 and 80: its mean is 79.5.)
+		{name: "λ below the whole falling side", lambda: 0.3, maxN: 80, kneeN: 70, stable: 40 * 0.3 / 5.1, unstable: 79.5, estimated: true},
+		{name: "rising side only: the knee bounds the edge", lambda: 3.3, maxN: 30, kneeN: 50, stable: 40 * 3.3 / 5.1, unstable: 50, estimated: true},
+		{name: "rising side only, no knee: no edge", lambda: 3.3, maxN: 30, stable: 40 * 3.3 / 5.1},
+		// No arrivals: everything drains to 0 (checked as "< 0.3" below), the knee bounds the edge.
+		{name: "no arrivals", lambda: 0, maxN: 80, kneeN: 70, stable: 1e-9, unstable: 70, estimated: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnt(t, tc.maxN, tc.lambda)
+			assert.InDelta(t, tc.lambda/60, c.f.Lambda(), 1e-12)
+			e := c.f.Equilibria(c.f.Lambda(), testK, tc.kneeN)
+			checkN := func(want float64, got *float64, what string) {
+				if want == 0 {
+					assert.Nil(t, got, what)
+					return
+				}
+				if assert.NotNil(t, got, what) {
+					assert.InDelta(t, want, *got, 0.3, what)
+				}
+			}
+			checkN(tc.stable, e.Stable, "stable")
+			checkN(tc.unstable, e.Unstable, "unstable")
+			assert.Equal(t, tc.estimated, e.Estimated, "estimated")
+			assert.Equal(t, tc.noEq, e.NoEquilibrium, "no equilibrium")
+		})
+	}
+}
+
+func TestFluidNoisyDipIsNotTheEdge(t *testing.T) {
+	c := learnt(t, 80, 3.3)
+	// A bin on the rising side reads low (a transient): the curve dips under λ and comes back.
+	for range 50 {
+		c.at = c.at.Add(5 * time.Second)
+		c.f.Observe(c.at, FluidObservation{LiveSessions: 30, CallRate: 0.1, CompletionRate: 0.001, ArrivalRate: 3.3 / 60, WorkingSet: 30 * 25_000})
+	}
+	e := c.f.Equilibria(c.f.Lambda(), testK, 70)
+	require.NotNil(t, e.Unstable)
+	assert.InDelta(t, 40+1.8/0.23, *e.Unstable, 0.3)
+	assert.False(t, e.Estimated)
+}
+
+// TestFluidLambdaSmoothing: a one-minute burst barely moves the equilibria; the same rise
+// sustained for half an hour pushes λ over the peak.
+func TestFluidLambdaSmoothing(t *testing.T) {
+	c := learnt(t, 80, 3.3)
+	before := c.f.Equilibria(c.f.Lambda(), testK, 70)
+	require.NotNil(t, before.Unstable)
+	for range 12 { // one minute at twice the rate
+		c.observe(25, 6.6)
+	}
+	burst := c.f.Equilibria(c.f.Lambda(), testK, 70)
+	require.NotNil(t, burst.Unstable)
+	assert.InDelta(t, 3.3*(2-0.9048), c.f.Lambda()*60, 0.01, "λ moved by 1 − e^(−1/10) of the rise")
+	assert.Less(t, *before.Unstable-*burst.Unstable, 1.5, "a burst must not move the edge much")
+	assert.Greater(t, *before.Unstable-*burst.Unstable, 0.5, "but it does move it")
+	for range 12 * 29 {
+		c.observe(25, 6.6)
+	}
+	sustained := c.f.Equilibria(c.f.Lambda(), testK, 70)
+	assert.Greater(t, c.f.Lambda()*60, 5.1)
+	assert.True(t, sustained.NoEquilibrium, "sustained λ above the peak: no equilibrium")
+	assert.Nil(t, sustained.Unstable)
+}
+
+func TestFluidTimeToTrap(t *testing.T) {
+	edge := 40 + 1.8/0.23
+	tests := []struct {
+		name     string
+		from, to float64 // N moves from → to, by 1 every 10 s
+		lambda   float64
+		growing  bool
+		pastEdge bool
+	}{
+		{name: "growing towards the edge", from: 30, to: 42, lambda: 3.3, growing: true},
+		{name: "shrinking", from: 42, to: 30, lambda: 3.3},
+		{name: "growing past the edge", from: 40, to: 52, lambda: 3.3, growing: true, pastEdge: true},
+		{name: "steady at the stable point", from: 26, to: 26, lambda: 3.3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := learnt(t, 80, tc.lambda)
+			step := 1.0
+			if tc.to < tc.from {
+				step = -1
+			}
+			n := tc.from
+			for i := 0; i < 30; i++ {
+				c.observe(n, tc.lambda)
+				c.observe(n, tc.lambda)
+				if n != tc.to {
+					n += step
+				}
+			}
+			out := c.f.Outlook(n, 1.9, 70*25_000/1.9) // the knee at N = 70, past the edge
+			require.NotNil(t, out.DistanceToEdge)
+			assert.InDelta(t, edge-n, *out.DistanceToEdge, 0.3)
+			if !tc.growing {
+				assert.Nil(t, out.TimeToTrap)
+				return
+			}
+			require.NotNil(t, out.TimeToTrap)
+			rate := max(out.ModelSlope, out.ObservedSlope)
+			assert.Greater(t, rate, 0.0)
+			if tc.pastEdge {
+				assert.Zero(t, *out.TimeToTrap)
+				return
+			}
+			assert.Greater(t, *out.TimeToTrap, time.Duration(0))
+			assert.InDelta(t, (edge-n)/rate, out.TimeToTrap.Seconds(), 3)
+		})
+	}
+}
+
+func TestFluidLearnsK(t *testing.T) {
+	f, err := NewFluid(FluidOptions{})
+	require.NoError(t, err)
+	at := t0
+	_, ok := f.K()
+	assert.False(t, ok, "no K before any completion")
+	// 0.055 sessions/s complete: 30 sessions take 545 s.
+	for i := range 200 {
+		at = at.Add(5 * time.Second)
+		f.Observe(at, FluidObservation{LiveSessions: 25, CallRate: 2.2, CompletionRate: 0.055, ArrivalRate: 0.055, WorkingSet: 625_000})
+		if i == 100 {
+			_, ok := f.K()
+			assert.False(t, ok, "K after %d completed sessions", int(0.055*5*float64(i)))
+		}
+	}
+	k, ok := f.K()
+	require.True(t, ok)
+	assert.InDelta(t, 40, k, 1e-6)
+
+	// A calibration's K wins over the learnt one; an option's over both.
+	f.Seed(&Calibration{CallsPerSession: 25})
+	k, _ = f.K()
+	assert.Equal(t, 25.0, k)
+	fixed, err := NewFluid(FluidOptions{CallsPerSession: 60})
+	require.NoError(t, err)
+	fixed.Seed(&Calibration{CallsPerSession: 25})
+	k, _ = fixed.K()
+	assert.Equal(t, 60.0, k)
+}
+
+func TestFluidSeed(t *testing.T) {
+	f, err := NewFluid(FluidOptions{})
+	require.NoError(t, err)
+	cal := &Calibration{CallsPerSession: testK}
+	for n := 5.0; n <= 80; n += 5 {
+		cal.Points = append(cal.Points, Point{Sessions: n, CompletionRatePerS: simCurve(n) / 60})
+	}
+	f.Seed(cal)
+	f.Observe(t0, FluidObservation{LiveSessions: 20, CallRate: callRate(20), CompletionRate: simCurve(20) / 60, ArrivalRate: 3.3 / 60, WorkingSet: 500_000})
+	k, ok := f.K()
+	require.True(t, ok)
+	e := f.Equilibria(f.Lambda(), k, 0)
+	require.NotNil(t, e.Stable)
+	require.NotNil(t, e.Unstable)
+	assert.InDelta(t, 40*3.3/5.1, *e.Stable, 0.3)
+	assert.InDelta(t, 40+1.8/0.23, *e.Unstable, 0.3)
+	assert.False(t, e.Estimated)
+}
+
+func TestFluidBins(t *testing.T) {
+	// Width 1 up to 20, then about 5% of N.
+	assert.Equal(t, 0, fluidBinIndex(0.5))
+	assert.Equal(t, 19, fluidBinIndex(19.9))
+	assert.Equal(t, 20, fluidBinIndex(20))
+	assert.Equal(t, 20, fluidBinIndex(20.9))
+	assert.Equal(t, 21, fluidBinIndex(21.1))
+	assert.Less(t, fluidBinIndex(10_000), 160)
+	assert.Less(t, fluidBinIndex(1e6), 250)
+	assert.Equal(t, 1, fluidBinIndex(10_000*1.05)-fluidBinIndex(10_000), "bins are 5% wide at 10,000")
+}
+
+func TestFluidOptions(t *testing.T) {
+	for _, tc := range []struct {
+		o    FluidOptions
+		want string
+	}{
+		{FluidOptions{LambdaTau: -time.Second}, "Fluid.LambdaTau"},
+		{FluidOptions{KTau: -time.Second}, "Fluid.KTau"},
+		{FluidOptions{SlopeTau: -time.Second}, "Fluid.SlopeTau"},
+		{FluidOptions{BinAlpha: 1.5}, "Fluid.BinAlpha"},
+		{FluidOptions{MinBinSamples: -1}, "Fluid.MinBinSamples"},
+		{FluidOptions{CallsPerSession: 0.5}, "Fluid.CallsPerSession"},
+		{FluidOptions{MinCompletions: -1}, "Fluid.MinCompletions"},
+	} {
+		_, err := NewFluid(tc.o)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
+
+// TestFluidCrossingInAGap: the curve was seen up to the peak and again far down its falling side,
+// never in between; the fall through λ is interpolated across the gap and flagged as estimated.
+func TestFluidCrossingInAGap(t *testing.T) {
+	f, err := NewFluid(FluidOptions{CallsPerSession: testK})
+	require.NoError(t, err)
+	c := &fluidClock{f: f, at: t0}
+	for range 6 {
+		for n := 1; n <= 80; n++ {
+			if n <= 40 || n >= 58 {
+				c.observe(float64(n), 3.3)
+			}
+		}
+	}
+	tests := []struct {
+		kneeN, want float64
+	}{
+		// 5.1/min at 40, 5.1 − 0.23 × 18 = 0.96/min at 58: 3.3/min is crossed at 40 + 18 × 1.8/4.14.
+		{kneeN: 70, want: 40 + 18*1.8/4.14},
+		// A knee inside the gap bounds it.
+		{kneeN: 45, want: 45},
+	}
+	for _, tc := range tests {
+		e := f.Equilibria(f.Lambda(), testK, tc.kneeN)
+		require.NotNil(t, e.Unstable)
+		assert.InDelta(t, tc.want, *e.Unstable, 0.3)
+		assert.True(t, e.Estimated)
+	}
+}
+
+// TestFluidRampUpIsNotOverload: a deployment ramping up sees λ above the few populations it has
+// been through — that is why N grows — and one low last bin is not a falling side.
+func TestFluidRampUpIsNotOverload(t *testing.T) {
+	f, err := NewFluid(FluidOptions{CallsPerSession: testK})
+	require.NoError(t, err)
+	c := &fluidClock{f: f, at: t0}
+	for n := 1.0; n <= 14; n++ {
+		for range 6 {
+			c.observe(n, 3.3)
+		}
+	}
+	for range 6 { // the last bin reads 20% low
+		c.at = c.at.Add(5 * time.Second)
+		f.Observe(c.at, FluidObservation{LiveSessions: 15, CallRate: 0.8 * callRate(15), CompletionRate: 0.01, ArrivalRate: 3.3 / 60, WorkingSet: 15 * 25_000})
+	}
+	e := f.Equilibria(f.Lambda(), testK, 70)
+	assert.False(t, e.NoEquilibrium)
+	assert.Nil(t, e.Stable)
+	require.NotNil(t, e.Unstable)
+	assert.Equal(t, 70.0, *e.Unstable)
+	assert.True(t, e.Estimated)
+}

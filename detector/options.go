@@ -1,0 +1,177 @@
+package detector
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// State-machine defaults. Fractions of the knee are fractions of knee × C in working-set terms.
+const (
+	// DefaultPressureEnter: pressure from W ≥ 0.8 × knee·C (basin's design value; below the
+	// paper's reference budget of 0.9 × knee, so pressure shows before admission holds sessions).
+	DefaultPressureEnter = 0.8
+	// DefaultPressureExit: back to healthy at W ≤ 0.7 × knee·C (basin's design value; a band of
+	// 0.1 × knee, about 0.19 C at the paper's knee, is wider than the working set's minute-to-minute
+	// swing of a few sessions' contexts, so the state does not flap).
+	DefaultPressureExit = 0.7
+	// DefaultDriftDrop: drifting when the hit rate is 0.05 under its plateau (basin's design
+	// value; the paper's never-collapsed runs at 1.6–1.7× cache hit 0.81–0.93 against a plateau
+	// of 0.95, so a 0.05 drop is the first sign of the working set outgrowing the cache).
+	DefaultDriftDrop = 0.05
+	// DefaultDriftHold: the hit-rate drop must last 60 s (basin's design value; the collector's
+	// hit rate is a windowed ratio of counters, one window of bad luck is not a drift).
+	DefaultDriftHold = 60 * time.Second
+	// DefaultDriftNear: the flow sign of drift (live sessions rising, completions below arrivals)
+	// counts only from W ≥ 0.9 × knee·C, the paper's reference budget (min(0.9 × knee, C)).
+	DefaultDriftNear = 0.9
+	// DefaultDriftFlowHold: the flow sign must last 30 s. Chosen: arrival and completion rates are
+	// already windowed over about a minute; 30 s is several steps, so one sample cannot trigger it,
+	// and short against the minutes a spike needs to push N past the edge.
+	DefaultDriftFlowHold = 30 * time.Second
+	// DefaultCollapseHit and DefaultCollapseFraction set the collapse line at
+	// min(0.5, 0.6 × plateau). Collapsed deployments hit 0.24–0.37 (paper: 0.27 at 1P1D, 0.26–0.37
+	// on 1P3D, HiCache ~0.33; simulator 0.24–0.29), about 0.3 of their plateau, because only the
+	// shared prompt prefix still hits; the lowest never-collapsed hit rate is 0.81 (paper 1P3D at
+	// 1.6–1.7× cache), 0.85 of the plateau. 0.6 of the plateau sits between the two in ratio terms
+	// and follows workloads whose plateau is lower; the 0.5 cap keeps the line well under the
+	// never-collapsed branch when the plateau is high (0.6 × 0.96 = 0.58 would leave 0.23 of
+	// margin to 0.81, 0.5 leaves 0.31).
+	DefaultCollapseHit      = 0.5
+	DefaultCollapseFraction = 0.6
+	// DefaultCollapseExitMargin: leaving trapped needs the hit rate 0.05 above the collapse line,
+	// so entry and exit differ. Chosen: the same size as DriftDrop.
+	DefaultCollapseExitMargin = 0.05
+	// DefaultTrappedHold: the collapse (or N past the unstable equilibrium) must last 30 s
+	// (basin's design value; shorter than DriftHold because a collapse is far from the plateau and
+	// noise does not reach it).
+	DefaultTrappedHold = 30 * time.Second
+	// DefaultRecoverTolerance: recovered means the hit rate back within 0.03 of its plateau
+	// (basin's design value; tighter than DriftDrop so entering and leaving the plateau differ).
+	// The paper's Continuum runs stayed 10–15 points under pre-spike: not recovered by this measure.
+	DefaultRecoverTolerance = 0.03
+	// DefaultRecoverHold: the hit rate must stay back for 5 minutes (basin's design value; a
+	// trapped deployment's hit rate climbs as sessions finish and may fall again as queued ones
+	// start — "recovered" is judged by the hit rate, not the load, per the metastability
+	// literature).
+	DefaultRecoverHold = 5 * time.Minute
+	// DefaultMinHold is the hold of every transition that names none (pressure in and out, leaving
+	// drifting or trapped). Chosen: three samples at the daemon's 5 s step, so one noisy sample
+	// never moves the state.
+	DefaultMinHold = 15 * time.Second
+)
+
+// Options configure a Detector. Zero fields take the defaults; negative or inconsistent values are
+// errors naming the field.
+type Options struct {
+	// Calibration, when set, fixes the knee and the plateau and seeds the fluid model's curve and K.
+	Calibration *Calibration
+	// KneeRatio is the knee used until one is calibrated or learnt (DefaultKneeRatio).
+	KneeRatio float64
+	// PlateauHit is the plateau used until one is calibrated or learnt (DefaultPlateauHit).
+	PlateauHit float64
+	// DisablePassive turns passive knee learning off: the default knee and plateau stay.
+	DisablePassive bool
+	Passive        PassiveOptions
+	Fluid          FluidOptions
+
+	PressureEnter      float64       // DefaultPressureEnter
+	PressureExit       float64       // DefaultPressureExit
+	DriftDrop          float64       // DefaultDriftDrop
+	DriftHold          time.Duration // DefaultDriftHold
+	DriftNear          float64       // DefaultDriftNear
+	DriftFlowHold      time.Duration // DefaultDriftFlowHold
+	CollapseHit        float64       // DefaultCollapseHit
+	CollapseFraction   float64       // DefaultCollapseFraction
+	CollapseExitMargin float64       // DefaultCollapseExitMargin
+	TrappedHold        time.Duration // DefaultTrappedHold
+	RecoverTolerance   float64       // DefaultRecoverTolerance
+	RecoverHold        time.Duration // DefaultRecoverHold
+	MinHold            time.Duration // DefaultMinHold
+}
+
+func (o Options) withDefaults() Options {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.KneeRatio, DefaultKneeRatio)
+	def(&o.PlateauHit, DefaultPlateauHit)
+	def(&o.PressureEnter, DefaultPressureEnter)
+	def(&o.PressureExit, DefaultPressureExit)
+	def(&o.DriftDrop, DefaultDriftDrop)
+	defD(&o.DriftHold, DefaultDriftHold)
+	def(&o.DriftNear, DefaultDriftNear)
+	defD(&o.DriftFlowHold, DefaultDriftFlowHold)
+	def(&o.CollapseHit, DefaultCollapseHit)
+	def(&o.CollapseFraction, DefaultCollapseFraction)
+	def(&o.CollapseExitMargin, DefaultCollapseExitMargin)
+	defD(&o.TrappedHold, DefaultTrappedHold)
+	def(&o.RecoverTolerance, DefaultRecoverTolerance)
+	defD(&o.RecoverHold, DefaultRecoverHold)
+	defD(&o.MinHold, DefaultMinHold)
+	o.Passive = o.Passive.withDefaults()
+	o.Fluid = o.Fluid.withDefaults()
+	return o
+}
+
+func (o Options) validate() error {
+	frac := func(name string, v float64) error {
+		if !(v > 0 && v < 1) {
+			return fmt.Errorf("%s: %v outside (0, 1)", name, v)
+		}
+		return nil
+	}
+	hold := func(name string, v time.Duration) error {
+		if v <= 0 {
+			return fmt.Errorf("%s: %v, must be positive so one sample cannot change the state", name, v)
+		}
+		return nil
+	}
+	errs := []error{
+		frac("PressureEnter", o.PressureEnter),
+		frac("PressureExit", o.PressureExit),
+		frac("DriftDrop", o.DriftDrop),
+		frac("CollapseHit", o.CollapseHit),
+		frac("CollapseFraction", o.CollapseFraction),
+		frac("CollapseExitMargin", o.CollapseExitMargin),
+		frac("RecoverTolerance", o.RecoverTolerance),
+		hold("DriftHold", o.DriftHold),
+		hold("DriftFlowHold", o.DriftFlowHold),
+		hold("TrappedHold", o.TrappedHold),
+		hold("RecoverHold", o.RecoverHold),
+		hold("MinHold", o.MinHold),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	switch {
+	case !(o.KneeRatio > 0 && o.KneeRatio <= 100) || math.IsNaN(o.KneeRatio):
+		return fmt.Errorf("KneeRatio: %v outside (0, 100]", o.KneeRatio)
+	case !(o.PlateauHit > 0 && o.PlateauHit <= 1):
+		return fmt.Errorf("PlateauHit: %v outside (0, 1]", o.PlateauHit)
+	case o.PressureExit >= o.PressureEnter:
+		return fmt.Errorf("PressureExit: %v must be below PressureEnter %v", o.PressureExit, o.PressureEnter)
+	case !(o.DriftNear > 0 && o.DriftNear <= 1):
+		return fmt.Errorf("DriftNear: %v outside (0, 1]", o.DriftNear)
+	case o.RecoverTolerance >= o.DriftDrop:
+		return fmt.Errorf("RecoverTolerance: %v must be below DriftDrop %v (leaving the plateau and coming back must differ)",
+			o.RecoverTolerance, o.DriftDrop)
+	}
+	if o.Calibration != nil {
+		if err := o.Calibration.Validate(); err != nil {
+			return fmt.Errorf("Calibration: %w", err)
+		}
+	}
+	if err := o.Passive.validate(); err != nil {
+		return err
+	}
+	return o.Fluid.validate()
+}
