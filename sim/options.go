@@ -58,6 +58,9 @@ type Options struct {
 	Forget bool
 	// Progress, when set, is called with the fraction of the run done.
 	Progress func(done float64)
+	// OnResult, when set, is called with the result at the end of Run: observers attached by a
+	// harness (basin's detector) add what they saw.
+	OnResult func(*Result)
 }
 
 func (o *Options) validate() error {

@@ -46,6 +46,12 @@ type Result struct {
 	MeasureToMin          float64       `json:"measure_to_min"`
 	DurationMin           float64       `json:"duration_min"`
 
+	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
+	// shape; see internal/harness). UtilisationAlertFirstMin is the first minute a conventional
+	// utilisation alert would have fired, for comparison; null when none would have.
+	Detector                 any      `json:"detector,omitempty"`
+	UtilisationAlertFirstMin *float64 `json:"utilisation_alert_first_min,omitempty"`
+
 	// Timeline has one row per simulated minute up to the duration.
 	Timeline []Minute `json:"-"`
 }

@@ -291,6 +291,9 @@ func (s *Sim) Run() *Result {
 		s.now = max(s.now, deadline)
 	}
 	s.fillGoodput(res)
+	if s.o.OnResult != nil {
+		s.o.OnResult(res)
+	}
 	if s.o.Progress != nil {
 		s.o.Progress(1)
 	}

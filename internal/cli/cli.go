@@ -36,6 +36,8 @@ func commands() map[string]command {
 		"predictor": {"the gateway's peak-context predictor: train", runPredictor},
 		"loadgen":   {"drive a scenario's agent sessions over the OpenAI API against an endpoint", runLoadgen},
 		"gateway":   {"the session-admission gateway in front of the engines", runGateway},
+		"risk":      {"which limit a deployment reaches first: the cache knee or decode memory", runRisk},
+		"calibrate": {"measure a deployment's knee by step load (simulated deployment)", runCalibrate},
 		"version":   {"print the version", runVersion},
 	}
 }

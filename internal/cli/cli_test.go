@@ -231,3 +231,26 @@ func TestLoadgenAgainstSimServe(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--target")
 }
+
+func TestRiskAndCalibrate(t *testing.T) {
+	code, stdout, stderr := basin(t, "risk", "--scenario", "paper-1p1d-h100")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "binds first   cache-first")
+
+	cal := filepath.Join(t.TempDir(), "calibration.json")
+	code, stdout, stderr = basin(t, "calibrate", "--scenario", "paper-1p1d-h100", "-o", cal, "--max-sessions", "90")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "knee at W/C")
+	code, stdout, stderr = basin(t, "risk", "--scenario", "paper-1p1d-h100", "--calibration", cal, "--json")
+	require.Equal(t, 0, code, stderr)
+	var r struct {
+		CacheN  float64 `json:"cache_limit_sessions"`
+		Binding string  `json:"binding"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &r))
+	assert.Less(t, r.CacheN, 49.0, "the measured knee is below the paper's 1.9 in the simulator")
+
+	code, stdout, stderr = basin(t, "sim", "riskgrid")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "of 36 deployments")
+}

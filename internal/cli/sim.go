@@ -25,6 +25,7 @@ func runSim(ctx context.Context, env Env, args []string) error {
 		"curve":    func(a []string) error { return simCurve(env, a) },
 		"fidelity": func(a []string) error { return simFidelity(env, a) },
 		"serve":    func(a []string) error { return simServe(ctx, env, a) },
+		"riskgrid": func(a []string) error { return simRiskGrid(env, a) },
 	})
 }
 

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/harness"
+	"github.com/basin-dev/basin/sim/scenario"
+)
+
+// runRisk says which limit a deployment and workload reach first: the cache knee (the trap) or
+// decode memory, with the numbers behind it.
+func runRisk(_ context.Context, env Env, args []string) error {
+	fs := newFlags(env, "risk")
+	scName := fs.String("scenario", "", "scenario file or preset describing the deployment and the workload")
+	calib := fs.String("calibration", "", "calibration.json from basin calibrate (its knee replaces the default 1.9)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	sc, err := loadScenario(*scName)
+	if err != nil {
+		return err
+	}
+	o, err := sc.Options("")
+	if err != nil {
+		return err
+	}
+	knee := 0.0
+	if *calib != "" {
+		c, err := detector.LoadCalibration(*calib)
+		if err != nil {
+			return err
+		}
+		knee = c.KneeRatio
+	}
+	sh := harness.Shape(o.Deployment, o.Streams[0].Workload, sc.Seed, 2000)
+	rep, err := harness.RiskOf(o.Deployment, sh, knee)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(env.Stdout, struct {
+			Scenario string                `json:"scenario"`
+			Shape    harness.WorkloadShape `json:"workload"`
+			detector.RiskReport
+		}{sc.Name, sh, rep})
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "scenario\t%s\n", sc.Name)
+	fmt.Fprintf(tw, "workload\tmean context %.0f tokens, %.1f calls per session, call %.1f s, tool %.1f s: %.0f%% of live sessions served\n",
+		sh.MeanContext, sh.CallsPerSess, sh.MeanCall, sh.MeanTool, 100*sh.ServedFraction)
+	fmt.Fprintf(tw, "cache limit\t%.0f sessions\n", rep.CacheLimitSessions)
+	fmt.Fprintf(tw, "decode limit\t%.0f sessions\n", rep.DecodeLimitSessions)
+	fmt.Fprintf(tw, "binds first\t%s\n", rep.Binding)
+	for _, r := range rep.Reasons {
+		fmt.Fprintf(tw, "\t%s\n", r)
+	}
+	return tw.Flush()
+}
+
+// runCalibrate measures a deployment's knee by step load: a rising number of concurrent sessions,
+// each held in closed loop, recording working set over cache and hit rate per step.
+func runCalibrate(_ context.Context, env Env, args []string) error {
+	fs := newFlags(env, "calibrate")
+	scName := fs.String("scenario", "", "scenario file or preset: the simulated deployment and workload to step-load")
+	out := fs.String("o", "calibration.json", "where to write the calibration")
+	maxN := fs.Int("max-sessions", 0, "largest population to try (default: from the cache size)")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	sc, err := loadScenario(*scName)
+	if err != nil {
+		return err
+	}
+	var co scenario.CurveOptions
+	if *maxN > 0 {
+		step := max(1, *maxN/30)
+		for n := step; n <= *maxN; n += step {
+			co.Ns = append(co.Ns, n)
+		}
+	}
+	b := bar(env, false, "step load on "+sc.Name)
+	c, err := scenario.MeasureCurve(sc, "", co, b.Set)
+	b.Done()
+	if err != nil {
+		return err
+	}
+	pts := make([]detector.Point, len(c.Points))
+	for i, p := range c.Points {
+		pts[i] = detector.Point{WorkingSetOverCache: p.WorkingSetOverCache, HitRate: p.HitRate, Sessions: float64(p.N),
+			CompletionRatePerS: p.SessionsPerMin / 60}
+	}
+	cal, err := detector.NewCalibration(pts, c.K, time.Now().UTC(), "basin calibrate --scenario "+sc.Name)
+	if err != nil {
+		return err
+	}
+	if err := cal.Save(*out); err != nil {
+		return err
+	}
+	printCalibration(env.Stdout, cal, *out)
+	return nil
+}
+
+func printCalibration(w io.Writer, c *detector.Calibration, path string) {
+	fmt.Fprintf(w, "knee at W/C %.2f (hit rate plateau %.3f); peak completion %.2f sessions/min; K = %.1f calls per session\n",
+		c.KneeRatio, c.PlateauHit, 60*c.PeakCompletionRatePerS, c.CallsPerSession)
+	fmt.Fprintf(w, "written to %s\n", path)
+}
