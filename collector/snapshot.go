@@ -118,3 +118,23 @@ func (s Snapshot) Blind(need []Signal) []string {
 	sort.Strings(out)
 	return out
 }
+
+// AllSignals lists every signal the collector knows, in a stable order: the order of the
+// exported basin_signal_* series and of Check's problems.
+func AllSignals() []Signal {
+	return []Signal{
+		WorkingSet, CacheCapacity, HitRate, LiveSessions, QueuedSessions, ArrivalRate, CompletionRate,
+		CallRate, DecodeFree, DecodeReserved, DecodeCapacity, TTFTp50, TTFTp99, EngineQueue, KVUsageMax,
+		Budget, Reserved,
+	}
+}
+
+// Valid reports whether s is one of AllSignals.
+func (s Signal) Valid() bool {
+	for _, k := range AllSignals() {
+		if k == s {
+			return true
+		}
+	}
+	return false
+}

@@ -74,7 +74,7 @@ func riskMarkdown(w io.Writer, res []harness.GridResult, seed uint64) error {
 	fmt.Fprintf(&b, "%d of the %d misses call a cache-first deployment decode-first: the rule uses the paper's knee "+
 		"(1.9 × cache), while in the simulator the hit rate leaves its plateau earlier (`basin calibrate` measures "+
 		"≈ 1.3–1.4 on paper-1p1d-h100), so the cache limit comes sooner than the rule says; `basin risk --calibration` "+
-		"(`basin risk --calibration`) the rule moves the other way.\n\n", early, len(res)-right)
+		"uses a measured knee instead.\n\n", early, len(res)-right)
 	b.WriteString("| deployment | served | rule: cache N | rule: decode N | rule says | sim: cache N | sim: decode N | sim says | |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	n := func(v float64) string {
