@@ -1,0 +1,152 @@
+package collector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Labels of a file_sd target group that the collector reads; every other label is ignored.
+const (
+	fileLabelRole    = "role"             // required: prefill, decode, unified or gateway
+	fileLabelDialect = "dialect"          // optional: auto (default), sglang, vllm, basin-gateway
+	fileLabelName    = "name"             // optional: the target's name (default host:port)
+	fileLabelPath    = "__metrics_path__" // optional: default /metrics
+	fileLabelScheme  = "__scheme__"       // optional: http (default) or https
+)
+
+// fileGroup is one target group of a Prometheus file_sd file.
+type fileGroup struct {
+	Targets []string          `json:"targets" yaml:"targets"`
+	Labels  map[string]string `json:"labels" yaml:"labels"`
+}
+
+// fileStamp identifies a version of the target file without reading it.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+// statTargetFile returns the file's stamp.
+func statTargetFile(path string) (fileStamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, err
+	}
+	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
+}
+
+// loadTargetFile reads and checks a file_sd file. JSON unless the name ends in .yml or .yaml.
+func loadTargetFile(path string) ([]Target, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var groups []fileGroup
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yml", ".yaml":
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		// An empty document is an empty list, as an empty JSON array is.
+		if err := dec.Decode(&groups); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("yaml: %w", err)
+		}
+	default:
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&groups); err != nil {
+			return nil, fmt.Errorf("json: %w", err)
+		}
+		if dec.More() {
+			return nil, errors.New("json: data after the top-level array")
+		}
+	}
+	return targetsFromGroups(groups)
+}
+
+// targetsFromGroups turns target groups into targets; errors name the group and target.
+func targetsFromGroups(groups []fileGroup) ([]Target, error) {
+	var out []Target
+	var errs []error
+	seen := map[string]bool{}
+	for gi, g := range groups {
+		role := Role(g.Labels[fileLabelRole])
+		dialect := Dialect(g.Labels[fileLabelDialect])
+		scheme := g.Labels[fileLabelScheme]
+		if scheme == "" {
+			scheme = "http"
+		}
+		path := g.Labels[fileLabelPath]
+		if path == "" {
+			path = "/metrics"
+		}
+		if !strings.HasPrefix(path, "/") {
+			path = "/" + path
+		}
+		if len(g.Targets) == 0 {
+			errs = append(errs, fmt.Errorf("group %d: no targets", gi))
+			continue
+		}
+		for ti, addr := range g.Targets {
+			if err := checkAddress(addr); err != nil {
+				errs = append(errs, fmt.Errorf("group %d target %d %q: %w", gi, ti, addr, err))
+				continue
+			}
+			name := addr
+			if n := g.Labels[fileLabelName]; n != "" {
+				name = n
+				if len(g.Targets) > 1 {
+					name = n + "@" + addr
+				}
+			}
+			u := url.URL{Scheme: scheme, Host: addr, Path: path}
+			t := Target{Name: name, URL: u.String(), Role: role, Dialect: dialect}.withDefaults()
+			if err := t.validate(true); err != nil {
+				errs = append(errs, fmt.Errorf("group %d target %d %q: %w", gi, ti, addr, err))
+				continue
+			}
+			if seen[name] {
+				errs = append(errs, fmt.Errorf("group %d target %d %q: name %q used twice", gi, ti, addr, name))
+				continue
+			}
+			seen[name] = true
+			out = append(out, t)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkAddress accepts host or host:port, as file_sd targets are written.
+func checkAddress(addr string) error {
+	if addr == "" {
+		return errors.New("empty address")
+	}
+	if strings.ContainsAny(addr, "/ \t?#@") {
+		return errors.New("want host or host:port, without scheme or path")
+	}
+	host := addr
+	if strings.Contains(addr, ":") && !strings.HasSuffix(addr, "]") {
+		h, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return err
+		}
+		host = h
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	return nil
+}
