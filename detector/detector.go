@@ -159,6 +159,15 @@ type Detector struct {
 		passive *Passive
 		fluid   *Fluid
 		last    Assessment
+		// onPlateau is set once the hit rate has held its plateau for PlateauWarmup: a cache
+		// warming up from empty has not "left" a plateau it never reached, so drift by hit rate
+		// waits for it. (A collapse is judged regardless: basin may start in an incident.)
+		onPlateau    bool
+		plateauSince time.Time
+		// flowArr and flowDone are the arrival and completion rates smoothed over
+		// DriftFlowWindow, for the flow sign of drift.
+		flowArr, flowDone float64
+		flowAt            time.Time
 	}
 }
 
@@ -301,8 +310,26 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	}
 	edgeObserved := out.Equilibria.Unstable != nil && !out.Equilibria.Estimated
 	pastEdge := out.Edge != nil && obs.n > *out.Edge && (edgeObserved || obs.hit < driftLine)
-	driftHit := obs.hit < driftLine
-	driftFlow := out.ObservedSlope > 0 && obs.completion < obs.arrival && ratio >= o.DriftNear*knee.Ratio
+	switch {
+	case obs.hit < driftLine:
+		d.mu.plateauSince = time.Time{}
+	case d.mu.plateauSince.IsZero():
+		d.mu.plateauSince = now
+	case now.Sub(d.mu.plateauSince) >= o.PlateauWarmup:
+		d.mu.onPlateau = true
+	}
+	if d.mu.flowAt.IsZero() {
+		d.mu.flowArr, d.mu.flowDone = obs.arrival, obs.completion
+	} else if dt := now.Sub(d.mu.flowAt); dt > 0 {
+		a := 1 - math.Exp(-dt.Seconds()/o.DriftFlowWindow.Seconds())
+		d.mu.flowArr += a * (obs.arrival - d.mu.flowArr)
+		d.mu.flowDone += a * (obs.completion - d.mu.flowDone)
+	}
+	d.mu.flowAt = now
+	ev.flowArr, ev.flowDone = d.mu.flowArr, d.mu.flowDone
+	driftHit := obs.hit < driftLine && d.mu.onPlateau
+	driftFlow := out.ObservedSlope > 0 && d.mu.flowDone < (1-o.DriftFlowMargin)*d.mu.flowArr &&
+		ratio >= o.DriftNear*knee.Ratio
 	var truth [numConds]bool
 	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
 	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio
@@ -353,6 +380,7 @@ type evaluation struct {
 	knee                                      Knee
 	out                                       Outlook
 	plateau, collapse, driftLine, recoverLine float64
+	flowArr, flowDone                         float64 // smoothed over DriftFlowWindow
 	holds                                     [numConds]time.Time
 }
 
@@ -446,8 +474,8 @@ func (e *evaluation) reason(c cond) string {
 	case cDriftHit:
 		return fmt.Sprintf("hit rate %.2f < plateau %.2f − %.2f%s", e.obs.hit, e.plateau, o.DriftDrop, for_)
 	case cDriftFlow:
-		return fmt.Sprintf("live sessions rising (%+.3f/s) with completions %.4f/s < arrivals %.4f/s at W/C %.2f ≥ %.2f × knee %.2f = %.2f%s",
-			e.out.ObservedSlope, e.obs.completion, e.obs.arrival, e.ratio, o.DriftNear, k, o.DriftNear*k, for_)
+		return fmt.Sprintf("live sessions rising (%+.3f/s) with completions %.4f/s < %.2f × arrivals %.4f/s (%s averages) at W/C %.2f ≥ %.2f × knee %.2f = %.2f%s",
+			e.out.ObservedSlope, e.flowDone, 1-o.DriftFlowMargin, e.flowArr, dur(o.DriftFlowWindow), e.ratio, o.DriftNear, k, o.DriftNear*k, for_)
 	case cDriftClear:
 		return fmt.Sprintf("drift stopped: hit rate %.2f ≥ plateau %.2f − %.2f, completions %.4f/s vs arrivals %.4f/s, W/C %.2f < knee %.2f%s",
 			e.obs.hit, e.plateau, o.DriftDrop, e.obs.completion, e.obs.arrival, e.ratio, k, for_)

@@ -70,8 +70,10 @@ func (s sample) snapshot(at time.Time) collector.Snapshot {
 	return snap
 }
 
+// scriptOptions keep the scripts short: a plateau warm-up of 15 s instead of 2 min.
 func scriptOptions() Options {
-	return Options{KneeRatio: 1.9, PlateauHit: 0.96, DisablePassive: true, Fluid: FluidOptions{CallsPerSession: testK}}
+	return Options{KneeRatio: 1.9, PlateauHit: 0.96, DisablePassive: true, PlateauWarmup: 15 * time.Second,
+		Fluid: FluidOptions{CallsPerSession: testK}}
 }
 
 // runScript steps d every 5 s from t0 to t0+end (inclusive) with the script's samples.
@@ -227,10 +229,12 @@ func TestDriftFromFlow(t *testing.T) {
 		wc := 1.72 + 0.005*float64((off-time.Minute)/step)
 		return sample{wc: wc, hit: 0.96, arrival: 6.6, completion: 2.0, calls: 2.0 / 60 * testK}
 	})
-	assert.Equal(t, []string{"1m15s healthy→pressure", "1m30s pressure→drifting"}, transitions(as))
-	why := strings.Join(as[18].Transition.Reasons, "\n")
+	// The smoothed completions fall 10% under the smoothed arrivals after a minute or so, and the
+	// deficit must then last two minutes.
+	assert.Equal(t, []string{"1m15s healthy→pressure", "3m20s pressure→drifting"}, transitions(as))
+	why := strings.Join(as[40].Transition.Reasons, "\n")
 	assert.Contains(t, why, "live sessions rising")
-	assert.Contains(t, why, "completions 0.0333/s < arrivals 0.1100/s at W/C 1.75 ≥ 0.90 × knee 1.90 = 1.71 for 30s")
+	assert.Contains(t, why, "completions 0.0467/s < 0.90 × arrivals 0.0761/s (5m0s averages) at W/C 1.86 ≥ 0.90 × knee 1.90 = 1.71 for 2m0s")
 	// Past the knee's estimated edge with the hit rate still on the plateau: drifting, not trapped —
 	// an estimated edge needs the hit rate to corroborate it.
 	last := as[len(as)-1]
@@ -306,7 +310,12 @@ func TestOneSampleNeverMovesTheState(t *testing.T) {
 			wild: []sample{{wc: 3.0, hit: 0.1}, {wc: 1.8, hit: 0.96, arrival: 20, completion: 0.1}}},
 		{name: "pressure", steady: func(time.Duration) sample { return sample{wc: 1.6, hit: 0.96} }, state: Pressure,
 			wild: []sample{{wc: 0.2, hit: 0.96}, {wc: 2.5, hit: 0.1}}},
-		{name: "drifting", steady: func(time.Duration) sample { return sample{wc: 1.6, hit: 0.88} }, state: Drifting,
+		{name: "drifting", steady: func(off time.Duration) sample {
+			if off < 30*time.Second {
+				return sample{wc: 1.6, hit: 0.96} // on the plateau first: drift is leaving it
+			}
+			return sample{wc: 1.6, hit: 0.88}
+		}, state: Drifting,
 			wild: []sample{{wc: 0.5, hit: 0.96}, {wc: 2.5, hit: 0.1}}},
 		{name: "trapped", steady: func(time.Duration) sample { return sample{wc: 2.1, hit: 0.3} }, state: Trapped,
 			wild: []sample{{wc: 1.0, hit: 0.96}}},
@@ -433,13 +442,18 @@ func TestOptionsValidation(t *testing.T) {
 
 func TestAssessmentJSON(t *testing.T) {
 	d := newDetector(t, scriptOptions())
-	as := runScript(t, d, 0, 3*time.Minute, func(off time.Duration) sample {
+	as := runScript(t, d, 0, 6*time.Minute, func(off time.Duration) sample {
 		if off < time.Minute {
 			return sample{wc: 1.0, hit: 0.96}
 		}
 		return sample{wc: 1.72 + 0.002*float64(off/step), hit: 0.96, arrival: 6.6, completion: 2.0}
 	})
-	a := as[18] // 1m30s: pressure → drifting, 6 sessions short of the knee's edge and growing
+	var a Assessment // the step that went pressure → drifting, short of the knee's edge and growing
+	for _, x := range as {
+		if x.Transition != nil && x.Transition.To == Drifting {
+			a = x
+		}
+	}
 	require.NotNil(t, a.TimeToTrap)
 	require.NotNil(t, a.Transition)
 	b, err := json.Marshal(a)
@@ -454,7 +468,7 @@ func TestAssessmentJSON(t *testing.T) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	require.NoError(t, enc.Encode(a))
-	assert.Contains(t, buf.String(), "completions 0.0333/s < arrivals", "readable with SetEscapeHTML(false)")
+	assert.Contains(t, buf.String(), "completions 0.0467/s < 0.90 × arrivals", "readable with SetEscapeHTML(false)")
 	var back Assessment
 	require.NoError(t, json.Unmarshal(b, &back))
 	assert.InDelta(t, a.TimeToTrap.Seconds(), back.TimeToTrap.Seconds(), 1e-6)
@@ -479,4 +493,22 @@ func TestNeeds(t *testing.T) {
 	s := sample{wc: 1, hit: 0.9}.snapshot(t0)
 	assert.Empty(t, s.Blind(Needs()), "the script provides exactly what the detector needs")
 	assert.Len(t, Needs(), 7)
+}
+
+// TestColdCacheIsNotDrift: a cache warming up from empty is below its plateau without having left
+// it; only a drop after reaching the plateau is drift. A collapse counts from the start.
+func TestColdCacheIsNotDrift(t *testing.T) {
+	d := newDetector(t, scriptOptions())
+	as := runScript(t, d, 0, 3*time.Minute, func(off time.Duration) sample {
+		return sample{wc: 0.3, hit: 0.8} // warming up
+	})
+	assert.Equal(t, Healthy, as[len(as)-1].State)
+	as = runScript(t, d, 3*time.Minute+step, 5*time.Minute, func(time.Duration) sample { return sample{wc: 0.5, hit: 0.96} })
+	assert.Equal(t, Healthy, as[len(as)-1].State)
+	as = runScript(t, d, 5*time.Minute+step, 8*time.Minute, func(time.Duration) sample { return sample{wc: 0.5, hit: 0.85} })
+	assert.Equal(t, Drifting, as[len(as)-1].State, "after the plateau, the same drop is drift")
+
+	cold := newDetector(t, scriptOptions())
+	as = runScript(t, cold, 0, 3*time.Minute, func(time.Duration) sample { return sample{wc: 2.5, hit: 0.3} })
+	assert.Equal(t, Trapped, as[len(as)-1].State, "starting inside a collapse is still trapped")
 }

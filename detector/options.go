@@ -26,10 +26,20 @@ const (
 	// DefaultDriftNear: the flow sign of drift (live sessions rising, completions below arrivals)
 	// counts only from W ≥ 0.9 × knee·C, the paper's reference budget (min(0.9 × knee, C)).
 	DefaultDriftNear = 0.9
-	// DefaultDriftFlowHold: the flow sign must last 30 s. Chosen: arrival and completion rates are
-	// already windowed over about a minute; 30 s is several steps, so one sample cannot trigger it,
-	// and short against the minutes a spike needs to push N past the edge.
-	DefaultDriftFlowHold = 30 * time.Second
+	// DefaultDriftFlowHold: the flow sign must last 2 min. Chosen: in the simulator's healthy runs
+	// near the knee, Poisson bursts make completions lag arrivals for a minute or so and then catch
+	// up; the trap's imbalance lasts for good.
+	DefaultDriftFlowHold = 2 * time.Minute
+	// DefaultDriftFlowWindow smooths the arrival and completion rates the flow sign compares
+	// (EWMA time constant, 5 min): a trap is a sustained deficit, not one slow minute.
+	DefaultDriftFlowWindow = 5 * time.Minute
+	// DefaultDriftFlowMargin: completions must fall more than 10% below arrivals. Chosen: smoothed
+	// rates still wander by a few per cent around each other in a steady state.
+	DefaultDriftFlowMargin = 0.1
+	// DefaultPlateauWarmup: the hit rate must have held its plateau for 2 min before a drop counts
+	// as leaving it. A cache warming up from empty (or after a restart) is below its plateau
+	// without having left it; a collapse is judged regardless.
+	DefaultPlateauWarmup = 2 * time.Minute
 	// DefaultCollapseHit and DefaultCollapseFraction set the collapse line at
 	// min(0.5, 0.6 × plateau). Collapsed deployments hit 0.24–0.37 (paper: 0.27 at 1P1D, 0.26–0.37
 	// on 1P3D, HiCache ~0.33; simulator 0.24–0.29), about 0.3 of their plateau, because only the
@@ -82,6 +92,9 @@ type Options struct {
 	DriftHold          time.Duration // DefaultDriftHold
 	DriftNear          float64       // DefaultDriftNear
 	DriftFlowHold      time.Duration // DefaultDriftFlowHold
+	DriftFlowWindow    time.Duration // DefaultDriftFlowWindow
+	DriftFlowMargin    float64       // DefaultDriftFlowMargin
+	PlateauWarmup      time.Duration // DefaultPlateauWarmup
 	CollapseHit        float64       // DefaultCollapseHit
 	CollapseFraction   float64       // DefaultCollapseFraction
 	CollapseExitMargin float64       // DefaultCollapseExitMargin
@@ -110,6 +123,9 @@ func (o Options) withDefaults() Options {
 	defD(&o.DriftHold, DefaultDriftHold)
 	def(&o.DriftNear, DefaultDriftNear)
 	defD(&o.DriftFlowHold, DefaultDriftFlowHold)
+	defD(&o.DriftFlowWindow, DefaultDriftFlowWindow)
+	def(&o.DriftFlowMargin, DefaultDriftFlowMargin)
+	defD(&o.PlateauWarmup, DefaultPlateauWarmup)
 	def(&o.CollapseHit, DefaultCollapseHit)
 	def(&o.CollapseFraction, DefaultCollapseFraction)
 	def(&o.CollapseExitMargin, DefaultCollapseExitMargin)
@@ -145,6 +161,9 @@ func (o Options) validate() error {
 		frac("RecoverTolerance", o.RecoverTolerance),
 		hold("DriftHold", o.DriftHold),
 		hold("DriftFlowHold", o.DriftFlowHold),
+		hold("DriftFlowWindow", o.DriftFlowWindow),
+		hold("PlateauWarmup", o.PlateauWarmup),
+		frac("DriftFlowMargin", o.DriftFlowMargin),
 		hold("TrappedHold", o.TrappedHold),
 		hold("RecoverHold", o.RecoverHold),
 		hold("MinHold", o.MinHold),

@@ -48,9 +48,10 @@ type Result struct {
 
 	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
 	// shape; see internal/harness). UtilisationAlertFirstMin is the first minute a conventional
-	// utilisation alert would have fired, for comparison; null when none would have.
+	// utilisation alert would have fired, for comparison: null when none would have, or when no
+	// detector observed the run (then detector is absent too).
 	Detector                 any      `json:"detector,omitempty"`
-	UtilisationAlertFirstMin *float64 `json:"utilisation_alert_first_min,omitempty"`
+	UtilisationAlertFirstMin *float64 `json:"utilisation_alert_first_min"`
 
 	// Timeline has one row per simulated minute up to the duration.
 	Timeline []Minute `json:"-"`

@@ -254,3 +254,14 @@ func TestRiskAndCalibrate(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "of 36 deployments")
 }
+
+func TestSimRunWithDetector(t *testing.T) {
+	code, stdout, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "detector               first warning minute")
+	assert.Contains(t, stdout, "now trapped")
+
+	code, stdout, stderr = basin(t, "sim", "detect", "--seeds", "1")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "| paper-1p3d-h200-spike | 1 |")
+}

@@ -94,3 +94,35 @@ func riskMarkdown(w io.Writer, res []harness.GridResult, seed uint64) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// simDetect evaluates basin's detector against the conventional utilisation alerts over seeds of
+// the spike, +33% and healthy scenarios.
+func simDetect(env Env, args []string) error {
+	fs := newFlags(env, "sim detect")
+	seeds := fs.Int("seeds", 20, "seeds per scenario (1, 2, …)")
+	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
+	asJSON := fs.Bool("json", false, "print every run as JSON")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *seeds < 1 {
+		return fmt.Errorf("%w: --seeds must be ≥ 1", errUsage)
+	}
+	list := make([]uint64, *seeds)
+	for i := range list {
+		list[i] = uint64(i + 1)
+	}
+	names := []string{"paper-1p1d-h100", "paper-1p1d-h100-spike33", "paper-1p1d-h100-spike", "paper-1p3d-h200",
+		"paper-1p3d-h200-spike"}
+	runs, err := harness.EvaluateDetector(names, list)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *asJSON:
+		return writeJSON(env.Stdout, runs)
+	case *markdown:
+		return harness.DetectionMarkdown(env.Stdout, runs, fmt.Sprintf("basin sim detect --seeds %d --markdown", *seeds))
+	}
+	return harness.DetectionMarkdown(env.Stdout, runs, "basin sim detect")
+}

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/internal/progress"
 	"github.com/basin-dev/basin/sim"
@@ -26,6 +27,7 @@ func runSim(ctx context.Context, env Env, args []string) error {
 		"fidelity": func(a []string) error { return simFidelity(env, a) },
 		"serve":    func(a []string) error { return simServe(ctx, env, a) },
 		"riskgrid": func(a []string) error { return simRiskGrid(env, a) },
+		"detect":   func(a []string) error { return simDetect(env, a) },
 	})
 }
 
@@ -55,12 +57,19 @@ func simRun(env Env, args []string) error {
 	policy := fs.String("policy", "", "policy: none, hicache, continuum, basin-current, basin or oracle (default: the scenario's, else none)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeline := fs.String("timeline", "", "write the per-minute timeline as CSV to this file")
+	calib := fs.String("calibration", "", "the detector's calibration (default: measure the scenario's deployment now)")
+	noDetect := fs.Bool("no-detector", false, "do not run basin's collector and detector alongside")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	sc, err := loadScenario(*scName)
 	if err != nil {
 		return err
+	}
+	if !*noDetect {
+		if err := observeWith(sc, *calib); err != nil {
+			return err
+		}
 	}
 	b := bar(env, *asJSON, "simulating "+sc.Name)
 	res, err := scenario.Run(sc, *policy, b.Set)
@@ -127,6 +136,17 @@ func printResult(w io.Writer, r *sim.Result) {
 	fmt.Fprintf(tw, "prefill busy (window)\t%s\n", num(r.PrefillBusyWindow, 3))
 	fmt.Fprintf(tw, "at minute %g\tlive sessions %d, working set %.2f× cache\n", r.DurationMin, r.LiveSessionsEnd,
 		float64(r.WorkingSetEnd)/float64(r.CacheCapacityEnd))
+	if obs, ok := r.Detector.(*harness.Observation); ok {
+		m := func(v *float64) string {
+			if v == nil {
+				return "never"
+			}
+			return fmt.Sprintf("minute %.1f", *v)
+		}
+		fmt.Fprintf(tw, "detector\tfirst warning %s, drifting %s, trapped %s; now %s\n", m(obs.FirstWarningMin),
+			m(obs.FirstDriftingMin), m(obs.FirstTrappedMin), obs.FinalState)
+		fmt.Fprintf(tw, "utilisation alerts\tfirst %s\n", m(r.UtilisationAlertFirstMin))
+	}
 	tw.Flush()
 }
 
@@ -266,4 +286,22 @@ func simFidelity(env Env, args []string) error {
 		fmt.Fprintf(tw, "(%s)\t%d/%d seeds\t%s\n", c.ID, c.Passed, c.Runs, c.Detail)
 	}
 	return tw.Flush()
+}
+
+// observeWith attaches basin's collector and detector to the scenario's runs, with a calibration
+// file or one measured on the scenario's deployment now (a closed-loop step load; well under a
+// second in the simulator).
+func observeWith(sc *scenario.Scenario, path string) error {
+	var cal *detector.Calibration
+	var err error
+	if path != "" {
+		cal, err = detector.LoadCalibration(path)
+	} else {
+		cal, err = harness.Calibrate(sc.WithoutSpikes(), time.Now().UTC())
+	}
+	if err != nil {
+		return err
+	}
+	sc.Observe = func(o *sim.Options) error { return harness.Observe(o, detector.Options{Calibration: cal}) }
+	return nil
 }

@@ -85,6 +85,9 @@ type Scenario struct {
 	// Policies resolves policy names beyond the engine baselines: basin's own policies, wired
 	// outside the simulator so that it holds no basin logic. Nil: engine baselines only.
 	Policies PolicySet `yaml:"-"`
+	// Observe, when set, attaches observers (basin's collector and detector) to every run built
+	// from the scenario.
+	Observe func(*sim.Options) error `yaml:"-"`
 
 	// dir is where relative trace paths are resolved.
 	dir string
@@ -351,6 +354,11 @@ func (sc *Scenario) Options(policy string) (sim.Options, error) {
 	if custom {
 		if _, err := sc.Policies.Apply(policy, &o); err != nil {
 			return sim.Options{}, fmt.Errorf("policy %s: %w", policy, err)
+		}
+	}
+	if sc.Observe != nil {
+		if err := sc.Observe(&o); err != nil {
+			return sim.Options{}, fmt.Errorf("observe: %w", err)
 		}
 	}
 	return o, nil

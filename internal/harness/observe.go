@@ -1,0 +1,192 @@
+package harness
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/enginemetrics"
+)
+
+// Observation is what basin's collector and detector saw of a simulated run, next to the
+// conventional utilisation alerts computed from the same snapshots.
+type Observation struct {
+	// FirstWarningMin is when the detector first left healthy (pressure or worse).
+	FirstWarningMin *float64 `json:"first_warning_min"`
+	// FirstDriftingMin and FirstTrappedMin are the first entries into those states.
+	FirstDriftingMin *float64              `json:"first_drifting_min"`
+	FirstTrappedMin  *float64              `json:"first_trapped_min"`
+	Transitions      []detector.Transition `json:"transitions"`
+	FinalState       detector.State        `json:"final_state"`
+	// Utilisation gives, per conventional rule, the first minute it held for AlertFor; null when
+	// it never did. UtilisationFirstMin is the earliest of them.
+	Utilisation         map[string]*float64 `json:"utilisation_alerts_first_min"`
+	UtilisationFirstMin *float64            `json:"-"`
+
+	trace func(time.Duration, detector.Assessment)
+}
+
+// ObserveEvery is how often the virtual-time harness scrapes and steps the detector: the
+// collector's default scrape interval.
+const ObserveEvery = collector.DefaultInterval
+
+// AlertFor is how long a conventional alert's condition must hold before it counts as fired, as a
+// Prometheus rule's `for:`; one minute, shorter than such rules usually use, so the comparison errs
+// in the conventional alerts' favour.
+const AlertFor = time.Minute
+
+// The conventional alerts basin is compared with, computed from the collector's snapshot:
+// GAIE's utilisation saturation detector, the llm-d alerts, a TTFT alert.
+var utilisationRules = []struct {
+	name string
+	fire func(collector.Snapshot) bool
+}{
+	{"gaie_saturation", func(s collector.Snapshot) bool {
+		// GAIE: max(queue/5, KV/0.8) ≥ 1, per endpoint; the snapshot holds the queue summed over
+		// instances and the highest KV usage, which only makes this fire sooner.
+		q, okQ := s.Get(collector.EngineQueue)
+		kv, okKV := s.Get(collector.KVUsageMax)
+		return (okQ && q/5 >= 1) || (okKV && kv/0.8 >= 1)
+	}},
+	{"llmd_kv_usage_0.9", func(s collector.Snapshot) bool {
+		kv, ok := s.Get(collector.KVUsageMax)
+		return ok && kv > 0.9
+	}},
+	{"llmd_waiting_50", func(s collector.Snapshot) bool {
+		q, ok := s.Get(collector.EngineQueue)
+		return ok && q > 50
+	}},
+	{"ttft_p99_10s", func(s collector.Snapshot) bool {
+		v, ok := s.Get(collector.TTFTp99)
+		return ok && v > 10
+	}},
+}
+
+// Observe attaches basin's collector and detector to a run: every ObserveEvery of virtual time the
+// simulated instances' SGLang-named metrics and the gateway's basin_gateway_* metrics are gathered
+// and ingested exactly as scrapes would be, the detector steps on the snapshot, and the result
+// gains the Observation. A run without a gate gets an observe-only one (an admission core that
+// admits everything): the gateway is how basin sees sessions, even when it does not enforce.
+func Observe(o *sim.Options, do detector.Options) error {
+	g, ok := o.Gate.(*Gate)
+	if o.Gate != nil && !ok {
+		return fmt.Errorf("observe: the run's gate is not basin's admission core")
+	}
+	if g == nil {
+		core, err := admission.New(admission.Options{Budget: math.MaxInt64 / 2})
+		if err != nil {
+			return err
+		}
+		g = &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+		o.Gate = g
+	}
+	var now time.Time
+	var stats []sim.InstanceStats
+	var lending bool
+	clock := func() time.Time { return now }
+	col, err := collector.New(collector.Options{Interval: ObserveEvery, Now: clock})
+	if err != nil {
+		return err
+	}
+	det, err := detector.New(do)
+	if err != nil {
+		return err
+	}
+	gw := prometheus.NewRegistry()
+	if err := gw.Register(admission.NewCollector(g.core, clock, func() bool { return lending })); err != nil {
+		return err
+	}
+	gwTarget := collector.Target{Name: "gateway", Role: collector.RoleGateway, Dialect: collector.DialectGateway}
+	var regs map[string]*prometheus.Registry
+	var targets []collector.Target
+
+	obs := &Observation{Utilisation: map[string]*float64{}}
+	held := map[string]time.Duration{}
+	mark := func(p **float64, t time.Duration) {
+		if *p == nil {
+			m := t.Minutes()
+			*p = &m
+		}
+	}
+	prev := o.Controller
+	o.Controller = &sim.Controller{Every: ObserveEvery, Tick: func(t time.Duration, c sim.Control) {
+		if prev != nil && t%prev.Every == 0 {
+			prev.Tick(t, c)
+		}
+		now = epoch.Add(t)
+		stats = c.Stats()
+		lending = c.Observe().Lending.Enabled
+		if regs == nil {
+			names := make([]string, len(stats))
+			for i, st := range stats {
+				names[i] = st.Name
+				targets = append(targets, collector.Target{Name: st.Name, Role: collector.Role(st.Role),
+					Dialect: collector.DialectSGLang})
+			}
+			regs, _ = enginemetrics.Registries(func() []sim.InstanceStats { return stats }, names, enginemetrics.Options{})
+		}
+		for _, tg := range targets {
+			if fams, err := regs[tg.Name].Gather(); err == nil {
+				_ = col.IngestGathered(now, tg, fams)
+			}
+		}
+		if fams, err := gw.Gather(); err == nil {
+			_ = col.IngestGathered(now, gwTarget, fams)
+		}
+		snap := col.SnapshotAt(now)
+		a := det.Step(snap)
+		if obs.trace != nil {
+			obs.trace(t, a)
+		}
+		if tr := a.Transition; tr != nil {
+			obs.Transitions = append(obs.Transitions, *tr)
+			switch tr.To {
+			case detector.Drifting:
+				mark(&obs.FirstDriftingMin, t)
+			case detector.Trapped:
+				mark(&obs.FirstTrappedMin, t)
+			}
+			if tr.To != detector.Healthy {
+				mark(&obs.FirstWarningMin, t)
+			}
+		}
+		obs.FinalState = a.State
+		for _, r := range utilisationRules {
+			if !r.fire(snap) {
+				held[r.name] = 0
+				continue
+			}
+			held[r.name] += ObserveEvery
+			if held[r.name] >= AlertFor && obs.Utilisation[r.name] == nil {
+				m := (t - AlertFor + ObserveEvery).Minutes()
+				obs.Utilisation[r.name] = &m
+				if obs.UtilisationFirstMin == nil || m < *obs.UtilisationFirstMin {
+					obs.UtilisationFirstMin = &m
+				}
+			}
+		}
+	}}
+	if prev != nil && prev.Every%ObserveEvery != 0 {
+		return fmt.Errorf("observe: the run's controller ticks every %v, not a multiple of %v", prev.Every, ObserveEvery)
+	}
+	done := o.OnResult
+	o.OnResult = func(r *sim.Result) {
+		for _, rule := range utilisationRules {
+			if _, ok := obs.Utilisation[rule.name]; !ok {
+				obs.Utilisation[rule.name] = nil
+			}
+		}
+		r.Detector = obs
+		r.UtilisationAlertFirstMin = obs.UtilisationFirstMin
+		if done != nil {
+			done(r)
+		}
+	}
+	return nil
+}
