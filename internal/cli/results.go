@@ -99,18 +99,15 @@ func riskMarkdown(w io.Writer, res []harness.GridResult, seed uint64) error {
 // the spike, +33% and healthy scenarios.
 func simDetect(env Env, args []string) error {
 	fs := newFlags(env, "sim detect")
-	seeds := fs.Int("seeds", 20, "seeds per scenario (1, 2, …)")
+	seeds := seedsFlag(fs, 20)
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if *seeds < 1 {
-		return fmt.Errorf("%w: --seeds must be ≥ 1", errUsage)
-	}
-	list := make([]uint64, *seeds)
-	for i := range list {
-		list[i] = uint64(i + 1)
+	list, err := seeds()
+	if err != nil {
+		return err
 	}
 	names := []string{"paper-1p1d-h100", "paper-1p1d-h100-spike33", "paper-1p1d-h100-spike", "paper-1p3d-h200",
 		"paper-1p3d-h200-spike"}
@@ -122,7 +119,7 @@ func simDetect(env Env, args []string) error {
 	case *asJSON:
 		return writeJSON(env.Stdout, runs)
 	case *markdown:
-		return harness.DetectionMarkdown(env.Stdout, runs, fmt.Sprintf("basin sim detect --seeds %d --markdown", *seeds))
+		return harness.DetectionMarkdown(env.Stdout, runs, fmt.Sprintf("basin sim detect --seeds %d --markdown", len(list)))
 	}
 	return harness.DetectionMarkdown(env.Stdout, runs, "basin sim detect")
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -256,18 +257,15 @@ func printCurve(w io.Writer, c *scenario.Curve) {
 
 func simFidelity(env Env, args []string) error {
 	fs := newFlags(env, "sim fidelity")
-	seeds := fs.Int("seeds", 10, "number of seeds (1, 2, …)")
+	seeds := seedsFlag(fs, 10)
 	markdown := fs.Bool("markdown", false, "print the Markdown page docs/fidelity.md holds")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if *seeds < 1 {
-		return fmt.Errorf("%w: --seeds must be ≥ 1", errUsage)
-	}
-	list := make([]uint64, *seeds)
-	for i := range list {
-		list[i] = uint64(i + 1)
+	list, err := seeds()
+	if err != nil {
+		return err
 	}
 	b := bar(env, *asJSON || *markdown, "checking fidelity")
 	rep, err := fidelity.Run(list, b.Set)
@@ -279,7 +277,7 @@ func simFidelity(env Env, args []string) error {
 	case *asJSON:
 		return writeJSON(env.Stdout, rep)
 	case *markdown:
-		return rep.Markdown(env.Stdout, fmt.Sprintf("basin sim fidelity --seeds %d --markdown", *seeds))
+		return rep.Markdown(env.Stdout, fmt.Sprintf("basin sim fidelity --seeds %d --markdown", len(list)))
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	for _, c := range rep.Checks {
@@ -304,4 +302,20 @@ func observeWith(sc *scenario.Scenario, path string) error {
 	}
 	sc.Observe = func(o *sim.Options) error { return harness.Observe(o, detector.Options{Calibration: cal}) }
 	return nil
+}
+
+// seedsFlag adds --seeds to fs; the function it returns checks the value and lists the seeds
+// 1, 2, … n.
+func seedsFlag(fs *flag.FlagSet, def int) func() ([]uint64, error) {
+	n := fs.Int("seeds", def, "number of seeds (1, 2, …)")
+	return func() ([]uint64, error) {
+		if *n < 1 {
+			return nil, fmt.Errorf("%w: --seeds must be ≥ 1", errUsage)
+		}
+		list := make([]uint64, *n)
+		for i := range list {
+			list[i] = uint64(i + 1)
+		}
+		return list, nil
+	}
 }
