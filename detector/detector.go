@@ -328,8 +328,11 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	d.mu.flowAt = now
 	ev.flowArr, ev.flowDone = d.mu.flowArr, d.mu.flowDone
 	driftHit := obs.hit < driftLine && d.mu.onPlateau
+	// The flow sign needs the hit rate to corroborate it (at least half the drift drop under the
+	// plateau): a population growing past the knee with the cache still hitting is pressure, not
+	// yet drift.
 	driftFlow := out.ObservedSlope > 0 && d.mu.flowDone < (1-o.DriftFlowMargin)*d.mu.flowArr &&
-		ratio >= o.DriftNear*knee.Ratio
+		ratio >= o.DriftNear*knee.Ratio && obs.hit < plateau-o.DriftDrop/2
 	var truth [numConds]bool
 	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
 	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio

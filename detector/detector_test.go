@@ -70,10 +70,11 @@ func (s sample) snapshot(at time.Time) collector.Snapshot {
 	return snap
 }
 
-// scriptOptions keep the scripts short: a plateau warm-up of 15 s instead of 2 min.
+// scriptOptions keep the scripts short: a plateau warm-up of 15 s instead of 2 min, a drift hold
+// of 1 min instead of 3.
 func scriptOptions() Options {
 	return Options{KneeRatio: 1.9, PlateauHit: 0.96, DisablePassive: true, PlateauWarmup: 15 * time.Second,
-		Fluid: FluidOptions{CallsPerSession: testK}}
+		DriftHold: time.Minute, Fluid: FluidOptions{CallsPerSession: testK}}
 }
 
 // runScript steps d every 5 s from t0 to t0+end (inclusive) with the script's samples.
@@ -219,16 +220,23 @@ func TestRelapse(t *testing.T) {
 }
 
 func TestDriftFromFlow(t *testing.T) {
-	// The hit rate is still on its plateau, but near the knee (W/C ≥ 0.9 × 1.9 = 1.71) the
-	// population grows with completions below arrivals.
-	d := newDetector(t, scriptOptions())
-	as := runScript(t, d, 0, 6*time.Minute, func(off time.Duration) sample {
-		if off < time.Minute {
-			return sample{wc: 1.0, hit: 0.96}
+	// Near the knee (W/C ≥ 0.9 × 1.9 = 1.71) the population grows with completions below
+	// arrivals while the hit rate slips a little (0.92: under plateau − 0.025, not yet under the
+	// drift line 0.91).
+	script := func(hit float64) func(off time.Duration) sample {
+		return func(off time.Duration) sample {
+			if off < time.Minute {
+				return sample{wc: 1.0, hit: 0.96}
+			}
+			wc := 1.72 + 0.005*float64((off-time.Minute)/step)
+			return sample{wc: wc, hit: hit, arrival: 6.6, completion: 2.0, calls: 2.0 / 60 * testK}
 		}
-		wc := 1.72 + 0.005*float64((off-time.Minute)/step)
-		return sample{wc: wc, hit: 0.96, arrival: 6.6, completion: 2.0, calls: 2.0 / 60 * testK}
-	})
+	}
+	still := runScript(t, newDetector(t, scriptOptions()), 0, 6*time.Minute, script(0.96))
+	assert.Equal(t, []string{"1m15s healthy→pressure"}, transitions(still),
+		"with the cache still on its plateau, a growing population is pressure, not drift")
+	d := newDetector(t, scriptOptions())
+	as := runScript(t, d, 0, 6*time.Minute, script(0.92))
 	// The smoothed completions fall 10% under the smoothed arrivals after a minute or so, and the
 	// deficit must then last two minutes.
 	assert.Equal(t, []string{"1m15s healthy→pressure", "3m20s pressure→drifting"}, transitions(as))
@@ -446,7 +454,7 @@ func TestAssessmentJSON(t *testing.T) {
 		if off < time.Minute {
 			return sample{wc: 1.0, hit: 0.96}
 		}
-		return sample{wc: 1.72 + 0.002*float64(off/step), hit: 0.96, arrival: 6.6, completion: 2.0}
+		return sample{wc: 1.72 + 0.002*float64(off/step), hit: 0.92, arrival: 6.6, completion: 2.0}
 	})
 	var a Assessment // the step that went pressure → drifting, short of the knee's edge and growing
 	for _, x := range as {
