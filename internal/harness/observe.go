@@ -41,28 +41,48 @@ const ObserveEvery = collector.DefaultInterval
 // in the conventional alerts' favour.
 const AlertFor = time.Minute
 
-// The conventional alerts basin is compared with, computed from the collector's snapshot:
-// GAIE's utilisation saturation detector, the llm-d alerts, a TTFT alert.
+// instanceLoad is what the per-endpoint rules read of one engine instance: requests waiting in
+// its queues (scheduler plus PD bootstrap/prealloc/transfer queues) and its KV usage.
+type instanceLoad struct{ queue, kv float64 }
+
+func loads(stats []sim.InstanceStats) []instanceLoad {
+	out := make([]instanceLoad, 0, len(stats))
+	for _, st := range stats {
+		l := instanceLoad{queue: float64(st.Queued + st.BootstrapQueue + st.PreallocQueue + st.TransferQueue)}
+		if st.MaxTotalTokens > 0 {
+			l.kv = float64(st.UsedTokens) / float64(st.MaxTotalTokens)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func anyInstance(ls []instanceLoad, f func(instanceLoad) bool) bool {
+	for _, l := range ls {
+		if f(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// The conventional alerts basin is compared with. GAIE's saturation detector and the llm-d alerts
+// are per endpoint, so they read each instance as its own metrics would show it; the TTFT alert
+// reads the collector's windowed p99.
 var utilisationRules = []struct {
 	name string
-	fire func(collector.Snapshot) bool
+	fire func(collector.Snapshot, []instanceLoad) bool
 }{
-	{"gaie_saturation", func(s collector.Snapshot) bool {
-		// GAIE: max(queue/5, KV/0.8) ≥ 1, per endpoint; the snapshot holds the queue summed over
-		// instances and the highest KV usage, which only makes this fire sooner.
-		q, okQ := s.Get(collector.EngineQueue)
-		kv, okKV := s.Get(collector.KVUsageMax)
-		return (okQ && q/5 >= 1) || (okKV && kv/0.8 >= 1)
+	{"gaie_saturation", func(_ collector.Snapshot, ls []instanceLoad) bool {
+		return anyInstance(ls, func(l instanceLoad) bool { return max(l.queue/5, l.kv/0.8) >= 1 })
 	}},
-	{"llmd_kv_usage_0.9", func(s collector.Snapshot) bool {
-		kv, ok := s.Get(collector.KVUsageMax)
-		return ok && kv > 0.9
+	{"llmd_kv_usage_0.9", func(_ collector.Snapshot, ls []instanceLoad) bool {
+		return anyInstance(ls, func(l instanceLoad) bool { return l.kv > 0.9 })
 	}},
-	{"llmd_waiting_50", func(s collector.Snapshot) bool {
-		q, ok := s.Get(collector.EngineQueue)
-		return ok && q > 50
+	{"llmd_waiting_50", func(_ collector.Snapshot, ls []instanceLoad) bool {
+		return anyInstance(ls, func(l instanceLoad) bool { return l.queue > 50 })
 	}},
-	{"ttft_p99_10s", func(s collector.Snapshot) bool {
+	{"ttft_p99_10s", func(s collector.Snapshot, _ []instanceLoad) bool {
 		v, ok := s.Get(collector.TTFTp99)
 		return ok && v > 10
 	}},
@@ -157,8 +177,9 @@ func Observe(o *sim.Options, do detector.Options) error {
 			}
 		}
 		obs.FinalState = a.State
+		ls := loads(stats)
 		for _, r := range utilisationRules {
-			if !r.fire(snap) {
+			if !r.fire(snap, ls) {
 				held[r.name] = 0
 				continue
 			}
