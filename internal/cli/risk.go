@@ -17,6 +17,7 @@ import (
 func runRisk(_ context.Context, env Env, args []string) error {
 	fs := newFlags(env, "risk")
 	scName := fs.String("scenario", "", "scenario file or preset describing the deployment and the workload")
+	fs.StringVar(scName, "config", "", "the same as --scenario: a scenario file is the deployment's description")
 	calib := fs.String("calibration", "", "calibration.json from basin calibrate (its knee replaces the default 1.9)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args, 0); err != nil {
