@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./gateway/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
+RACE_PKGS := ./internal/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
 	./sim/trace/... ./sim/loadgen/...
 
 .PHONY: build test lint demo bench fidelity results fuzz clean
