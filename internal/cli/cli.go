@@ -37,7 +37,7 @@ func commands() map[string]command {
 		"loadgen":   {"drive a scenario's agent sessions over the OpenAI API against an endpoint", runLoadgen},
 		"gateway":   {"the session-admission gateway in front of the engines", runGateway},
 		"risk":      {"which limit a deployment reaches first: the cache knee or decode memory", runRisk},
-		"calibrate": {"measure a deployment's knee by step load (simulated deployment)", runCalibrate},
+		"calibrate": {"measure a deployment's knee by step load (simulated, or a live endpoint)", runCalibrate},
 		"version":   {"print the version", runVersion},
 	}
 }

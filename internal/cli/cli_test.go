@@ -265,3 +265,18 @@ func TestSimRunWithDetector(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| paper-1p3d-h200-spike | 1 |")
 }
+
+func TestParseMetricTargets(t *testing.T) {
+	ts, err := parseMetricTargets("prefill=http://a/metrics, decode=http://b/metrics,decode=http://c/metrics,gateway=http://g/metrics")
+	require.NoError(t, err)
+	require.Len(t, ts, 4)
+	assert.Equal(t, "decode-1", ts[2].Name)
+	for _, bad := range []string{"prefill", "router=http://x", "decode="} {
+		_, err := parseMetricTargets(bad)
+		assert.Error(t, err, bad)
+	}
+	code, _, stderr := basin(t, "calibrate", "--scenario", "paper-1p1d-h100", "--target", "http://127.0.0.1:1",
+		"--metrics", "router=http://x")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "want prefill, decode, unified or gateway")
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/calibrate"
 	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -64,19 +67,44 @@ func runRisk(_ context.Context, env Env, args []string) error {
 	return tw.Flush()
 }
 
-// runCalibrate measures a deployment's knee by step load: a rising number of concurrent sessions,
-// each held in closed loop, recording working set over cache and hit rate per step.
-func runCalibrate(_ context.Context, env Env, args []string) error {
+// runCalibrate measures a deployment's knee by step load. With --scenario only, the simulated
+// deployment holds a rising number of sessions in closed loop; with --target, agent sessions are
+// sent at rising arrival rates to a live endpoint while its metrics are scraped. Either way the
+// (working set ÷ cache, hit rate) points give the knee.
+func runCalibrate(ctx context.Context, env Env, args []string) error {
 	fs := newFlags(env, "calibrate")
-	scName := fs.String("scenario", "", "scenario file or preset: the simulated deployment and workload to step-load")
+	scName := fs.String("scenario", "", "scenario file or preset: the deployment to step-load in the simulator, or the workload to send to --target")
 	out := fs.String("o", "calibration.json", "where to write the calibration")
-	maxN := fs.Int("max-sessions", 0, "largest population to try (default: from the cache size)")
+	maxN := fs.Int("max-sessions", 0, "simulated: largest population to try (default: from the cache size)")
+	target := fs.String("target", "", "live: the OpenAI-compatible endpoint to send sessions to (the gateway)")
+	metrics := fs.String("metrics", "", "live: comma-separated role=URL metrics endpoints (roles prefill, decode, unified, gateway)")
+	targetFile := fs.String("targets-file", "", "live: the metrics endpoints as a Prometheus file_sd file")
+	step := fs.Duration("step", 5*time.Minute, "live: how long each arrival rate is held (endpoint time)")
+	speed := fs.Float64("speed", 1, "live: the endpoint's virtual seconds per wall second (1 for real engines)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	sc, err := loadScenario(*scName)
 	if err != nil {
 		return err
+	}
+	if *target != "" {
+		targets, err := parseMetricTargets(*metrics)
+		if err != nil {
+			return fmt.Errorf("%w: --metrics: %v", errUsage, err)
+		}
+		b := bar(env, false, "step load on "+*target)
+		res, err := calibrate.Run(ctx, calibrate.Options{Target: *target, Targets: targets, TargetFile: *targetFile,
+			Scenario: sc, Step: *step, Speed: *speed, Progress: b.Set})
+		b.Done()
+		if err != nil {
+			return err
+		}
+		if err := res.Calibration.Save(*out); err != nil {
+			return err
+		}
+		printCalibration(env.Stdout, res.Calibration, *out)
+		return nil
 	}
 	var co scenario.CurveOptions
 	if *maxN > 0 {
@@ -111,4 +139,30 @@ func printCalibration(w io.Writer, c *detector.Calibration, path string) {
 	fmt.Fprintf(w, "knee at W/C %.2f (hit rate plateau %.3f); peak completion %.2f sessions/min; K = %.1f calls per session\n",
 		c.KneeRatio, c.PlateauHit, 60*c.PeakCompletionRatePerS, c.CallsPerSession)
 	fmt.Fprintf(w, "written to %s\n", path)
+}
+
+// parseMetricTargets reads "prefill=http://h:p/metrics,decode=…" into collector targets named
+// role-index.
+func parseMetricTargets(s string) ([]collector.Target, error) {
+	var out []collector.Target
+	seen := map[string]int{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		role, url, ok := strings.Cut(f, "=")
+		if !ok || url == "" {
+			return nil, fmt.Errorf("%q: want role=URL", f)
+		}
+		r := collector.Role(role)
+		switch r {
+		case collector.RolePrefill, collector.RoleDecode, collector.RoleUnified, collector.RoleGateway:
+		default:
+			return nil, fmt.Errorf("%q: role %q, want prefill, decode, unified or gateway", f, role)
+		}
+		out = append(out, collector.Target{Name: fmt.Sprintf("%s-%d", role, seen[role]), URL: url, Role: r})
+		seen[role]++
+	}
+	return out, nil
 }
