@@ -67,8 +67,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	wallStep := time.Duration(float64(o.Step) / o.Speed)
 	// Scrape several times per step and keep the rates' window inside one step.
 	interval := min(collector.DefaultInterval, wallStep/6)
+	// A reading from anywhere in the step will do, so a signal is stale only after a whole step
+	// without a successful scrape (a loaded endpoint answers slowly).
 	col, err := collector.New(collector.Options{Targets: o.Targets, TargetFile: o.TargetFile, Interval: interval,
-		Timeout: interval, Window: max(2*interval, wallStep/2), Logger: o.Logger})
+		Timeout: interval, Window: max(2*interval, wallStep/2), StaleAfter: int(wallStep / interval),
+		Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
