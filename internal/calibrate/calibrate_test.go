@@ -21,7 +21,7 @@ func TestLiveCalibrationAgainstSimServe(t *testing.T) {
 	if raceEnabled {
 		t.Skip("wall-clock step load: under the race detector the simulated endpoint answers too slowly; `go test ./...` runs it")
 	}
-	const speed = 100 // slow enough that scrapes keep up under the race detector
+	const speed = 200
 	ts := servetest.Start(t, speed)
 	sc, err := scenario.Load("paper-1p1d-h100")
 	require.NoError(t, err)
