@@ -198,7 +198,7 @@ func provides(t Target, estimates bool) []Signal {
 	var out []Signal
 	switch t.Role {
 	case RoleGateway:
-		return []Signal{WorkingSet, LiveSessions, QueuedSessions, ArrivalRate, CompletionRate, Budget, Reserved}
+		return []Signal{WorkingSet, LiveSessions, SessionsInCall, QueuedSessions, ArrivalRate, CompletionRate, Budget, Reserved}
 	case RoleDecode:
 		out = append(out, DecodeFree, DecodeReserved, DecodeCapacity)
 	}
@@ -215,7 +215,7 @@ func missingReason(s Signal) string {
 	switch s {
 	case WorkingSet:
 		return "no gateway target, and no SGLang prefill or unified target to estimate it from"
-	case LiveSessions, QueuedSessions, ArrivalRate, CompletionRate, Budget, Reserved:
+	case LiveSessions, SessionsInCall, QueuedSessions, ArrivalRate, CompletionRate, Budget, Reserved:
 		return "no gateway target"
 	case HitRate, CacheCapacity:
 		return "no prefill or unified target"

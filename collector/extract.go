@@ -47,6 +47,7 @@ const (
 
 	gwWorkingSet  = "basin_gateway_working_set_tokens"
 	gwLive        = "basin_gateway_sessions_live"
+	gwInCall      = "basin_gateway_sessions_in_call"
 	gwQueued      = "basin_gateway_sessions_queued"
 	gwBudget      = "basin_gateway_budget_tokens"
 	gwReserved    = "basin_gateway_reserved_tokens"
@@ -65,7 +66,7 @@ var (
 		sgEffective, sgRealtime, sgCached, sgPrompt, sgRequests, sgTTFT, simLent,
 		vlHits, vlQueries, vlGPUHits, vlGPUQueries, vlSuccess, vlTTFT, vlWaiting, vlKVUsage, vlGPUUsage,
 		vlCacheConfig,
-		gwWorkingSet, gwLive, gwQueued, gwBudget, gwReserved, gwAffinity, gwArrivals, gwCompletions,
+		gwWorkingSet, gwLive, gwInCall, gwQueued, gwBudget, gwReserved, gwAffinity, gwArrivals, gwCompletions,
 	)
 )
 
@@ -121,8 +122,8 @@ type reading struct {
 	ttftSrc string
 
 	// Gateway.
-	workingSet, live, queued, budget, reserved, affinity opt
-	arrivals, completions                                counterPair
+	workingSet, live, inCall, queued, budget, reserved, affinity opt
+	arrivals, completions                                        counterPair
 
 	// samples and duplicates are bookkeeping for basin_scrape_* metrics.
 	samples    int
@@ -326,6 +327,7 @@ func positive(s string) (float64, bool) {
 func (x *extractor) gateway(r *reading) {
 	r.workingSet = x.sum(gwWorkingSet)
 	r.live = x.sum(gwLive)
+	r.inCall = x.sum(gwInCall)
 	r.queued = x.sum(gwQueued)
 	r.budget = x.sum(gwBudget)
 	r.reserved = x.sum(gwReserved)

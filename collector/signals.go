@@ -91,10 +91,10 @@ func (a *acc) value(v float64, estimated bool) Value {
 // own); one never computed stays absent (Missing).
 func (c *Collector) recomputeLocked() {
 	var (
-		ws, wsEst, capEngine, capLent, hits, total            acc
-		live, queued, budget, reserved, arrivals, completions acc
-		calls, free, held, decodeCap, queue, usage, ttftAcc   acc
-		ttft                                                  hist
+		ws, wsEst, capEngine, capLent, hits, total                    acc
+		live, inCall, queued, budget, reserved, arrivals, completions acc
+		calls, free, held, decodeCap, queue, usage, ttftAcc           acc
+		ttft                                                          hist
 	)
 	affinity := false
 	for _, name := range c.mu.order {
@@ -118,6 +118,7 @@ func (c *Collector) recomputeLocked() {
 			}
 			gauge(&ws, r.workingSet, gwWorkingSet)
 			gauge(&live, r.live, gwLive)
+			gauge(&inCall, r.inCall, gwInCall)
 			gauge(&queued, r.queued, gwQueued)
 			gauge(&budget, r.budget, gwBudget)
 			gauge(&reserved, r.reserved, gwReserved)
@@ -207,6 +208,7 @@ func (c *Collector) recomputeLocked() {
 		c.mu.values[HitRate] = hits.value(min(1, max(0, hits.v/total.v)), false)
 	}
 	set(LiveSessions, live, false)
+	set(SessionsInCall, inCall, false)
 	set(QueuedSessions, queued, false)
 	set(Budget, budget, false)
 	set(Reserved, reserved, false)

@@ -25,6 +25,9 @@ const (
 	// LiveSessions and QueuedSessions come from the gateway.
 	LiveSessions   Signal = "live_sessions"
 	QueuedSessions Signal = "queued_sessions"
+	// SessionsInCall is the live sessions with a model call in flight (gateway); ÷ LiveSessions
+	// it is the served fraction of the risk rule.
+	SessionsInCall Signal = "sessions_in_call"
 	// ArrivalRate and CompletionRate are sessions per second over the window (gateway counters).
 	ArrivalRate    Signal = "session_arrival_rate"
 	CompletionRate Signal = "session_completion_rate"
@@ -123,7 +126,7 @@ func (s Snapshot) Blind(need []Signal) []string {
 // exported basin_signal_* series and of Check's problems.
 func AllSignals() []Signal {
 	return []Signal{
-		WorkingSet, CacheCapacity, HitRate, LiveSessions, QueuedSessions, ArrivalRate, CompletionRate,
+		WorkingSet, CacheCapacity, HitRate, LiveSessions, SessionsInCall, QueuedSessions, ArrivalRate, CompletionRate,
 		CallRate, DecodeFree, DecodeReserved, DecodeCapacity, TTFTp50, TTFTp99, EngineQueue, KVUsageMax,
 		Budget, Reserved,
 	}

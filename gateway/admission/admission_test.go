@@ -430,7 +430,7 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]float64{
-		"basin_gateway_sessions_live": 1, "basin_gateway_sessions_queued": 1,
+		"basin_gateway_sessions_live": 1, "basin_gateway_sessions_in_call": 1, "basin_gateway_sessions_queued": 1,
 		"basin_gateway_working_set_tokens": 90, "basin_gateway_reserved_tokens": 90,
 		"basin_gateway_budget_tokens": 100, "basin_gateway_reference_budget_tokens": 100,
 		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,

@@ -8,11 +8,11 @@ import (
 
 // stateCollector reports the admission core's state and counters at scrape time.
 type stateCollector struct {
-	core                                                  *Core
-	now                                                   func() time.Time
-	affinityOn                                            func() bool
-	live, queued, workingSet, reserved, budget, reference *prometheus.Desc
-	affinity, arrivals, completions, admissions           *prometheus.Desc
+	core                                                          *Core
+	now                                                           func() time.Time
+	affinityOn                                                    func() bool
+	live, inCall, queued, workingSet, reserved, budget, reference *prometheus.Desc
+	affinity, arrivals, completions, admissions                   *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -32,6 +32,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		now:         now,
 		affinityOn:  affinity,
 		live:        d("basin_gateway_sessions_live", "Sessions admitted and not yet ended (including those between calls)."),
+		inCall:      d("basin_gateway_sessions_in_call", "Live sessions with a model call in flight (the others are running tools or thinking)."),
 		queued:      d("basin_gateway_sessions_queued", "Sessions waiting in the admission queue."),
 		workingSet:  d("basin_gateway_working_set_tokens", "Working set W: the sum of the current contexts of the live sessions."),
 		reserved:    d("basin_gateway_reserved_tokens", "Sum of the live sessions' demands on the budget (current contexts, or predicted peaks in peak mode)."),
@@ -46,7 +47,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.live, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
+	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
 		c.affinity, c.arrivals, c.completions, c.admissions} {
 		ch <- d
 	}
@@ -61,6 +62,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge(c.live, float64(s.Live))
+	gauge(c.inCall, float64(s.InCall))
 	gauge(c.queued, float64(queued))
 	gauge(c.workingSet, float64(s.WorkingSet))
 	gauge(c.reserved, float64(s.Reserved))

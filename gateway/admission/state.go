@@ -26,6 +26,9 @@ type Snapshot struct {
 	WorkingSet      int64 `json:"working_set_tokens"`
 	Engaged         bool  `json:"engaged"`
 	Live            int   `json:"live_sessions"`
+	// InCall counts the live sessions with a model call in flight (the rest are running tools or
+	// thinking): the served fraction of the paper's risk rule is InCall ÷ Live.
+	InCall int `json:"sessions_in_call"`
 	// Sessions lists the live sessions (with the queue listing only).
 	Sessions []LiveSession   `json:"sessions,omitempty"`
 	Queue    []QueuedSession `json:"queue"`
@@ -37,7 +40,7 @@ func (c *Core) Snapshot(now time.Time, queue bool) Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Snapshot{Mode: c.mu.o.Mode, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
-		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live),
+		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
 		Engaged: c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0, Counters: c.mu.counters}
 	if queue {
 		s.Sessions = c.liveLocked()
@@ -161,4 +164,14 @@ func (c *Core) Restore(now time.Time, st State) error {
 		}
 	}
 	return nil
+}
+
+func (c *Core) inCallLocked() int {
+	n := 0
+	for _, s := range c.mu.live {
+		if s.inFlight > 0 {
+			n++
+		}
+	}
+	return n
 }
