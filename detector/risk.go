@@ -118,7 +118,8 @@ func ServedFractionFrom(meanCallSeconds, meanToolSeconds float64) (float64, erro
 //   - the mean context of live sessions now is the mean context at the limits, which understates
 //     the limits' context when sessions are young (contexts grow) — read the result as of now.
 //
-// servedFraction and kneeFactor are not in a snapshot (see ServedFractionFrom).
+// kneeFactor is not in a snapshot; servedFraction is, from a gateway (sessions in a call ÷ live
+// sessions, see ServedFractionOf), or from call and tool times (ServedFractionFrom).
 func RiskInputsFrom(s collector.Snapshot, servedFraction, kneeFactor float64) (RiskInputs, error) {
 	var errs []error
 	get := func(sig collector.Signal) float64 {
@@ -150,4 +151,19 @@ func tokens(v float64) string {
 		return fmt.Sprintf("%.3gK", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// ServedFractionOf reads the served fraction off a snapshot: the gateway's live sessions with a
+// call in flight over its live sessions. One instant is noisy; average several.
+func ServedFractionOf(s collector.Snapshot) (float64, error) {
+	in, ok1 := s.Get(collector.SessionsInCall)
+	live, ok2 := s.Get(collector.LiveSessions)
+	switch {
+	case !ok1 || !ok2:
+		return 0, fmt.Errorf("served fraction: %s %s, %s %s", collector.SessionsInCall, s.State(collector.SessionsInCall),
+			collector.LiveSessions, s.State(collector.LiveSessions))
+	case !(live > 0):
+		return 0, fmt.Errorf("served fraction: no live sessions")
+	}
+	return in / live, nil
 }

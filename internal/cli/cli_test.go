@@ -280,3 +280,14 @@ func TestParseMetricTargets(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "want prefill, decode, unified or gateway")
 }
+
+func TestLiveRiskNeedsTheGateway(t *testing.T) {
+	ts := servetest.Start(t, 100)
+	code, _, stderr := basin(t, "risk", "--metrics", "prefill="+ts.URL+"/metrics/prefill-0,decode="+ts.URL+"/metrics/decode-0",
+		"--window", "600ms")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "sessions_in_call missing", "without a gateway the served fraction is unknown, not zero")
+	code, _, stderr = basin(t, "risk", "--metrics", "prefill=http://x", "--scenario", "paper-1p1d-h100")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "not both")
+}

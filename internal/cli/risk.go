@@ -17,21 +17,15 @@ import (
 
 // runRisk says which limit a deployment and workload reach first: the cache knee (the trap) or
 // decode memory, with the numbers behind it.
-func runRisk(_ context.Context, env Env, args []string) error {
+func runRisk(ctx context.Context, env Env, args []string) error {
 	fs := newFlags(env, "risk")
 	scName := fs.String("scenario", "", "scenario file or preset describing the deployment and the workload")
 	fs.StringVar(scName, "config", "", "the same as --scenario: a scenario file is the deployment's description")
 	calib := fs.String("calibration", "", "calibration.json from basin calibrate (its knee replaces the default 1.9)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	metrics := fs.String("metrics", "", "live: comma-separated role=URL metrics endpoints (engines and the gateway) instead of a scenario")
+	window := fs.Duration("window", time.Minute, "live: how long to watch the metrics")
 	if err := parse(fs, args, 0); err != nil {
-		return err
-	}
-	sc, err := loadScenario(*scName)
-	if err != nil {
-		return err
-	}
-	o, err := sc.Options("")
-	if err != nil {
 		return err
 	}
 	knee := 0.0
@@ -41,6 +35,31 @@ func runRisk(_ context.Context, env Env, args []string) error {
 			return err
 		}
 		knee = c.KneeRatio
+	}
+	if *metrics != "" {
+		if *scName != "" {
+			return fmt.Errorf("%w: --metrics or --scenario, not both", errUsage)
+		}
+		targets, err := parseMetricTargets(*metrics)
+		if err != nil {
+			return fmt.Errorf("%w: --metrics: %v", errUsage, err)
+		}
+		rep, err := liveRisk(ctx, targets, *window, knee)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(env.Stdout, rep)
+		}
+		return printRisk(env.Stdout, "live metrics", nil, rep)
+	}
+	sc, err := loadScenario(*scName)
+	if err != nil {
+		return err
+	}
+	o, err := sc.Options("")
+	if err != nil {
+		return err
 	}
 	sh := harness.Shape(o.Deployment, o.Streams[0].Workload, sc.Seed, 2000)
 	rep, err := harness.RiskOf(o.Deployment, sh, knee)
@@ -54,10 +73,16 @@ func runRisk(_ context.Context, env Env, args []string) error {
 			detector.RiskReport
 		}{sc.Name, sh, rep})
 	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "scenario\t%s\n", sc.Name)
-	fmt.Fprintf(tw, "workload\tmean context %.0f tokens, %.1f calls per session, call %.1f s, tool %.1f s: %.0f%% of live sessions served\n",
-		sh.MeanContext, sh.CallsPerSess, sh.MeanCall, sh.MeanTool, 100*sh.ServedFraction)
+	return printRisk(env.Stdout, sc.Name, &sh, rep)
+}
+
+func printRisk(w io.Writer, source string, sh *harness.WorkloadShape, rep detector.RiskReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "source\t%s\n", source)
+	if sh != nil {
+		fmt.Fprintf(tw, "workload\tmean context %.0f tokens, %.1f calls per session, call %.1f s, tool %.1f s: %.0f%% of live sessions served\n",
+			sh.MeanContext, sh.CallsPerSess, sh.MeanCall, sh.MeanTool, 100*sh.ServedFraction)
+	}
 	fmt.Fprintf(tw, "cache limit\t%.0f sessions\n", rep.CacheLimitSessions)
 	fmt.Fprintf(tw, "decode limit\t%.0f sessions\n", rep.DecodeLimitSessions)
 	fmt.Fprintf(tw, "binds first\t%s\n", rep.Binding)
@@ -165,4 +190,50 @@ func parseMetricTargets(s string) ([]collector.Target, error) {
 		seen[role]++
 	}
 	return out, nil
+}
+
+// liveRisk watches live metrics for a window: the served fraction is averaged over the window
+// (one instant is noisy), the rest read from the final snapshot.
+func liveRisk(ctx context.Context, targets []collector.Target, window time.Duration, knee float64) (detector.RiskReport, error) {
+	interval := min(collector.DefaultInterval, max(window/6, 100*time.Millisecond))
+	col, err := collector.New(collector.Options{Targets: targets, Interval: interval, Timeout: interval,
+		Window: max(2*interval, window)})
+	if err != nil {
+		return detector.RiskReport{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- col.Run(ctx) }()
+	var sum float64
+	var n int
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	end := time.After(window)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			return detector.RiskReport{}, ctx.Err()
+		case <-end:
+			break wait
+		case <-tick.C:
+			if f, err := detector.ServedFractionOf(col.Snapshot()); err == nil {
+				sum += f
+				n++
+			}
+		}
+	}
+	snap := col.Snapshot()
+	cancel()
+	<-done
+	if n == 0 {
+		_, err := detector.ServedFractionOf(snap)
+		return detector.RiskReport{}, fmt.Errorf("no served fraction in %v: %w", window, err)
+	}
+	in, err := detector.RiskInputsFrom(snap, sum/float64(n), knee)
+	if err != nil {
+		return detector.RiskReport{}, err
+	}
+	return detector.Risk(in)
 }
