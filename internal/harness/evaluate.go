@@ -178,7 +178,7 @@ func DetectionMarkdown(w io.Writer, runs []DetectionRun, command string) error {
 		"(max(queue/5, KV/0.8) ≥ 1 on any instance), llm-d KV usage > 0.9 and waiting > 50 (any instance), TTFT p99 > 10 s "+
 		"(the collector's windowed p99). A run *collapsed* when "+
 		"the simulator's hit rate stayed under 0.5 for five minutes; a *false alarm* is drifting or trapped in a run "+
-		"that did not collapse. Lead = first utilisation alert − first detector warning (pressure or worse).\n\n",
+		"that did not collapse. Lead = first utilisation alert − the start of the warning that led into the trap (the unbroken run of pressure-or-worse states containing the first trapped state).\n\n",
 		command, AlertFor)
 	b.WriteString("| scenario | runs | collapsed | collapsed and warned | lead ≥ 5 min (or no alert) | median lead (min) | no utilisation alert | false alarms |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")

@@ -17,7 +17,9 @@ import (
 // Observation is what basin's collector and detector saw of a simulated run, next to the
 // conventional utilisation alerts computed from the same snapshots.
 type Observation struct {
-	// FirstWarningMin is when the detector first left healthy (pressure or worse).
+	// FirstWarningMin is when the warning that led into the first trap began: the start of the
+	// unbroken run of non-healthy states that contains the first trapped state. Without a trap,
+	// the first time the detector left healthy (pressure or worse).
 	FirstWarningMin *float64 `json:"first_warning_min"`
 	// FirstDriftingMin and FirstTrappedMin are the first entries into those states.
 	FirstDriftingMin *float64              `json:"first_drifting_min"`
@@ -128,6 +130,7 @@ func Observe(o *sim.Options, do detector.Options) error {
 
 	obs := &Observation{Utilisation: map[string]*float64{}}
 	held := map[string]time.Duration{}
+	episode := time.Duration(-1) // when the current run of non-healthy states began
 	mark := func(p **float64, t time.Duration) {
 		if *p == nil {
 			m := t.Minutes()
@@ -166,13 +169,23 @@ func Observe(o *sim.Options, do detector.Options) error {
 		}
 		if tr := a.Transition; tr != nil {
 			obs.Transitions = append(obs.Transitions, *tr)
+			switch {
+			case tr.To == detector.Healthy:
+				episode = -1
+			case tr.From == detector.Healthy:
+				episode = t
+			}
 			switch tr.To {
 			case detector.Drifting:
 				mark(&obs.FirstDriftingMin, t)
 			case detector.Trapped:
+				if obs.FirstTrappedMin == nil && episode >= 0 {
+					m := episode.Minutes()
+					obs.FirstWarningMin = &m // the warning that led here
+				}
 				mark(&obs.FirstTrappedMin, t)
 			}
-			if tr.To != detector.Healthy {
+			if tr.To != detector.Healthy && obs.FirstTrappedMin == nil {
 				mark(&obs.FirstWarningMin, t)
 			}
 		}
