@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"container/heap"
 	"math"
 	"time"
 )
@@ -89,12 +90,14 @@ func (s *Sim) push(e event) {
 	s.evq.push(e)
 }
 
-// reqHeap orders requests waiting in an engine queue by (key, seq) and supports removal.
+// reqHeap orders requests waiting in an engine queue by (key, seq) and supports removal; the
+// heap itself is container/heap's (a queue changes once or twice per call, far from the hot path).
 type reqHeap struct{ items []*request }
 
+// Len, Less, Swap, Push and Pop implement heap.Interface; use the methods below.
 func (h *reqHeap) Len() int { return len(h.items) }
 
-func (h *reqHeap) less(i, j int) bool {
+func (h *reqHeap) Less(i, j int) bool {
 	a, b := h.items[i], h.items[j]
 	if a.key != b.key {
 		return a.key < b.key
@@ -102,67 +105,34 @@ func (h *reqHeap) less(i, j int) bool {
 	return a.seq < b.seq
 }
 
-func (h *reqHeap) swap(i, j int) {
+func (h *reqHeap) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.items[i].heapIdx = i
 	h.items[j].heapIdx = j
 }
 
-func (h *reqHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h *reqHeap) down(i int) {
-	n := len(h.items)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			return
-		}
-		h.swap(i, m)
-		i = m
-	}
-}
-
-func (h *reqHeap) push(r *request) {
+func (h *reqHeap) Push(x any) {
+	r := x.(*request)
 	r.heapIdx = len(h.items)
 	h.items = append(h.items, r)
-	h.up(r.heapIdx)
 }
 
-func (h *reqHeap) peek() *request { return h.items[0] }
-
-func (h *reqHeap) pop() *request { return h.remove(h.items[0]) }
-
-func (h *reqHeap) remove(r *request) *request {
-	i := r.heapIdx
+func (h *reqHeap) Pop() any {
 	n := len(h.items) - 1
-	if i != n {
-		h.swap(i, n)
-	}
+	r := h.items[n]
 	h.items[n] = nil
 	h.items = h.items[:n]
-	if i != n {
-		h.down(i)
-		h.up(i)
-	}
 	r.heapIdx = -1
 	return r
 }
+
+func (h *reqHeap) push(r *request) { heap.Push(h, r) }
+
+func (h *reqHeap) peek() *request { return h.items[0] }
+
+func (h *reqHeap) pop() *request { return heap.Pop(h).(*request) }
+
+func (h *reqHeap) remove(r *request) *request { return heap.Remove(h, r.heapIdx).(*request) }
 
 // RunUntil processes every event up to and including t, then sets the clock to t.
 func (s *Sim) RunUntil(t time.Duration) {

@@ -1,5 +1,7 @@
 package admission
 
+import "container/heap"
+
 // less orders the queue: smaller priority first, then earlier arrival at the gateway.
 func less(a, b *session) bool {
 	if !a.priority.Equal(b.priority) {
@@ -8,72 +10,36 @@ func less(a, b *session) bool {
 	return a.seq < b.seq
 }
 
-// queue is a binary heap of queued sessions with removal by index.
+// queue holds the queued sessions in container/heap's binary heap, each session knowing its index
+// so that a cancelled or shed one can be removed in O(log n).
 type queue struct{ items []*session }
 
-func (q *queue) Len() int { return len(q.items) }
+// Len, Less, Swap, Push and Pop implement heap.Interface; use the methods below.
+func (q *queue) Len() int           { return len(q.items) }
+func (q *queue) Less(i, j int) bool { return less(q.items[i], q.items[j]) }
 
-func (q *queue) swap(i, j int) {
+func (q *queue) Swap(i, j int) {
 	q.items[i], q.items[j] = q.items[j], q.items[i]
 	q.items[i].heapIndex = i
 	q.items[j].heapIndex = j
 }
 
-func (q *queue) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !less(q.items[i], q.items[p]) {
-			return
-		}
-		q.swap(i, p)
-		i = p
-	}
-}
-
-func (q *queue) down(i int) {
-	n := len(q.items)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			return
-		}
-		m := l
-		if r := l + 1; r < n && less(q.items[r], q.items[l]) {
-			m = r
-		}
-		if !less(q.items[m], q.items[i]) {
-			return
-		}
-		q.swap(i, m)
-		i = m
-	}
-}
-
-func (q *queue) push(s *session) {
+func (q *queue) Push(x any) {
+	s := x.(*session)
 	s.heapIndex = len(q.items)
 	q.items = append(q.items, s)
-	q.up(s.heapIndex)
 }
 
-func (q *queue) peek() *session { return q.items[0] }
-
-func (q *queue) pop() *session {
-	s := q.items[0]
-	q.remove(s)
+func (q *queue) Pop() any {
+	n := len(q.items) - 1
+	s := q.items[n]
+	q.items[n] = nil
+	q.items = q.items[:n]
+	s.heapIndex = -1
 	return s
 }
 
-func (q *queue) remove(s *session) {
-	i := s.heapIndex
-	n := len(q.items) - 1
-	if i != n {
-		q.swap(i, n)
-	}
-	q.items[n] = nil
-	q.items = q.items[:n]
-	if i != n {
-		q.down(i)
-		q.up(i)
-	}
-	s.heapIndex = -1
-}
+func (q *queue) push(s *session)   { heap.Push(q, s) }
+func (q *queue) peek() *session    { return q.items[0] }
+func (q *queue) pop() *session     { return heap.Pop(q).(*session) }
+func (q *queue) remove(s *session) { heap.Remove(q, s.heapIndex) }
