@@ -20,7 +20,7 @@ func (s *Sim) Stats() []InstanceStats {
 		st.Queued = p.queue.Len()
 		st.BootstrapQueue = 0
 		for _, d := range s.decode {
-			for _, r := range d.prealloc.items {
+			for _, r := range d.prealloc.Items() {
 				if r.p == p {
 					st.BootstrapQueue++
 				}

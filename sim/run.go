@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"math"
 	"time"
 )
@@ -90,49 +89,20 @@ func (s *Sim) push(e event) {
 	s.evq.push(e)
 }
 
-// reqHeap orders requests waiting in an engine queue by (key, seq) and supports removal; the
-// heap itself is container/heap's (a queue changes once or twice per call, far from the hot path).
-type reqHeap struct{ items []*request }
-
-// Len, Less, Swap, Push and Pop implement heap.Interface; use the methods below.
-func (h *reqHeap) Len() int { return len(h.items) }
-
-func (h *reqHeap) Less(i, j int) bool {
-	a, b := h.items[i], h.items[j]
-	if a.key != b.key {
-		return a.key < b.key
+// Less orders requests in an engine queue by (key, seq); with SetIndex and Index it makes a
+// request an indexheap element, so a killed session's request leaves its queue in O(log n).
+func (r *request) Less(o *request) bool {
+	if r.key != o.key {
+		return r.key < o.key
 	}
-	return a.seq < b.seq
+	return r.seq < o.seq
 }
 
-func (h *reqHeap) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.items[i].heapIdx = i
-	h.items[j].heapIdx = j
-}
+// SetIndex implements indexheap.Elem.
+func (r *request) SetIndex(i int) { r.heapIdx = i }
 
-func (h *reqHeap) Push(x any) {
-	r := x.(*request)
-	r.heapIdx = len(h.items)
-	h.items = append(h.items, r)
-}
-
-func (h *reqHeap) Pop() any {
-	n := len(h.items) - 1
-	r := h.items[n]
-	h.items[n] = nil
-	h.items = h.items[:n]
-	r.heapIdx = -1
-	return r
-}
-
-func (h *reqHeap) push(r *request) { heap.Push(h, r) }
-
-func (h *reqHeap) peek() *request { return h.items[0] }
-
-func (h *reqHeap) pop() *request { return heap.Pop(h).(*request) }
-
-func (h *reqHeap) remove(r *request) *request { return heap.Remove(h, r.heapIdx).(*request) }
+// Index implements indexheap.Elem.
+func (r *request) Index() int { return r.heapIdx }
 
 // RunUntil processes every event up to and including t, then sets the clock to t.
 func (s *Sim) RunUntil(t time.Duration) {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/basin-dev/basin/internal/indexheap"
 )
 
 // session is a live (or finished) agent session.
@@ -81,7 +83,7 @@ type prefillInst struct {
 	idx        int
 	cache      prefixCache
 	host       prefixCache
-	queue      reqHeap
+	queue      indexheap.Heap[*request]
 	busy       *request
 	busySince  time.Duration
 	waitingMem bool
@@ -93,7 +95,7 @@ type decodeInst struct {
 	kv           int
 	reserved     int
 	lent         lentList
-	prealloc     reqHeap
+	prealloc     indexheap.Heap[*request]
 	transferring int
 	running      []*request
 	batchTokens  int64
@@ -294,7 +296,7 @@ func (s *Sim) sendCall(ss *session) {
 	r.p = s.prefill[ss.prefill]
 	r.d = s.routeDecode(ss, c)
 	r.stage = stagePrealloc
-	r.d.prealloc.push(r)
+	r.d.prealloc.Push(r)
 	s.tryPrealloc(r.d)
 }
 
@@ -317,7 +319,7 @@ func (s *Sim) routeDecode(ss *session, c CallSpec) *decodeInst {
 // before prefill may start); the head blocks those behind it.
 func (s *Sim) tryPrealloc(d *decodeInst) {
 	for d.prealloc.Len() > 0 {
-		r := d.prealloc.peek()
+		r := d.prealloc.Peek()
 		need := r.spec.Prompt + r.spec.Output
 		own := 0
 		if le := r.s.lent; le != nil && le.d == d {
@@ -330,7 +332,7 @@ func (s *Sim) tryPrealloc(d *decodeInst) {
 				return
 			}
 		}
-		d.prealloc.pop()
+		d.prealloc.Pop()
 		if own > 0 {
 			r.lentHave = own
 			d.lent.remove(r.s.lent)
@@ -339,7 +341,7 @@ func (s *Sim) tryPrealloc(d *decodeInst) {
 		r.reserved = newNeed + own
 		d.reserved += r.reserved
 		r.stage = stagePrefillQueue
-		r.p.queue.push(r)
+		r.p.queue.Push(r)
 		s.tryPrefill(r.p)
 	}
 }
@@ -349,7 +351,7 @@ func (s *Sim) tryPrefill(p *prefillInst) {
 	if p.busy != nil || p.queue.Len() == 0 {
 		return
 	}
-	r := p.queue.peek()
+	r := p.queue.Peek()
 	ss, c := r.s, r.spec
 	shared := min(ss.spec.Shared, c.Prompt)
 	p.cache.growShared(shared)
@@ -390,7 +392,7 @@ func (s *Sim) tryPrefill(p *prefillInst) {
 		return
 	}
 	p.waitingMem = false
-	p.queue.pop()
+	p.queue.Pop()
 	if e.pinUntil != 0 {
 		p.cache.unpin(e)
 	}
@@ -653,10 +655,10 @@ func (s *Sim) kill(ss *session) {
 		defer s.notify(r, Aborted)
 		switch r.stage {
 		case stagePrealloc:
-			r.d.prealloc.remove(r)
+			r.d.prealloc.Remove(r)
 			s.tryPrealloc(r.d)
 		case stagePrefillQueue:
-			r.p.queue.remove(r)
+			r.p.queue.Remove(r)
 			s.releaseDecode(r)
 			if r.p.waitingMem {
 				s.tryPrefill(r.p)

@@ -304,7 +304,7 @@ func TestContinuumPinsAndOrdersBySession(t *testing.T) {
 			pinnedSeen = true
 		}
 		// Program-level FCFS: the head of the prefill queue is the oldest session waiting.
-		q := s.prefill[0].queue.items
+		q := s.prefill[0].queue.Items()
 		for _, r := range q {
 			if len(q) > 0 && r.s.arrival < q[0].s.arrival {
 				failed = errString("prefill queue head is not the oldest session")

@@ -23,6 +23,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/basin-dev/basin/internal/indexheap"
 )
 
 // Mode says what a session's demand on the budget is.
@@ -239,7 +241,7 @@ type Core struct {
 		sync.Mutex
 		o          Options
 		live       map[string]*session
-		queue      queue
+		queue      indexheap.Heap[*session]
 		queued     map[string]*session
 		retry      map[string]memo
 		shed       map[string]time.Time
@@ -350,7 +352,7 @@ func (c *Core) Arrive(now time.Time, r Request) Decision {
 	}
 	s.queued = true
 	c.mu.queued[s.id] = s
-	c.mu.queue.push(s)
+	c.mu.queue.Push(s)
 	c.mu.counters.Queued++
 	evs := c.drainLocked(now)
 	for _, e := range evs {
@@ -402,11 +404,11 @@ func (c *Core) admitLocked(now time.Time, s *session) {
 func (c *Core) drainLocked(now time.Time) []Event {
 	var evs []Event
 	for c.mu.queue.Len() > 0 {
-		h := c.mu.queue.peek()
+		h := c.mu.queue.Peek()
 		if !c.fitsLocked(h) {
 			break
 		}
-		c.mu.queue.pop()
+		c.mu.queue.Pop()
 		delete(c.mu.queued, h.id)
 		c.admitLocked(now, h)
 		c.mu.counters.AdmittedFromQueue++
@@ -528,7 +530,7 @@ func (c *Core) Cancel(now time.Time, id string) []Event {
 }
 
 func (c *Core) removeQueuedLocked(s *session) {
-	c.mu.queue.remove(s)
+	c.mu.queue.Remove(s)
 	delete(c.mu.queued, s.id)
 	c.mu.tenants[s.tenant]--
 	if c.mu.tenants[s.tenant] <= 0 {
@@ -549,7 +551,7 @@ func (c *Core) Shed(now time.Time, count int, ids []string, reason string) []Eve
 			}
 		}
 	} else if count > 0 {
-		all := append([]*session(nil), c.mu.queue.items...)
+		all := append([]*session(nil), c.mu.queue.Items()...)
 		sort.Slice(all, func(i, j int) bool { return less(all[j], all[i]) }) // lowest priority first
 		victims = all[:min(count, len(all))]
 	}
@@ -644,7 +646,7 @@ func (c *Core) RetryAfter(now time.Time, id string) time.Duration {
 // admission path never calls it; refusals and the admin API do.
 func (c *Core) positionLocked(s *session) int {
 	n := 0
-	for _, o := range c.mu.queue.items {
+	for _, o := range c.mu.queue.Items() {
 		if less(o, s) {
 			n++
 		}

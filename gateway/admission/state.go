@@ -45,7 +45,7 @@ func (c *Core) Snapshot(now time.Time, queue bool) Snapshot {
 	if queue {
 		s.Sessions = c.liveLocked()
 		s.Queue = make([]QueuedSession, 0, c.mu.queue.Len())
-		items := append([]*session(nil), c.mu.queue.items...)
+		items := append([]*session(nil), c.mu.queue.Items()...)
 		sort.Slice(items, func(i, j int) bool { return less(items[i], items[j]) })
 		for _, q := range items {
 			s.Queue = append(s.Queue, QueuedSession{ID: q.id, Tenant: q.tenant, Arrival: q.arrival, Priority: q.priority,
@@ -99,7 +99,7 @@ func (c *Core) Export(now time.Time) State {
 			st.Retry[id] = m.arrival
 		}
 	}
-	for _, s := range c.mu.queue.items {
+	for _, s := range c.mu.queue.Items() {
 		st.Retry[s.id] = s.arrival
 	}
 	for id, until := range c.mu.shed {
