@@ -134,7 +134,8 @@ type cond int
 
 const (
 	cPressureEnter cond = iota // W ≥ PressureEnter × knee·C
-	cPressureExit              // W ≤ PressureExit × knee·C
+	cPressureExit              // W ≤ PressureExit × knee·C and no overload
+	cOverload                  // arrivals above the peak completion rate
 	cDriftHit                  // hit < plateau − DriftDrop
 	cDriftFlow                 // N rising, completions < arrivals, W ≥ DriftNear × knee·C
 	cDriftClear                // no drift sign, hit ≥ collapse + margin, W < knee·C
@@ -327,6 +328,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	}
 	d.mu.flowAt = now
 	ev.flowArr, ev.flowDone = d.mu.flowArr, d.mu.flowDone
+	ev.peak, ev.peakSource = d.peakLocked()
 	driftHit := obs.hit < driftLine && d.mu.onPlateau
 	// The flow sign needs the hit rate to corroborate it (at least half the drift drop under the
 	// plateau): a population growing past the knee with the cache still hitting is pressure, not
@@ -335,7 +337,8 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		ratio >= o.DriftNear*knee.Ratio && obs.hit < plateau-o.DriftDrop/2
 	var truth [numConds]bool
 	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
-	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio
+	truth[cOverload] = ev.peak > 0 && obs.arrival > ev.peak
+	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio && !truth[cOverload]
 	truth[cDriftHit] = driftHit
 	truth[cDriftFlow] = driftFlow
 	truth[cDriftClear] = !driftHit && !driftFlow && obs.hit >= recoverLine && ratio < knee.Ratio
@@ -374,6 +377,18 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	return a
 }
 
+// peakLocked is the peak session completion rate in use and where it comes from: the
+// calibration's, else the learnt curve's once its falling side has been seen (0 while unknown).
+func (d *Detector) peakLocked() (float64, string) {
+	if c := d.o.Calibration; c != nil {
+		return c.PeakCompletionRatePerS, string(SourceCalibration)
+	}
+	if p, ok := d.mu.fluid.Peak(); ok {
+		return p, "learnt"
+	}
+	return 0, ""
+}
+
 // evaluation is one step's numbers, conditions and hold timers.
 type evaluation struct {
 	now                                       time.Time
@@ -384,6 +399,8 @@ type evaluation struct {
 	out                                       Outlook
 	plateau, collapse, driftLine, recoverLine float64
 	flowArr, flowDone                         float64 // smoothed over DriftFlowWindow
+	peak                                      float64 // peak completion rate, sessions/s; 0 unknown
+	peakSource                                string
 	holds                                     [numConds]time.Time
 }
 
@@ -428,8 +445,16 @@ func (e *evaluation) next(s State, since time.Time) (State, []string) {
 		if why != nil {
 			return Drifting, why
 		}
-		if s == Healthy && e.held(cPressureEnter, o.MinHold) {
-			return Pressure, []string{e.reason(cPressureEnter)}
+		if s == Healthy {
+			if e.held(cPressureEnter, o.MinHold) {
+				why = append(why, e.reason(cPressureEnter))
+			}
+			if e.held(cOverload, o.OverloadHold) {
+				why = append(why, e.reason(cOverload))
+			}
+			if why != nil {
+				return Pressure, why
+			}
 		}
 		if s == Pressure && e.held(cPressureExit, o.MinHold) {
 			return Healthy, []string{e.reason(cPressureExit)}
@@ -473,7 +498,14 @@ func (e *evaluation) reason(c cond) string {
 	case cPressureEnter:
 		return fmt.Sprintf("W/C %.2f ≥ %.2f × knee %.2f = %.2f%s", e.ratio, o.PressureEnter, k, o.PressureEnter*k, for_)
 	case cPressureExit:
-		return fmt.Sprintf("W/C %.2f ≤ %.2f × knee %.2f = %.2f%s", e.ratio, o.PressureExit, k, o.PressureExit*k, for_)
+		arr := ""
+		if e.peak > 0 {
+			arr = fmt.Sprintf(", arrivals %.2f/min ≤ peak completion rate %.2f/min", e.obs.arrival*60, e.peak*60)
+		}
+		return fmt.Sprintf("W/C %.2f ≤ %.2f × knee %.2f = %.2f%s%s", e.ratio, o.PressureExit, k, o.PressureExit*k, arr, for_)
+	case cOverload:
+		return fmt.Sprintf("arrivals %.2f/min > peak completion rate %.2f/min (%s): no equilibrium at this rate, "+
+			"the population grows towards the knee%s", e.obs.arrival*60, e.peak*60, e.peakSource, for_)
 	case cDriftHit:
 		return fmt.Sprintf("hit rate %.2f < plateau %.2f − %.2f%s", e.obs.hit, e.plateau, o.DriftDrop, for_)
 	case cDriftFlow:
@@ -524,6 +556,7 @@ func (e *evaluation) describe(s State) []string {
 	}
 	switch s {
 	case Pressure:
+		active(cOverload)
 		if _, ok := e.heldFor(cPressureEnter); !ok {
 			out = append(out, fmt.Sprintf("W/C %.2f not yet ≤ %.2f: still pressure", e.ratio, o.PressureExit*k))
 		}
@@ -540,6 +573,9 @@ func (e *evaluation) describe(s State) []string {
 	}
 	switch s {
 	case Healthy, Pressure:
+		if s == Healthy {
+			pending(cOverload, o.OverloadHold, Pressure)
+		}
 		pending(cCollapse, o.TrappedHold, Trapped)
 		pending(cPastEdge, o.TrappedHold, Trapped)
 		pending(cDriftHit, o.DriftHold, Drifting)

@@ -520,3 +520,32 @@ func TestColdCacheIsNotDrift(t *testing.T) {
 	as = runScript(t, cold, 0, 3*time.Minute, func(time.Duration) sample { return sample{wc: 2.5, hit: 0.3} })
 	assert.Equal(t, Trapped, as[len(as)-1].State, "starting inside a collapse is still trapped")
 }
+
+// TestOverloadPressure: arrivals above the calibrated peak completion rate mean pressure after
+// OverloadHold even with the working set far from the knee; a burst shorter than the hold does not,
+// and pressure clears only once arrivals are back under the peak and W is under the exit line.
+func TestOverloadPressure(t *testing.T) {
+	cal := &Calibration{Version: 1, KneeRatio: 1.9, PlateauHit: 0.96, PeakCompletionRatePerS: 5.1 / 60,
+		CallsPerSession: testK, Created: t0, Source: "test",
+		Points: []Point{{WorkingSetOverCache: 0.5, HitRate: 0.96, Sessions: 20, CompletionRatePerS: 4.0 / 60}}}
+	o := scriptOptions()
+	o.Calibration = cal
+	d := newDetector(t, o)
+	as := runScript(t, d, 0, 8*time.Minute, func(off time.Duration) sample {
+		switch {
+		case off >= 30*time.Second && off < 75*time.Second: // a 45 s burst: under the hold
+			return sample{wc: 0.6, hit: 0.96, arrival: 8}
+		case off >= 2*time.Minute && off < 5*time.Minute: // a spike: 6.6/min > 5.1/min
+			return sample{wc: 0.6, hit: 0.96, arrival: 6.6}
+		}
+		return sample{wc: 0.6, hit: 0.96}
+	})
+	assert.Equal(t, []string{"3m0s healthy→pressure", "5m15s pressure→healthy"}, transitions(as))
+	tr := as[(3*time.Minute)/step].Transition
+	require.NotNil(t, tr)
+	assert.Equal(t, []string{"arrivals 6.60/min > peak completion rate 5.10/min (calibration): no equilibrium at this rate, " +
+		"the population grows towards the knee for 1m0s"}, tr.Reasons)
+	assert.Contains(t, as[(4*time.Minute)/step].Reasons, "arrivals 6.60/min > peak completion rate 5.10/min (calibration): no equilibrium at this rate, "+
+		"the population grows towards the knee for 2m0s", "pressure says what holds it")
+	assert.Contains(t, as[(5*time.Minute+15*time.Second)/step].Transition.Reasons[0], "arrivals 3.30/min ≤ peak completion rate 5.10/min")
+}

@@ -69,15 +69,23 @@
 //
 // # States
 //
-//	healthy ──W ≥ 0.8·knee·C──▶ pressure ──W ≤ 0.7·knee·C──▶ healthy
-//	healthy, pressure ──hit < plateau − 0.05 for 60 s, or N rising with completions < arrivals at
-//	                    W ≥ 0.9·knee·C for 30 s──▶ drifting
+//	healthy ──W ≥ 0.8·knee·C for 15 s, or arrivals above the peak completion rate for 1 min──▶ pressure
+//	pressure ──W ≤ 0.7·knee·C and arrivals under the peak for 15 s──▶ healthy
+//	healthy, pressure ──hit < plateau − 0.05 for 3 min, or N rising with completions 10% under
+//	                    arrivals (5-min averages), W ≥ 0.9·knee·C and hit < plateau − 0.025
+//	                    for 2 min──▶ drifting
 //	healthy, pressure, drifting, recovering ──hit < collapse for 30 s, or N past the unstable
 //	                    equilibrium for 30 s──▶ trapped
 //	drifting ──no drift sign, hit ≥ collapse + 0.05, W < knee·C──▶ recovering
 //	trapped ──hit ≥ collapse + 0.05, W < knee·C, N not past an observed edge──▶ recovering
 //	recovering ──hit ≥ plateau − 0.03 for 5 min inside the state──▶ healthy if W ≤ 0.7·knee·C,
 //	                    else pressure
+//
+// Arrivals above the peak session completion rate (the calibration's, or the learnt curve's once
+// its falling side has been seen) mean the fluid model has no equilibrium at all: the population
+// can only grow until it reaches the knee. That is the first sign of a spike that will trap the
+// deployment, minutes before W nears the knee, so it enters pressure; it is not drift, because the
+// cache has not yet said anything.
 //
 // Every transition without a hold of its own needs its condition for MinHold (15 s), so no state
 // ever changes on one sample; every entry threshold differs from its exit. The collapse line is
@@ -103,10 +111,11 @@
 // constants say where each comes from. From the Basin paper (an unverified summary, see the
 // project's reference notes): the knee 1.9, the plateau 0.95, the drift-flow line at the
 // reference budget 0.9 × knee. From basin's own design (not the paper): the pressure band
-// 0.8/0.7, the drift drop 0.05 for 60 s, the collapse hold 30 s, the recovery tolerance 0.03 for
-// 5 minutes, the plateau tolerance 0.05, the passive bin width 0.05 and the 10-minute λ. Chosen
-// here, with the reason next to the constant: the collapse line, the 15 s MinHold and the 30 s
-// drift-flow hold, the EWMA memories, the bin counts and the N bins.
+// 0.8/0.7, the drift drop 0.05 for 3 minutes, the collapse hold 30 s, the recovery tolerance
+// 0.03 for 5 minutes, the plateau tolerance 0.05, the passive bin width 0.05 and the 10-minute λ.
+// Chosen here, with the reason next to the constant: the collapse line, the 15 s MinHold, the
+// 2-minute drift-flow hold and its 5-minute averages, the 1-minute overload hold, the plateau
+// warm-up, the EWMA memories, the bin counts and the N bins.
 //
 // # Risk
 //

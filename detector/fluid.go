@@ -368,6 +368,32 @@ func (f *Fluid) Equilibria(lambda, k, kneeSessions float64) Equilibria {
 	return e
 }
 
+// Peak is the highest session completion rate of the learnt curve, max X(N)/K, in sessions per
+// second. ok is false until K is known and the curve's falling side has been observed (two points
+// after the peak, the last 10% under it): before that the highest point seen is only a lower bound
+// of what the deployment can complete.
+func (f *Fluid) Peak() (peak float64, ok bool) {
+	k, known := f.K()
+	if !known {
+		return 0, false
+	}
+	var last float64
+	afterPeak := 0
+	for _, b := range f.bins {
+		if b.cnt < f.o.MinBinSamples {
+			continue
+		}
+		v := b.x / k
+		if v > peak {
+			peak, afterPeak = v, 0
+		} else {
+			afterPeak++
+		}
+		last = v
+	}
+	return peak, peak > 0 && afterPeak >= minAfterPeak && last < fallenPeak*peak
+}
+
 // cross interpolates where the segment (n0, v0)–(n1, v1) reaches level.
 func cross(n0, v0, n1, v1, level float64) float64 {
 	if v1 == v0 {

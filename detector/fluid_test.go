@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -313,4 +314,30 @@ func TestFluidRampUpIsNotOverload(t *testing.T) {
 	require.NotNil(t, e.Unstable)
 	assert.Equal(t, 70.0, *e.Unstable)
 	assert.True(t, e.Estimated)
+}
+
+// TestFluidPeak: the learnt peak counts only once the curve has been seen falling past it; before,
+// the highest point seen is a lower bound.
+func TestFluidPeak(t *testing.T) {
+	for _, tc := range []struct {
+		maxN   int
+		wantOK bool
+	}{
+		{maxN: 30, wantOK: false}, // still rising
+		{maxN: 42, wantOK: false}, // past the peak, not 10% under it
+		{maxN: 60, wantOK: true},
+	} {
+		t.Run(fmt.Sprint(tc.maxN), func(t *testing.T) {
+			c := learnt(t, tc.maxN, 3.3)
+			p, ok := c.f.Peak()
+			assert.Equal(t, tc.wantOK, ok)
+			if ok {
+				assert.InDelta(t, 5.1/60, p, 0.2/60, "bins 5% wide average the top of the curve")
+			}
+		})
+	}
+	f, err := NewFluid(FluidOptions{})
+	require.NoError(t, err)
+	_, ok := f.Peak()
+	assert.False(t, ok, "no K, no peak")
 }

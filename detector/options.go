@@ -38,6 +38,13 @@ const (
 	// DefaultDriftFlowMargin: completions must fall more than 10% below arrivals. Chosen: smoothed
 	// rates still wander by a few per cent around each other in a steady state.
 	DefaultDriftFlowMargin = 0.1
+	// DefaultOverloadHold: pressure also when arrivals have run above the deployment's peak
+	// session completion rate for 1 min. At such a rate the fluid model has no equilibrium: the
+	// population can only grow until it reaches the knee, so this is the earliest honest sign of a
+	// spike that will trap the deployment, minutes before W gets near the knee. Chosen: at the
+	// paper's 1P3D base rate (0.66 of its peak) a one-minute Poisson window over the peak lasts
+	// seconds, not a minute; a +100% spike (1.3 × the peak) holds it throughout.
+	DefaultOverloadHold = time.Minute
 	// DefaultPlateauWarmup: the hit rate must have held its plateau for 2 min before a drop counts
 	// as leaving it. A cache warming up from empty (or after a restart) is below its plateau
 	// without having left it; a collapse is judged regardless.
@@ -97,6 +104,7 @@ type Options struct {
 	DriftFlowWindow    time.Duration // DefaultDriftFlowWindow
 	DriftFlowMargin    float64       // DefaultDriftFlowMargin
 	PlateauWarmup      time.Duration // DefaultPlateauWarmup
+	OverloadHold       time.Duration // DefaultOverloadHold
 	CollapseHit        float64       // DefaultCollapseHit
 	CollapseFraction   float64       // DefaultCollapseFraction
 	CollapseExitMargin float64       // DefaultCollapseExitMargin
@@ -128,6 +136,7 @@ func (o Options) withDefaults() Options {
 	defD(&o.DriftFlowWindow, DefaultDriftFlowWindow)
 	def(&o.DriftFlowMargin, DefaultDriftFlowMargin)
 	defD(&o.PlateauWarmup, DefaultPlateauWarmup)
+	defD(&o.OverloadHold, DefaultOverloadHold)
 	def(&o.CollapseHit, DefaultCollapseHit)
 	def(&o.CollapseFraction, DefaultCollapseFraction)
 	def(&o.CollapseExitMargin, DefaultCollapseExitMargin)
@@ -165,6 +174,7 @@ func (o Options) validate() error {
 		hold("DriftFlowHold", o.DriftFlowHold),
 		hold("DriftFlowWindow", o.DriftFlowWindow),
 		hold("PlateauWarmup", o.PlateauWarmup),
+		hold("OverloadHold", o.OverloadHold),
 		frac("DriftFlowMargin", o.DriftFlowMargin),
 		hold("TrappedHold", o.TrappedHold),
 		hold("RecoverHold", o.RecoverHold),

@@ -36,6 +36,15 @@ type DetectionRun struct {
 	Obs      *Observation `json:"observation"`
 	// Collapsed is the simulator's ground truth: the hit rate stayed under 0.5 for five minutes.
 	Collapsed bool `json:"collapsed"`
+	// SpikeStartMin is when the scenario's first arrival spike begins (nil without one).
+	SpikeStartMin *float64 `json:"spike_start_min,omitempty"`
+}
+
+// AlertSoonAfterSpike reports a run whose first utilisation alert came less than five minutes
+// after the spike began: no warning that reacts to the spike can lead it by five minutes there.
+func (r DetectionRun) AlertSoonAfterSpike() bool {
+	u := r.Obs.UtilisationFirstMin
+	return r.SpikeStartMin != nil && u != nil && *u-*r.SpikeStartMin < 5
 }
 
 // LeadMin is how long the detector's first warning preceded the first conventional alert: null
@@ -93,6 +102,10 @@ func EvaluateDetector(names []string, seeds []uint64) ([]DetectionRun, error) {
 				return
 			}
 			sc.Seed = j.Seed
+			if sp := sc.Arrivals.Spikes; len(sp) > 0 {
+				m := time.Duration(sp[0].From).Minutes()
+				j.SpikeStartMin = &m
+			}
 			o, err := sc.Options("")
 			if err != nil {
 				errs[i] = err
@@ -134,8 +147,8 @@ func EvaluateDetector(names []string, seeds []uint64) ([]DetectionRun, error) {
 // DetectionMarkdown writes the evaluation as the docs/results.md section.
 func DetectionMarkdown(w io.Writer, runs []DetectionRun, command string) error {
 	type agg struct {
-		runs, collapsed, warned, leadOK, noAlert, falseAlarms int
-		leads                                                 []float64
+		runs, collapsed, warned, leadOK, noAlert, falseAlarms, soon int
+		leads                                                       []float64
 	}
 	by := map[string]*agg{}
 	var names []string
@@ -159,6 +172,9 @@ func DetectionMarkdown(w io.Writer, runs []DetectionRun, command string) error {
 			}
 			if r.Obs.UtilisationFirstMin == nil {
 				a.noAlert++
+			}
+			if r.AlertSoonAfterSpike() {
+				a.soon++
 			}
 			if l := r.LeadMin(); l != nil {
 				a.leads = append(a.leads, *l)
@@ -197,12 +213,13 @@ func DetectionMarkdown(w io.Writer, runs []DetectionRun, command string) error {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d | %d |\n", n, a.runs, a.collapsed, a.warned, a.leadOK, med,
 			a.noAlert, a.falseAlarms)
 	}
-	var spikes, leadOK, quiet, quietFalse int
+	var spikes, leadOK, soon, quiet, quietFalse int
 	for _, n := range names {
 		a := by[n]
 		if strings.HasSuffix(n, "-spike") {
 			spikes += a.collapsed
 			leadOK += a.leadOK
+			soon += a.soon
 		} else {
 			quiet += a.runs
 			quietFalse += a.falseAlarms
@@ -210,9 +227,13 @@ func DetectionMarkdown(w io.Writer, runs []DetectionRun, command string) error {
 	}
 	fmt.Fprintf(&b, "\nAgainst basin's targets: the warning leads the first utilisation alert by five minutes or more "+
 		"in %d of %d collapsed +100%% runs (target: all), and the healthy and +33%% runs show %d false alarms in "+
-		"%d runs (target: none). The remaining false alarms are hit-rate drops below the plateau lasting three "+
+		"%d runs (target: none). In %d of those collapsed runs the first utilisation alert fired less than five "+
+		"minutes after the spike began, so a warning that reacts to the spike (the earliest is arrivals above the "+
+		"calibrated peak completion rate, one minute after it shows in the collector's one-minute window) cannot "+
+		"lead it by five minutes; only a deployment already under pressure before the spike can. "+
+		"The remaining false alarms are hit-rate drops below the plateau lasting three "+
 		"minutes or more in runs that then recover by themselves: in this model the 1P1D preset runs close to "+
-		"its knee.\n", leadOK, spikes, quietFalse, quiet)
+		"its knee.\n", leadOK, spikes, quietFalse, quiet, soon)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
