@@ -8,9 +8,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/basin-dev/basin/internal/atomicfile"
 )
 
 // CalibrationVersion is the only calibration file version this package reads and writes.
@@ -147,19 +148,7 @@ func (c *Calibration) Save(path string) error {
 	if err := c.Write(&buf); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("save calibration: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(buf.Bytes())
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("save calibration %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("save calibration %s: %w", path, err)
 	}
 	return nil

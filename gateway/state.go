@@ -8,10 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/atomicfile"
 )
 
 // stateVersion is the version of the state file's format.
@@ -52,36 +52,10 @@ func (g *Gateway) saveState() error {
 	if err != nil {
 		return fmt.Errorf("state file %s: %w", path, err)
 	}
-	if err := writeAtomic(path, append(data, '\n')); err != nil {
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("state file %s: %w", path, err)
 	}
 	return nil
-}
-
-func writeAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // restoreState loads the state file into the new gateway, if it exists. A file that cannot be

@@ -8,10 +8,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/basin-dev/basin/internal/atomicfile"
 )
 
 // Model file identity. Version 1 fixes the feature scheme described in the package comment
@@ -193,30 +194,12 @@ func (m *Model) Write(w io.Writer) error {
 // Save writes the model to path atomically: to a temporary file in the same directory, then
 // renamed over path, so that a gateway loading the model meanwhile sees the old file or the new
 // one, never half of one.
-func (m *Model) Save(path string) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("save model: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err := m.Write(f); err != nil {
+func (m *Model) Save(path string) error {
+	var buf bytes.Buffer
+	if err := m.Write(&buf); err != nil {
 		return fmt.Errorf("save model %s: %w", path, err)
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("save model %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("save model %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("save model %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := atomicfile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("save model %s: %w", path, err)
 	}
 	return nil
