@@ -87,6 +87,9 @@ type Assessment struct {
 	ArrivalRate     float64 `json:"arrival_rate_per_s"`
 	CompletionRate  float64 `json:"completion_rate_per_s"`
 	CallsPerSession float64 `json:"calls_per_session,omitempty"`
+	// PeakCompletionRate is the peak session completion rate in use, sessions per second: the
+	// calibration's, or the learnt curve's once its falling side has been seen; 0 while unknown.
+	PeakCompletionRate float64 `json:"peak_completion_rate_per_s,omitempty"`
 
 	// Blind names the needed signals that are not fresh ("hit_rate stale").
 	Blind []string `json:"blind,omitempty"`
@@ -196,6 +199,28 @@ func New(o Options) (*Detector, error) {
 	return d, nil
 }
 
+// Resume sets the state a restarted daemon persisted, before the first Step: a deployment that
+// was trapped when the daemon stopped is still trapped when it comes back, and recovering from it
+// must again pass through recovering. Hold timers start afresh (a condition must be seen for its
+// hold by this process). It is an error after the first Step or for an unknown state.
+func (d *Detector) Resume(s State, since time.Time) error {
+	switch s {
+	case Healthy, Pressure, Drifting, Trapped, Recovering:
+	default:
+		return fmt.Errorf("resume: unknown state %q", s)
+	}
+	if since.IsZero() {
+		return fmt.Errorf("resume: state %s without the time it was entered", s)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mu.started {
+		return fmt.Errorf("resume: the detector has already stepped")
+	}
+	d.mu.state, d.mu.since = s, since
+	return nil
+}
+
 // Last returns the latest assessment, false before the first Step.
 func (d *Detector) Last() (Assessment, bool) {
 	d.mu.Lock()
@@ -259,7 +284,10 @@ func (d *Detector) Step(s collector.Snapshot) Assessment {
 	defer d.mu.Unlock()
 	now := s.At
 	if !d.mu.started {
-		d.mu.started, d.mu.state, d.mu.since = true, Healthy, now
+		d.mu.started = true
+		if d.mu.since.IsZero() { // not resumed
+			d.mu.state, d.mu.since = Healthy, now
+		}
 	} else if !now.After(d.mu.lastAt) {
 		a := d.mu.last
 		a.Transition = nil
@@ -370,7 +398,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		Plateau: plateau, CollapseHit: collapse, LiveSessions: obs.n,
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
 		TimeToTrap: out.TimeToTrap, Lambda: out.Lambda, ArrivalRate: obs.arrival,
-		CompletionRate: obs.completion, CallsPerSession: out.K,
+		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state), obs.estimated)
 	d.mu.last = a

@@ -549,3 +549,15 @@ func TestOverloadPressure(t *testing.T) {
 		"the population grows towards the knee for 2m0s", "pressure says what holds it")
 	assert.Contains(t, as[(5*time.Minute+15*time.Second)/step].Transition.Reasons[0], "arrivals 3.30/min ≤ peak completion rate 5.10/min")
 }
+
+func TestResume(t *testing.T) {
+	d := newDetector(t, scriptOptions())
+	require.Error(t, d.Resume("stuck", t0))
+	require.Error(t, d.Resume(Trapped, time.Time{}))
+	require.NoError(t, d.Resume(Trapped, t0.Add(-time.Hour)))
+	a := d.Step(sample{wc: 2.1, hit: 0.4}.snapshot(t0))
+	assert.Equal(t, Trapped, a.State)
+	assert.Equal(t, t0.Add(-time.Hour), a.Since)
+	assert.Nil(t, a.Transition)
+	require.Error(t, d.Resume(Healthy, t0), "only before the first step")
+}
