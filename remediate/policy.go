@@ -1,0 +1,378 @@
+package remediate
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+// Mode is the budget controller's mode.
+type Mode string
+
+// Modes.
+const (
+	// Normal: B moves in small steps around B_ref.
+	Normal Mode = "normal"
+	// Incident: the detector says drifting or trapped, or a configured alert fires: B is cut and
+	// held so the working set drains.
+	Incident Mode = "incident"
+	// Restoring: the incident is over; B comes back to B_ref step by step while the hit rate holds.
+	Restoring Mode = "restoring"
+)
+
+// Gateway is what the policy reads of the admission gateway.
+type Gateway struct {
+	// Budget and Reference are the gateway's current B and reference budget, tokens.
+	Budget, Reference int64
+	// Reserved is the tokens admitted sessions hold against B; WorkingSet their current contexts.
+	Reserved, WorkingSet int64
+	Live, Queued         int
+	// HeadWait is how long the longest-waiting queued session has waited.
+	HeadWait time.Duration
+	// ShedCandidates are queued session IDs, lowest priority first.
+	ShedCandidates []string
+}
+
+// Inputs are one decision's readings.
+type Inputs struct {
+	At         time.Time
+	Assessment detector.Assessment
+	// GatewayOK is false when the gateway's state could not be read this step: the policy is then
+	// blind and acts on nothing but an incident.
+	GatewayOK bool
+	Gateway   Gateway
+	// Alerts are the firing alerts that put the policy in incident mode (from the webhook).
+	Alerts []string
+	// ArrivalRate is the windowed session arrival rate (sessions/s); ArrivalOK false when stale.
+	ArrivalRate float64
+	ArrivalOK   bool
+	// DryRun says the plans are not acted on: the gateway's budget is then not expected to follow
+	// the policy's target.
+	DryRun bool
+}
+
+// BudgetChange sets the gateway's budget and reference budget.
+type BudgetChange struct {
+	From      int64 `json:"from_tokens"`
+	To        int64 `json:"to_tokens"`
+	Reference int64 `json:"reference_tokens"`
+}
+
+// ShedAction drops queued sessions by ID.
+type ShedAction struct {
+	IDs []string `json:"session_ids"`
+}
+
+// Plan is one decision: what to change and why, with numbers. An empty plan changes nothing.
+type Plan struct {
+	// Seq numbers plans in the order the policy made them; it survives restarts.
+	Seq    uint64         `json:"seq"`
+	At     time.Time      `json:"at"`
+	State  detector.State `json:"state"`
+	Mode   Mode           `json:"mode"`
+	Budget *BudgetChange  `json:"budget,omitempty"`
+	Shed   *ShedAction    `json:"shed,omitempty"`
+	// Lending is set by the lender (WithLending), not by Decide.
+	Lending *LendingPlan `json:"lending,omitempty"`
+	Reasons []string     `json:"reasons"`
+}
+
+// Empty reports a plan with nothing to do.
+func (p Plan) Empty() bool { return p.Budget == nil && p.Shed == nil && p.Lending == nil }
+
+// WithLending adds a lending change (and its reasons) to a plan, numbering the plan if it had
+// nothing else to do.
+func (p *Policy) WithLending(plan Plan, lp LendingPlan, reasons []string) Plan {
+	plan.Lending = &lp
+	plan.Reasons = append(slices.Clone(plan.Reasons), reasons...)
+	if plan.Seq == 0 {
+		p.st.Seq++
+		plan.Seq = p.st.Seq
+	}
+	return plan
+}
+
+// PolicyState is what a restarted daemon needs to resume the policy where it stopped.
+type PolicyState struct {
+	Mode Mode `json:"mode"`
+	// Target is the budget the policy last decided (the gateway's, unless in dry run).
+	Target int64 `json:"target_tokens"`
+	// Reference is the B_ref last sent with a budget change.
+	Reference  int64     `json:"reference_tokens"`
+	ModeSince  time.Time `json:"mode_since"`
+	LastChange time.Time `json:"last_change"`
+	LastShed   time.Time `json:"last_shed"`
+	// ArrivalEWMA is the long-run arrival rate, sessions/s, as of ArrivalAt.
+	ArrivalEWMA float64   `json:"arrival_ewma_per_s"`
+	ArrivalAt   time.Time `json:"arrival_at"`
+	Seq         uint64    `json:"seq"`
+}
+
+// Policy is basin's remediation policy: the budget controller and the shedding rule. The
+// simulator's harness and the daemon run this same code; it reads no clock (Inputs.At is now).
+// Not safe for concurrent use: one loop owns it.
+type Policy struct {
+	o  Options
+	st PolicyState
+}
+
+// NewPolicy validates the options.
+func NewPolicy(o Options) (*Policy, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("remediate options: %w", err)
+	}
+	return &Policy{o: o, st: PolicyState{Mode: Normal}}, nil
+}
+
+// Options returns the options in use, defaults filled.
+func (p *Policy) Options() Options { return p.o }
+
+// State returns the policy's state for persistence.
+func (p *Policy) State() PolicyState { return p.st }
+
+// Restore resumes a persisted state.
+func (p *Policy) Restore(s PolicyState) error {
+	switch s.Mode {
+	case Normal, Incident, Restoring:
+	default:
+		return fmt.Errorf("restore policy: unknown mode %q", s.Mode)
+	}
+	if s.Target < 0 {
+		return fmt.Errorf("restore policy: target_tokens %d < 0", s.Target)
+	}
+	p.st = s
+	return nil
+}
+
+// Replay applies executed actions the persisted state may not include (the daemon stopped
+// between recording an action and saving its state), so the policy does not decide them again.
+func (p *Policy) Replay(recs []Record) {
+	for _, r := range recs {
+		if r.Phase != PhaseDone || r.Seq <= p.st.Seq {
+			continue
+		}
+		switch {
+		case r.Budget != nil:
+			p.st.Target = r.Budget.To
+			p.st.LastChange = r.At
+		case r.Shed != nil:
+			p.st.LastShed = r.At
+		}
+		p.st.Seq = max(p.st.Seq, r.Seq)
+	}
+}
+
+// Reference is B_ref = min(ReferenceFraction × knee·C, C) for an assessment, tokens; 0 when the
+// assessment has no capacity yet.
+func (p *Policy) Reference(a detector.Assessment) int64 {
+	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
+		return 0
+	}
+	c := a.KneeTokens / a.Knee.Ratio
+	return int64(math.Round(min(p.o.ReferenceFraction*a.KneeTokens, c)))
+}
+
+// Decide makes one decision. It never loosens while blind (a needed signal stale or missing, or
+// the gateway unread), cuts at once on an incident, and otherwise moves at most one step per
+// interval.
+func (p *Policy) Decide(in Inputs) Plan {
+	o, a := p.o, in.Assessment
+	plan := Plan{At: in.At, State: a.State}
+	now := in.At
+	blind := len(a.Blind) > 0 || !in.GatewayOK || a.ObservedAt.IsZero()
+
+	// The long-run arrival rate for shedding.
+	if in.ArrivalOK && in.ArrivalRate >= 0 && !math.IsInf(in.ArrivalRate, 0) {
+		if p.st.ArrivalAt.IsZero() {
+			p.st.ArrivalEWMA = in.ArrivalRate
+		} else if dt := now.Sub(p.st.ArrivalAt); dt > 0 {
+			w := 1 - math.Exp(-dt.Seconds()/o.ShedWindow.Seconds())
+			p.st.ArrivalEWMA += w * (in.ArrivalRate - p.st.ArrivalEWMA)
+		}
+		p.st.ArrivalAt = now
+	}
+
+	ref := p.Reference(a)
+	if ref <= 0 {
+		plan.Mode = p.st.Mode
+		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
+		return p.finish(plan)
+	}
+	if p.st.Target == 0 && in.GatewayOK {
+		p.st.Target = in.Gateway.Budget
+	}
+	cur := p.st.Target
+	plateau := a.Plateau
+	onPlateau := a.HitRate >= plateau-o.PlateauTolerance
+	left := a.HitRate < plateau-o.LeaveDrop
+	trouble := a.State == detector.Drifting || a.State == detector.Trapped
+	incident := trouble || len(in.Alerts) > 0
+
+	setMode := func(m Mode, why string) {
+		if p.st.Mode != m {
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("mode %s → %s: %s", p.st.Mode, m, why))
+			p.st.Mode, p.st.ModeSince = m, now
+		}
+	}
+	target := cur
+	switch {
+	case incident:
+		why := fmt.Sprintf("detector %s", a.State)
+		if len(in.Alerts) > 0 {
+			why = fmt.Sprintf("alerts firing: %v (detector %s)", in.Alerts, a.State)
+		}
+		setMode(Incident, why)
+		cut := part(o.IncidentFraction, ref)
+		if cur > cut {
+			target = cut
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("incident: cut B %s → %s (%.2f × B_ref %s) so the working set drains; admitted sessions finish",
+				tok(cur), tok(cut), o.IncidentFraction, tok(ref)))
+		}
+	case p.st.Mode == Incident:
+		setMode(Restoring, fmt.Sprintf("detector %s, no alert firing", a.State))
+		fallthrough
+	case p.st.Mode == Restoring:
+		switch {
+		case blind:
+			plan.Reasons = append(plan.Reasons, "restoring, but blind ("+blindWhy(a, in)+"): B held")
+		case left:
+			target = max(part(o.MinFraction, ref), cur-part(o.RestoreStep, ref))
+			if target < cur {
+				plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f < plateau %.2f − %.2f: B %s → %s",
+					a.HitRate, plateau, o.LeaveDrop, tok(cur), tok(target)))
+			}
+		case cur >= ref:
+			setMode(Normal, fmt.Sprintf("B %s back at B_ref %s", tok(cur), tok(ref)))
+		case onPlateau && now.Sub(p.st.LastChange) >= o.RestoreInterval:
+			target = min(ref, cur+part(o.RestoreStep, ref))
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f on plateau %.2f: B %s → %s (B_ref %s)",
+				a.HitRate, plateau, tok(cur), tok(target), tok(ref)))
+			if target >= ref {
+				setMode(Normal, "B back at B_ref")
+			}
+		}
+	default: // normal
+		step := part(o.Step, ref)
+		lo, hi := part(o.MinFraction, ref), part(o.MaxFraction, ref)
+		due := now.Sub(p.st.LastChange) >= o.StepInterval
+		switch {
+		case cur > hi:
+			target = hi
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s above %.2f × B_ref %s: B → %s", tok(cur), o.MaxFraction, tok(ref), tok(hi)))
+		case !due:
+		case left:
+			target = max(lo, cur-step)
+			if target < cur {
+				plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f left its plateau %.2f (− %.2f): tighten B %s → %s",
+					a.HitRate, plateau, o.LeaveDrop, tok(cur), tok(target)))
+			}
+		case blind:
+			if cur < lo || in.GatewayOK && in.Gateway.Queued > 0 {
+				plan.Reasons = append(plan.Reasons, "blind ("+blindWhy(a, in)+"): never loosen, B held at "+tok(cur))
+			}
+		case cur < lo:
+			target = lo
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s below %.2f × B_ref %s: B → %s", tok(cur), o.MinFraction, tok(ref), tok(lo)))
+		case in.Gateway.Queued > 0 && onPlateau:
+			target = min(hi, cur+step)
+			if target > cur {
+				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%d sessions queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
+					in.Gateway.Queued, a.HitRate, plateau, tok(cur), tok(target), tok(hi)))
+			}
+		case in.Gateway.Queued == 0 && cur > ref:
+			target = max(ref, cur-step)
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("nobody queued: B %s back towards B_ref %s → %s", tok(cur), tok(ref), tok(target)))
+		case cur < ref && onPlateau:
+			target = min(ref, cur+step)
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f on its plateau %.2f: B %s up towards B_ref %s → %s",
+				a.HitRate, plateau, tok(cur), tok(ref), tok(target)))
+		}
+	}
+	plan.Mode = p.st.Mode
+	switch {
+	case target != cur:
+		plan.Budget = &BudgetChange{From: cur, To: target, Reference: ref}
+		p.st.Target, p.st.LastChange, p.st.Reference = target, now, ref
+	case !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur:
+		plan.Budget = &BudgetChange{From: in.Gateway.Budget, To: cur, Reference: ref}
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget %s is not the %s basin last set "+
+			"(the gateway restarted with its configured budget, or someone changed it; pause basin to hold a budget by hand): set %s",
+			tok(in.Gateway.Budget), tok(cur), tok(cur)))
+		p.st.Reference = ref
+	case in.GatewayOK && cur > 0 && math.Abs(float64(ref-p.st.Reference)) > o.Step*float64(ref):
+		plan.Budget = &BudgetChange{From: cur, To: cur, Reference: ref}
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("B_ref %s → %s (min(%.2f × knee %.2f × C, C) with C %s)",
+			tok(p.st.Reference), tok(ref), o.ReferenceFraction, a.Knee.Ratio, tok(int64(a.KneeTokens/a.Knee.Ratio))))
+		p.st.Reference = ref
+	}
+	p.shed(in, &plan, blind)
+	return p.finish(plan)
+}
+
+// shed applies the shedding rule: the long-run arrival rate above the peak completion rate and the
+// head of the queue waiting ShedHeadWait — capacity is truly short and waiting will not help —
+// drops the lowest-priority queued session, at most once per ShedInterval.
+func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
+	o, a := p.o, in.Assessment
+	peak := a.PeakCompletionRate
+	switch {
+	case o.DisableShedding || !in.GatewayOK || len(in.Gateway.ShedCandidates) == 0:
+		return
+	case in.Gateway.HeadWait < o.ShedHeadWait:
+		return
+	case peak <= 0 || p.st.ArrivalAt.IsZero() || !in.ArrivalOK:
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("head of the queue waited %s but the peak completion rate or the arrival rate is unknown: no shedding",
+			in.Gateway.HeadWait.Round(time.Second)))
+		return
+	case p.st.ArrivalEWMA <= peak:
+		return
+	case in.At.Sub(p.st.LastShed) < o.ShedInterval:
+		return
+	}
+	id := in.Gateway.ShedCandidates[0]
+	plan.Shed = &ShedAction{IDs: []string{id}}
+	plan.Reasons = append(plan.Reasons, fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s: shed the lowest-priority queued session %s",
+		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), o.ShedHeadWait, id))
+	p.st.LastShed = in.At
+	_ = blind // shedding reads the gateway and the arrival rate only, both checked above
+}
+
+func (p *Policy) finish(plan Plan) Plan {
+	if !plan.Empty() {
+		p.st.Seq++
+		plan.Seq = p.st.Seq
+	}
+	plan.Reasons = slices.Clip(plan.Reasons)
+	return plan
+}
+
+func blindWhy(a detector.Assessment, in Inputs) string {
+	var parts []string
+	parts = append(parts, a.Blind...)
+	if !in.GatewayOK {
+		parts = append(parts, "gateway state unread")
+	}
+	if a.ObservedAt.IsZero() && len(parts) == 0 {
+		parts = append(parts, "no complete observation yet")
+	}
+	return fmt.Sprint(parts)
+}
+
+// part is f × ref in whole tokens.
+func part(f float64, ref int64) int64 { return int64(math.Round(f * float64(ref))) }
+
+// tok formats tokens for reasons: 1.20M, 850K, 950.
+func tok(v int64) string {
+	f := float64(v)
+	switch {
+	case math.Abs(f) >= 1e6:
+		return fmt.Sprintf("%.2fM", f/1e6)
+	case math.Abs(f) >= 1e4:
+		return fmt.Sprintf("%.0fK", f/1e3)
+	}
+	return fmt.Sprintf("%d", v)
+}

@@ -1,0 +1,251 @@
+package remediate
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+const testC = 1_000_000.0 // cache tokens; knee 1.34 → B_ref = min(0.9 × 1.34 C, C) = C
+
+// assess is an assessment at t with the given state and hit rate (plateau 0.95, knee 1.34).
+func assess(t time.Time, st detector.State, hit float64) detector.Assessment {
+	return detector.Assessment{At: t, ObservedAt: t, State: st, HitRate: hit, Plateau: 0.95,
+		Knee: detector.Knee{Ratio: 1.34}, KneeTokens: 1.34 * testC, PeakCompletionRate: 5.1 / 60}
+}
+
+func gw(budget int64, queued int) Gateway {
+	return Gateway{Budget: budget, Reference: 1_000_000, Queued: queued}
+}
+
+func newPolicy(t *testing.T, o Options) *Policy {
+	t.Helper()
+	p, err := NewPolicy(o)
+	require.NoError(t, err)
+	return p
+}
+
+// step runs the policy once a minute for n minutes from off with in(minute) and applies each
+// budget change to the simulated gateway; it returns the budgets after each step.
+func drive(p *Policy, g *Gateway, from, n int, in func(m int) Inputs) []int64 {
+	var out []int64
+	for m := from; m < from+n; m++ {
+		i := in(m)
+		i.At = t0.Add(time.Duration(m) * time.Minute)
+		i.Assessment.At, i.Assessment.ObservedAt = i.At, i.At
+		i.GatewayOK = true
+		i.Gateway = *g
+		plan := p.Decide(i)
+		if plan.Budget != nil {
+			g.Budget, g.Reference = plan.Budget.To, plan.Budget.Reference
+		}
+		out = append(out, g.Budget)
+	}
+	return out
+}
+
+func TestReference(t *testing.T) {
+	p := newPolicy(t, Options{})
+	assert.Equal(t, int64(testC), p.Reference(assess(t0, detector.Healthy, 0.95)), "0.9 × 1.34 C > C: B_ref = C")
+	a := assess(t0, detector.Healthy, 0.95)
+	a.Knee.Ratio, a.KneeTokens = 1.0, testC
+	assert.Equal(t, int64(0.9*testC), p.Reference(a))
+	assert.Zero(t, p.Reference(detector.Assessment{}), "no capacity yet")
+}
+
+func TestNormalMode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		start  int64
+		queued int
+		hit    float64
+		want   []int64
+	}{
+		{"queued on the plateau: loosen to 1.1 × B_ref", 1_000_000, 5, 0.95, []int64{1_050_000, 1_100_000, 1_100_000, 1_100_000}},
+		{"left the plateau: tighten", 1_000_000, 5, 0.89, []int64{950_000, 900_000, 850_000, 800_000}},
+		{"between the lines: hold", 1_000_000, 5, 0.91, []int64{1_000_000, 1_000_000, 1_000_000, 1_000_000}},
+		{"nobody queued: back to B_ref", 1_100_000, 0, 0.95, []int64{1_050_000, 1_000_000, 1_000_000, 1_000_000}},
+		{"under B_ref on the plateau: up to B_ref", 900_000, 0, 0.95, []int64{950_000, 1_000_000, 1_000_000, 1_000_000}},
+		{"far under the floor: floor at once", 100_000, 0, 0.5, []int64{500_000, 500_000, 500_000, 500_000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			g := gw(tc.start, tc.queued)
+			got := drive(p, &g, 0, 4, func(int) Inputs {
+				return Inputs{Assessment: assess(time.Time{}, detector.Healthy, tc.hit), ArrivalOK: true}
+			})
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestIncidentCutHoldRestore(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := gw(1_000_000, 0)
+	states := map[int]detector.State{}
+	for m := 3; m < 8; m++ {
+		states[m] = detector.Drifting
+	}
+	for m := 8; m < 12; m++ {
+		states[m] = detector.Trapped
+	}
+	for m := 12; m < 40; m++ {
+		states[m] = detector.Recovering
+	}
+	got := drive(p, &g, 0, 40, func(m int) Inputs {
+		st, ok := states[m]
+		if !ok {
+			st = detector.Healthy
+		}
+		hit := 0.95
+		if st == detector.Trapped {
+			hit = 0.3
+		}
+		return Inputs{Assessment: assess(time.Time{}, st, hit)}
+	})
+	assert.Equal(t, int64(1_000_000), got[2])
+	assert.Equal(t, int64(700_000), got[3], "incident: cut at once to 0.7 × B_ref")
+	for m := 3; m < 12; m++ {
+		assert.Equal(t, int64(700_000), got[m], "held through the incident at minute %d", m)
+	}
+	// restoring: +5% of B_ref every 2 minutes from minute 12
+	assert.Equal(t, int64(750_000), got[12])
+	assert.Equal(t, int64(750_000), got[13])
+	assert.Equal(t, int64(800_000), got[14])
+	assert.Equal(t, int64(1_000_000), got[24])
+	assert.Equal(t, Normal, p.State().Mode)
+}
+
+func TestAlertsCauseIncident(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := gw(1_000_000, 0)
+	plan := p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Healthy, 0.95), GatewayOK: true, Gateway: g,
+		Alerts: []string{"BasinMetastableDrift"}})
+	require.NotNil(t, plan.Budget)
+	assert.Equal(t, int64(700_000), plan.Budget.To)
+	assert.Equal(t, Incident, plan.Mode)
+	assert.Contains(t, strings.Join(plan.Reasons, "\n"), "alerts firing: [BasinMetastableDrift]")
+}
+
+func TestBlindNeverLoosens(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := gw(900_000, 10)
+	got := drive(p, &g, 0, 5, func(int) Inputs {
+		a := assess(time.Time{}, detector.Healthy, 0.95)
+		a.Blind = []string{"hit_rate stale"}
+		return Inputs{Assessment: a}
+	})
+	assert.Equal(t, []int64{900_000, 900_000, 900_000, 900_000, 900_000}, got)
+	// but an incident still tightens while blind
+	plan := p.Decide(Inputs{At: t0.Add(time.Hour), Assessment: func() detector.Assessment {
+		a := assess(t0.Add(time.Hour), detector.Trapped, 0.3)
+		a.Blind = []string{"hit_rate stale"}
+		return a
+	}(), GatewayOK: true, Gateway: g})
+	require.NotNil(t, plan.Budget)
+	assert.Equal(t, int64(700_000), plan.Budget.To)
+
+	// the gateway unread: nothing loosens either
+	p = newPolicy(t, Options{})
+	plan = p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Healthy, 0.95), GatewayOK: false})
+	assert.True(t, plan.Empty())
+}
+
+func TestGatewayBudgetReconciled(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := gw(1_000_000, 0)
+	drive(p, &g, 0, 2, func(int) Inputs { return Inputs{Assessment: assess(time.Time{}, detector.Healthy, 0.95)} })
+	// the gateway restarts with its configured budget
+	g.Budget = 400_000
+	plan := p.Decide(Inputs{At: t0.Add(2 * time.Minute), Assessment: assess(t0.Add(2*time.Minute), detector.Healthy, 0.95),
+		GatewayOK: true, Gateway: g})
+	require.NotNil(t, plan.Budget)
+	assert.Equal(t, BudgetChange{From: 400_000, To: 1_000_000, Reference: 1_000_000}, *plan.Budget)
+	// in a dry run the gateway is not expected to follow
+	p = newPolicy(t, Options{})
+	g = gw(1_000_000, 0)
+	drive(p, &g, 0, 2, func(int) Inputs { return Inputs{Assessment: assess(time.Time{}, detector.Healthy, 0.95)} })
+	g.Budget = 400_000
+	plan = p.Decide(Inputs{At: t0.Add(2 * time.Minute), Assessment: assess(t0.Add(2*time.Minute), detector.Healthy, 0.95),
+		GatewayOK: true, Gateway: g, DryRun: true})
+	assert.Nil(t, plan.Budget)
+}
+
+func TestShedding(t *testing.T) {
+	base := func(m int) Inputs {
+		return Inputs{Assessment: assess(time.Time{}, detector.Healthy, 0.95), ArrivalOK: true, ArrivalRate: 6.0 / 60}
+	}
+	for _, tc := range []struct {
+		name     string
+		arrival  float64 // per minute
+		headWait time.Duration
+		disable  bool
+		wantShed int
+	}{
+		{"arrivals over the peak, head waited 15 min: one shed a minute", 6, 16 * time.Minute, false, 5},
+		{"head waited 14 min", 6, 14 * time.Minute, false, 0},
+		{"arrivals under the peak", 4, 30 * time.Minute, false, 0},
+		{"disabled", 6, 30 * time.Minute, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{DisableShedding: tc.disable})
+			shed := 0
+			for m := range 5 {
+				in := base(m)
+				in.ArrivalRate = tc.arrival / 60
+				in.At = t0.Add(time.Duration(m) * time.Minute)
+				in.Assessment.At, in.Assessment.ObservedAt = in.At, in.At
+				in.GatewayOK = true
+				in.Gateway = Gateway{Budget: 1_000_000, Reference: 1_000_000, Queued: 3, HeadWait: tc.headWait,
+					ShedCandidates: []string{fmt.Sprintf("low-%d", m), "mid", "high"}}
+				plan := p.Decide(in)
+				if plan.Shed != nil {
+					shed++
+					assert.Equal(t, []string{fmt.Sprintf("low-%d", m)}, plan.Shed.IDs, "the lowest priority first")
+					assert.Contains(t, strings.Join(plan.Reasons, "\n"), "> peak completion rate 5.10/min")
+				}
+			}
+			assert.Equal(t, tc.wantShed, shed)
+		})
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Step: 0.9}, "step: 0.9"},
+		{Options{MaxFraction: 0.9}, "max_fraction: 0.9"},
+		{Options{IncidentFraction: 0.3}, "incident_fraction: 0.3 below min_fraction"},
+		{Options{PlateauTolerance: 0.06}, "plateau_tolerance"},
+		{Options{ShedHeadWait: -time.Second}, "shed_head_wait"},
+	} {
+		_, err := NewPolicy(tc.o)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+func TestRestoreAndReplay(t *testing.T) {
+	p := newPolicy(t, Options{})
+	require.Error(t, p.Restore(PolicyState{Mode: "panic"}))
+	require.NoError(t, p.Restore(PolicyState{Mode: Incident, Target: 700_000, Seq: 4}))
+	p.Replay([]Record{
+		{Seq: 3, Kind: "budget", Phase: PhaseDone, Budget: &BudgetChange{To: 1}},               // already in the state
+		{Seq: 5, Kind: "budget", Phase: PhaseIntent, Budget: &BudgetChange{To: 2}},             // not done
+		{Seq: 6, Kind: "budget", Phase: PhaseDone, Budget: &BudgetChange{To: 650_000}, At: t0}, // done, not saved
+	})
+	st := p.State()
+	assert.Equal(t, int64(650_000), st.Target)
+	assert.Equal(t, uint64(6), st.Seq)
+	assert.Equal(t, t0, st.LastChange)
+}
