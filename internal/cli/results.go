@@ -123,3 +123,29 @@ func simDetect(env Env, args []string) error {
 	}
 	return harness.DetectionMarkdown(env.Stdout, runs, "basin sim detect")
 }
+
+func simMatrix(env Env, args []string) error {
+	fs := newFlags(env, "sim matrix")
+	seeds := seedsFlag(fs, 3)
+	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
+	asJSON := fs.Bool("json", false, "print every run as JSON")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	list, err := seeds()
+	if err != nil {
+		return err
+	}
+	b := bar(env, *asJSON || *markdown, "policy matrix")
+	m, err := harness.RunMatrix(harness.Matrix, harness.MatrixPolicies, list, func(done, total int) {
+		b.Set(float64(done) / float64(total))
+	})
+	b.Done()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(env.Stdout, m)
+	}
+	return harness.MatrixMarkdown(env.Stdout, m, harness.Matrix, fmt.Sprintf("basin sim matrix --seeds %d --markdown", len(list)))
+}

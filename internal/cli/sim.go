@@ -29,6 +29,7 @@ func runSim(ctx context.Context, env Env, args []string) error {
 		"serve":    func(a []string) error { return simServe(ctx, env, a) },
 		"riskgrid": func(a []string) error { return simRiskGrid(env, a) },
 		"detect":   func(a []string) error { return simDetect(env, a) },
+		"matrix":   func(a []string) error { return simMatrix(env, a) },
 	})
 }
 
@@ -48,7 +49,7 @@ func loadScenario(name string) (*scenario.Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc.Policies = harness.Policies{}
+	sc.Policies = harness.Policies{Calibrate: harness.CalibrateOnce(sc)}
 	return sc, nil
 }
 

@@ -9,17 +9,21 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/predictor"
+	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/scenario"
 )
 
 // Policy names basin adds to the simulator's engine baselines.
 const (
 	// BasinCurrent is the paper's hardware prototype: arrival-order admission by current context,
-	// KV lending on. (Budget control and shedding arrive with the daemon.)
+	// KV lending on, budget control and shedding.
 	BasinCurrent = "basin-current"
 	// Basin admits by predicted peak context with the size-aware priority p = a + peak/r.
 	Basin = "basin"
@@ -40,6 +44,21 @@ type Policies struct {
 	// Predict estimates a session's peak for the Basin policy; nil uses the workload-free
 	// fallback (four times the first prompt).
 	Predict func(sim.SessionInfo) int64
+	// Calibrate returns the deployment's calibration for the detector in the remediation loop, as
+	// an operator runs `basin calibrate` before `basin daemon`; nil leaves the detector to learn
+	// the knee passively. It is called from concurrent runs (see CalibrateOnce).
+	Calibrate func() (*detector.Calibration, error)
+	// Remediate configures the budget controller and shedding (zero: the defaults).
+	Remediate remediate.Options
+	// Static turns the remediation loop off: admission at the fixed reference budget.
+	Static bool
+}
+
+// CalibrateOnce returns a Calibrate function that measures the scenario's deployment without its
+// spikes on first use and returns the same calibration afterwards.
+func CalibrateOnce(sc *scenario.Scenario) func() (*detector.Calibration, error) {
+	base := sc.WithoutSpikes()
+	return sync.OnceValues(func() (*detector.Calibration, error) { return Calibrate(base, epoch) })
 }
 
 // Names implements scenario.PolicySet.
@@ -82,9 +101,24 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	o.Gate = &Gate{core: core, predict: predict}
+	g := &Gate{core: core, predict: predict}
+	o.Gate = g
 	o.PriorityQueues = true
 	o.Deployment.Lending = sim.LendingState{Enabled: true, MaxFraction: lendCap}
+	if p.Static {
+		return true, nil
+	}
+	var do detector.Options
+	if p.Calibrate != nil {
+		cal, err := p.Calibrate()
+		if err != nil {
+			return true, fmt.Errorf("calibrate for %s: %w", name, err)
+		}
+		do.Calibration = cal
+	}
+	if _, err := attachRemediation(o, g, do, p.Remediate); err != nil {
+		return true, err
+	}
 	return true, nil
 }
 

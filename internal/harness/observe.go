@@ -30,6 +30,8 @@ type Observation struct {
 	// it never did. UtilisationFirstMin is the earliest of them.
 	Utilisation         map[string]*float64 `json:"utilisation_alerts_first_min"`
 	UtilisationFirstMin *float64            `json:"-"`
+	// Remediation counts what basin's remediation loop did (basin's policies only).
+	Remediation *RemediationSummary `json:"remediation,omitempty"`
 
 	trace func(time.Duration, detector.Assessment)
 }
@@ -95,7 +97,21 @@ var utilisationRules = []struct {
 // and ingested exactly as scrapes would be, the detector steps on the snapshot, and the result
 // gains the Observation. A run without a gate gets an observe-only one (an admission core that
 // admits everything): the gateway is how basin sees sessions, even when it does not enforce.
-func Observe(o *sim.Options, do detector.Options) error {
+func Observe(o *sim.Options, do detector.Options) error { return observe(o, do, nil) }
+
+// Tick is one observation step, for a hook that acts on it (basin's remediation loop).
+type Tick struct {
+	// T is the simulated time, Now the same on the wall-clock axis the core and detector use.
+	T          time.Duration
+	Now        time.Time
+	Snapshot   collector.Snapshot
+	Assessment detector.Assessment
+	Control    sim.Control
+	Gate       *Gate
+}
+
+// observe is Observe with a hook called after every detector step.
+func observe(o *sim.Options, do detector.Options, after func(Tick)) error {
 	g, ok := o.Gate.(*Gate)
 	if o.Gate != nil && !ok {
 		return fmt.Errorf("observe: the run's gate is not basin's admission core")
@@ -166,6 +182,9 @@ func Observe(o *sim.Options, do detector.Options) error {
 		a := det.Step(snap)
 		if obs.trace != nil {
 			obs.trace(t, a)
+		}
+		if after != nil {
+			after(Tick{T: t, Now: now, Snapshot: snap, Assessment: a, Control: c, Gate: g})
 		}
 		if tr := a.Transition; tr != nil {
 			obs.Transitions = append(obs.Transitions, *tr)

@@ -1,0 +1,173 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/lender"
+	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/sim"
+)
+
+// RemediationSummary counts what the remediation loop did in a run.
+type RemediationSummary struct {
+	BudgetChanges int `json:"budget_changes"`
+	Sheds         int `json:"sheds"`
+	// Incidents counts entries into incident mode.
+	Incidents int `json:"incidents"`
+	// LendingToggles counts lending switched on or off.
+	LendingToggles int `json:"lending_toggles"`
+	// MinBudgetTokens is the lowest budget set.
+	MinBudgetTokens int64 `json:"min_budget_tokens"`
+	// Plans are the non-empty plans, in order (omitted from JSON: long).
+	Plans []remediate.Plan `json:"-"`
+}
+
+// coreActuator acts on the simulated gateway's admission core, as the daemon's gateway client acts
+// on a real gateway's admin API.
+type coreActuator struct {
+	g   *Gate
+	now time.Time
+}
+
+func (a *coreActuator) SetBudget(_ context.Context, tokens, reference int64, _ string) error {
+	evs, err := a.g.core.SetBudget(a.now, tokens, reference)
+	if err != nil {
+		return err
+	}
+	a.g.take(evs)
+	return nil
+}
+
+func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) error {
+	a.g.take(a.g.core.Shed(a.now, 0, ids, reason))
+	return nil
+}
+
+// gatewayView reads the admission core as the daemon reads GET /admin/state.
+func gatewayView(s admission.Snapshot, now time.Time) remediate.Gateway {
+	v := remediate.Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved,
+		WorkingSet: s.WorkingSet, Live: s.Live, Queued: len(s.Queue)}
+	for i := len(s.Queue) - 1; i >= 0; i-- { // the queue is listed best first
+		q := s.Queue[i]
+		v.ShedCandidates = append(v.ShedCandidates, q.ID)
+		v.HeadWait = max(v.HeadWait, now.Sub(q.Arrival))
+	}
+	return v
+}
+
+// attachRemediation runs basin's remediation loop in a run: on every observation step the
+// detector's assessment and the admission core's state go through remediate.Policy and
+// remediate.Executor — the code `basin daemon` runs — acting on the core instead of the gateway's
+// admin API.
+func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options) (*RemediationSummary, error) {
+	pol, err := remediate.NewPolicy(ro)
+	if err != nil {
+		return nil, err
+	}
+	act := &coreActuator{g: g}
+	var control sim.Control // set on each tick, before anything acts
+	lend, err := lender.New(lender.Options{MaxFraction: o.Deployment.Lending.MaxFraction})
+	if err != nil {
+		return nil, err
+	}
+	lend.Restore(o.Deployment.Lending.Enabled, time.Time{})
+	backend, err := lender.NewBackend(lender.BackendConfig{Kind: lender.KindSim,
+		Sim: func(enabled bool, maxFraction float64) { control.SetLending(enabled, maxFraction) }})
+	if err != nil {
+		return nil, err
+	}
+	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Budget: act, Shed: act,
+		Lending: simLending{backend}})
+	if err != nil {
+		return nil, err
+	}
+	sum := &RemediationSummary{}
+	lastMode := remediate.Normal
+	err = observe(o, do, func(t Tick) {
+		act.now = t.Now
+		arr, arrOK := t.Snapshot.Get(collector.ArrivalRate)
+		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
+			Gateway: gatewayView(g.core.Snapshot(t.Now, true), t.Now), ArrivalRate: arr, ArrivalOK: arrOK})
+		control = t.Control
+		if cf, why, ok := remediate.Classify(t.Snapshot, t.Assessment.Knee.Ratio); ok {
+			d := lend.Decide(lender.Inputs{At: t.Now, Instances: decodeInstances(t.Control.Stats()), CacheFirst: cf, Reason: why})
+			if d.Changed {
+				plan = pol.WithLending(plan, remediate.LendingPlan{Enabled: d.Enabled, Grants: grants(d), MaxFraction: d.MaxFraction}, d.Reasons)
+				sum.LendingToggles++
+			}
+		}
+		if plan.Mode == remediate.Incident && lastMode != remediate.Incident {
+			sum.Incidents++
+		}
+		lastMode = plan.Mode
+		if plan.Empty() {
+			return
+		}
+		if err := exec.Execute(context.Background(), plan, nil); err != nil {
+			panic(fmt.Sprintf("simulated remediation: %v", err)) // the in-process actuators do not fail
+		}
+		sum.Plans = append(sum.Plans, plan)
+		if b := plan.Budget; b != nil && b.To != b.From {
+			sum.BudgetChanges++
+			if sum.MinBudgetTokens == 0 || b.To < sum.MinBudgetTokens {
+				sum.MinBudgetTokens = b.To
+			}
+		}
+		if plan.Shed != nil {
+			sum.Sheds += len(plan.Shed.IDs)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	done := o.OnResult
+	o.OnResult = func(r *sim.Result) {
+		if done != nil {
+			done(r) // observe's: attaches the Observation
+		}
+		if obs, ok := r.Detector.(*Observation); ok {
+			obs.Remediation = sum
+		}
+	}
+	sum.Plans = slices.Clip(sum.Plans)
+	return sum, nil
+}
+
+// simLending is the simulator's lending switch behind remediate.Lending, through the lender's
+// sim backend, as the daemon drives a configured backend.
+type simLending struct{ b lender.Backend }
+
+func (s simLending) ApplyLending(ctx context.Context, p remediate.LendingPlan) error {
+	return s.b.Apply(ctx, lender.Decision{Enabled: p.Enabled, MaxFraction: p.MaxFraction})
+}
+
+// decodeInstances reads the simulated decode instances as the lender's inputs.
+func decodeInstances(stats []sim.InstanceStats) []lender.Instance {
+	var out []lender.Instance
+	for _, st := range stats {
+		if st.Role != sim.RoleDecode {
+			continue
+		}
+		out = append(out, lender.Instance{Name: st.Name, CapacityTokens: float64(st.MaxTotalTokens),
+			FreeTokens: float64(st.AvailableTokens), ReservedTokens: float64(st.UsedTokens),
+			LentTokens: float64(st.LentTokens), Waiting: st.PreallocQueue})
+	}
+	return out
+}
+
+func grants(d lender.Decision) map[string]int64 {
+	if len(d.Grants) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(d.Grants))
+	for _, g := range d.Grants {
+		out[g.Instance] = g.Tokens
+	}
+	return out
+}
