@@ -1,0 +1,329 @@
+// Package client is a Go client for the admin API of `basin gateway`: it reads the gateway's
+// admission state and changes the budget, sheds queued sessions and switches sticky decode
+// routing. basin's daemon acts on a gateway only through it, so its remediation executor can be
+// pointed at a real gateway or, behind the same small interfaces, at the in-process simulator.
+//
+// The gateway stays the authority on what a valid request is: the client checks its own options
+// up front but sends every call as given, and a refusal comes back as an *APIError carrying the
+// gateway's status, message and the offending field (Param), ready for errors.As. Every other
+// failure is wrapped with the operation it interrupted ("set budget: ..."). The admin token is
+// sent only in the Authorization header and never appears in an error or a printed value.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/basin-dev/basin/gateway"
+)
+
+// DefaultTimeout bounds each call when Options.Timeout is zero. Admin calls are small and the
+// gateway answers them from memory, so a call that takes longer means the gateway is stuck or
+// unreachable, and the daemon is better off seeing that quickly than waiting on it.
+const DefaultTimeout = 5 * time.Second
+
+// Bounds on the response bodies read. A state with every session of a busy deployment listed
+// runs to a few megabytes; anything past these is not the gateway talking, and reading it whole
+// would let a misconfigured BaseURL exhaust the daemon's memory.
+const (
+	maxResponseBytes = 16 << 20
+	maxErrorBytes    = 64 << 10
+)
+
+// Options configure a Client. BaseURL and Token are required.
+type Options struct {
+	// BaseURL is the gateway's admin listener (admin_listen), e.g. http://127.0.0.1:8081. A path
+	// is kept as a prefix, for a gateway behind a reverse proxy.
+	BaseURL string
+	// Token is the admin bearer token (the gateway's admin_token_file or
+	// BASIN_GATEWAY_ADMIN_TOKEN). Surrounding whitespace is dropped, as the gateway drops it
+	// when it reads the token, so a token read from a file with its newline still matches. It is
+	// left out of JSON and String, so that logging the options cannot leak it.
+	Token string `json:"-"`
+	// HTTPClient sends the calls; when nil, a client on the default transport that does not
+	// follow redirects (see New).
+	HTTPClient *http.Client
+	// Timeout bounds each call, on top of the caller's context (DefaultTimeout when zero).
+	Timeout time.Duration
+}
+
+// String describes the options without the token, so that logging them cannot leak it.
+func (o Options) String() string {
+	tok := "unset"
+	if o.Token != "" {
+		tok = "set"
+	}
+	return fmt.Sprintf("{BaseURL:%s Token:%s Timeout:%s}", o.BaseURL, tok, o.Timeout)
+}
+
+// Client calls one gateway's admin API. It is safe for concurrent use.
+type Client struct {
+	base    *url.URL
+	token   string
+	http    *http.Client
+	timeout time.Duration
+}
+
+// New checks o and returns a Client, failing with every bad field named. It makes no call: a
+// gateway that is down at start is reported by the first call, not by New.
+//
+// The default HTTP client refuses redirects: a redirect to another host would drop the token
+// (net/http strips Authorization across hosts) and a redirected PUT or POST would be replayed
+// somewhere the operator did not configure; the 3xx comes back as an *APIError instead.
+func New(o Options) (*Client, error) {
+	var errs []error
+	base, err := url.Parse(o.BaseURL)
+	switch {
+	case o.BaseURL == "":
+		errs = append(errs, errors.New("BaseURL: required, the gateway's admin listener, e.g. http://127.0.0.1:8081"))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("BaseURL: %w", err))
+	case base.Scheme != "http" && base.Scheme != "https":
+		errs = append(errs, fmt.Errorf("BaseURL: want an http or https URL, got %q", o.BaseURL))
+	case base.Host == "":
+		errs = append(errs, fmt.Errorf("BaseURL: no host in %q", o.BaseURL))
+	case base.User != nil:
+		errs = append(errs, errors.New("BaseURL: must not carry credentials; the admin token goes in Token"))
+	case base.RawQuery != "" || base.Fragment != "":
+		errs = append(errs, fmt.Errorf("BaseURL: must not have a query or fragment, got %q", o.BaseURL))
+	}
+	tok := strings.TrimSpace(o.Token)
+	switch {
+	case tok == "":
+		errs = append(errs, errors.New("Token: required, the gateway's admin token"))
+	case strings.ContainsFunc(tok, unicode.IsControl):
+		// Never echo the token, not even a bad one.
+		errs = append(errs, errors.New("Token: contains control characters"))
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("Timeout: must be ≥ 0, got %s", o.Timeout))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("gateway client: %w", errors.Join(errs...))
+	}
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	return &Client{base: base, token: tok, http: hc, timeout: timeout}, nil
+}
+
+// String names the gateway without the token (fmt would otherwise print unexported fields).
+func (c *Client) String() string { return "gateway admin client for " + c.base.Redacted() }
+
+// APIError is the gateway refusing a call: any answer outside 2xx. Message, Type, Code and Param
+// come from the gateway's OpenAI-style error body; Param names the request field at fault
+// ("tokens", "session_ids[2]"), empty when the fault is not one field's.
+type APIError struct {
+	Status  int
+	Message string
+	Type    string
+	Code    string
+	Param   string
+}
+
+// Error gives the status and the gateway's own words, which already name the field.
+func (e *APIError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = "no message"
+	}
+	return fmt.Sprintf("gateway answered %d %s: %s", e.Status, http.StatusText(e.Status), msg)
+}
+
+// Budget is the admission budget at one instant.
+type Budget struct {
+	// BudgetTokens is B, what the live sessions' demands may add up to once admission engages.
+	BudgetTokens int64 `json:"budget_tokens"`
+	// ReferenceBudgetTokens is the working set past which admission engages.
+	ReferenceBudgetTokens int64 `json:"reference_budget_tokens"`
+}
+
+// BudgetResult is what a budget change did. Admitted lists the queued sessions a looser budget let
+// in at once, so the caller can see the change take effect without polling the state.
+type BudgetResult struct {
+	Before   Budget   `json:"before"`
+	After    Budget   `json:"after"`
+	Admitted []string `json:"admitted"`
+}
+
+// ShedResult is what a shed did: the sessions refused (their calls got 529), and the ones admitted
+// because the shed sessions no longer stood ahead of them in the queue.
+type ShedResult struct {
+	Shed     []string `json:"shed"`
+	Admitted []string `json:"admitted"`
+}
+
+// State reads the gateway's admission snapshot with its queue, live sessions, affinity switch and
+// upstreams.
+func (c *Client) State(ctx context.Context) (gateway.StateView, error) {
+	var v gateway.StateView
+	if err := c.do(ctx, "state", http.MethodGet, "state", nil, &v); err != nil {
+		return gateway.StateView{}, err
+	}
+	return v, nil
+}
+
+// budgetRequest is the body of PUT /admin/budget. Tokens is always sent, so that a zero reaches
+// the gateway and is refused there, naming the field, like any other bad value.
+type budgetRequest struct {
+	Tokens          int64  `json:"tokens"`
+	ReferenceTokens int64  `json:"reference_tokens,omitempty"`
+	Reason          string `json:"reason"`
+}
+
+// SetBudget sets the budget B to tokens and, when referenceTokens is not zero, the reference
+// budget; zero leaves the reference budget as it is. The reason is logged by the gateway and is
+// required.
+func (c *Client) SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (BudgetResult, error) {
+	var r BudgetResult
+	err := c.do(ctx, "set budget", http.MethodPut, "budget",
+		budgetRequest{Tokens: tokens, ReferenceTokens: referenceTokens, Reason: reason}, &r)
+	if err != nil {
+		return BudgetResult{}, err
+	}
+	return r, nil
+}
+
+// shedRequest is the body of POST /admin/shed. The pointers keep "not given" apart from an empty
+// list, which the gateway refuses differently.
+type shedRequest struct {
+	Count      *int      `json:"count,omitempty"`
+	SessionIDs *[]string `json:"session_ids,omitempty"`
+	Reason     string    `json:"reason"`
+}
+
+// Shed refuses queued sessions: exactly ids when ids is not nil, else the count of lowest
+// priority. Give one of them: the gateway refuses both or neither. Live sessions are never shed;
+// unknown ids are skipped, so the result says which were.
+func (c *Client) Shed(ctx context.Context, ids []string, count int, reason string) (ShedResult, error) {
+	req := shedRequest{Reason: reason}
+	if ids != nil {
+		req.SessionIDs = &ids
+	}
+	if count != 0 {
+		req.Count = &count
+	}
+	var r ShedResult
+	if err := c.do(ctx, "shed", http.MethodPost, "shed", req, &r); err != nil {
+		return ShedResult{}, err
+	}
+	return r, nil
+}
+
+// affinityRequest is the body of PUT /admin/affinity.
+type affinityRequest struct {
+	Enabled bool   `json:"enabled"`
+	Reason  string `json:"reason"`
+}
+
+// SetAffinity switches sticky decode routing (the gateway setting its routing-key header to the
+// session id on upstream calls).
+func (c *Client) SetAffinity(ctx context.Context, enabled bool, reason string) error {
+	return c.do(ctx, "set affinity", http.MethodPut, "affinity", affinityRequest{Enabled: enabled, Reason: reason}, nil)
+}
+
+// do makes one call to /admin/<path> and decodes a 2xx answer into out (when not nil). Every error
+// is prefixed with op.
+func (c *Client) do(ctx context.Context, op, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s: encoding the request: %w", op, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.JoinPath("admin", path).String(), body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// net/http's errors name the URL, which holds no credentials (New refuses them).
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s: %w", op, c.apiError(resp))
+	}
+	b, err := readLimited(resp.Body, maxResponseBytes)
+	if err != nil {
+		return fmt.Errorf("%s: reading the response: %w", op, err)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s: decoding the response: %w", op, err)
+	}
+	return nil
+}
+
+// apiError turns a refusal into an *APIError. A body that is not the gateway's JSON (a proxy's
+// error page, say) still gives a message: its start, as text.
+func (c *Client) apiError(resp *http.Response) *APIError {
+	e := &APIError{Status: resp.StatusCode}
+	b, err := readLimited(resp.Body, maxErrorBytes)
+	var body struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Code    *string `json:"code"`
+			Param   *string `json:"param"`
+		} `json:"error"`
+	}
+	if err == nil && json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
+		e.Message, e.Type = body.Error.Message, body.Error.Type
+		if body.Error.Code != nil {
+			e.Code = *body.Error.Code
+		}
+		if body.Error.Param != nil {
+			e.Param = *body.Error.Param
+		}
+	} else {
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 200 {
+			msg = strings.ToValidUTF8(msg[:200], "") + "…"
+		}
+		if loc := resp.Header.Get("Location"); loc != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			msg = "redirected to " + loc
+		}
+		e.Message = msg
+	}
+	// Whatever answered might echo the request; the token must not travel on in the error.
+	e.Message = strings.ReplaceAll(e.Message, c.token, "[token]")
+	return e
+}
+
+// readLimited reads r whole, failing rather than truncating past limit bytes.
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("response larger than %d bytes", limit)
+	}
+	return b, nil
+}
