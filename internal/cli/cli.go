@@ -36,6 +36,7 @@ func commands() map[string]command {
 		"predictor": {"the gateway's peak-context predictor: train", runPredictor},
 		"loadgen":   {"drive a scenario's agent sessions over the OpenAI API against an endpoint", runLoadgen},
 		"gateway":   {"the session-admission gateway in front of the engines", runGateway},
+		"daemon":    {"collect, detect and remediate against a live deployment (the gateway, engines, Alertmanager, Slack)", runDaemon},
 		"risk":      {"which limit a deployment reaches first: the cache knee or decode memory", runRisk},
 		"calibrate": {"measure a deployment's knee by step load (simulated, or a live endpoint)", runCalibrate},
 		"version":   {"print the version", runVersion},

@@ -1,0 +1,216 @@
+package daemon
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/remediate/alerts"
+)
+
+// maxPauseBody bounds POST /api/v1/pause bodies.
+const maxPauseBody = 64 << 10
+
+// maxPause is the longest pause the API grants: a forgotten pause must not switch basin off for
+// good.
+const maxPause = 24 * time.Hour
+
+// Handler serves /metrics, /healthz, /readyz and the API. Reading (status, events) is open on the
+// listen address, which is loopback by default; every call that changes something needs the token.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.gather, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", d.serveReady)
+	mux.HandleFunc("GET /api/v1/status", d.serveStatus)
+	mux.HandleFunc("GET /api/v1/events", d.serveEvents)
+	mux.HandleFunc("POST /api/v1/pause", d.authed(d.servePause))
+	mux.Handle(alerts.Path, d.rcv) // its own auth: token or basic
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, "", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (d *Daemon) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(d.token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="basin daemon"`)
+			writeErr(w, http.StatusUnauthorized, "", "this endpoint needs the daemon's token: Authorization: Bearer <token>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (d *Daemon) serveReady(w http.ResponseWriter, _ *http.Request) {
+	d.mu.Lock()
+	ready := d.mu.ready
+	d.mu.Unlock()
+	if !ready {
+		writeErr(w, http.StatusServiceUnavailable, "", "not ready: no step completed yet")
+		return
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// Status is GET /api/v1/status.
+type Status struct {
+	Deployment string                `json:"deployment"`
+	Now        time.Time             `json:"now"`
+	DryRun     bool                  `json:"dry_run"`
+	Assessment detector.Assessment   `json:"assessment"`
+	Policy     remediate.PolicyState `json:"policy"`
+	// ReferenceBudget is B_ref for the current assessment.
+	ReferenceBudget int64              `json:"reference_budget_tokens"`
+	LastPlan        *remediate.Plan    `json:"last_plan,omitempty"`
+	Paused          *PauseView         `json:"paused,omitempty"`
+	Lending         LendingView        `json:"lending"`
+	Alerts          alerts.Incident    `json:"alerts"`
+	Gateway         *GatewayStatus     `json:"gateway,omitempty"`
+	StepError       string             `json:"step_error,omitempty"`
+	Pending         []remediate.Record `json:"pending_actions,omitempty"`
+}
+
+// PauseView is an active pause.
+type PauseView struct {
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
+}
+
+// LendingView is the lending switch.
+type LendingView struct {
+	Configured bool      `json:"configured"`
+	Enabled    bool      `json:"enabled"`
+	Since      time.Time `json:"since,omitzero"`
+}
+
+// GatewayStatus is what the daemon last read of the gateway.
+type GatewayStatus struct {
+	Budget          int64  `json:"budget_tokens"`
+	ReferenceBudget int64  `json:"reference_budget_tokens"`
+	Reserved        int64  `json:"reserved_tokens"`
+	Live            int    `json:"live_sessions"`
+	Queued          int    `json:"queued_sessions"`
+	Error           string `json:"error,omitempty"`
+}
+
+// StatusNow assembles the status.
+func (d *Daemon) StatusNow() Status {
+	now := d.clock()
+	d.mu.Lock()
+	s := Status{Deployment: d.cfg.Deployment, Now: now, DryRun: d.cfg.DryRun, Assessment: d.mu.last, StepError: d.mu.stepErr}
+	if d.mu.lastPlan.Seq > 0 {
+		p := d.mu.lastPlan
+		s.LastPlan = &p
+	}
+	if v := d.mu.gateway; v != nil {
+		s.Gateway = &GatewayStatus{Budget: v.Budget, ReferenceBudget: v.ReferenceBudget, Reserved: v.Reserved, Live: v.Live, Queued: len(v.Queue)}
+	} else if d.mu.gatewayErr != "" {
+		s.Gateway = &GatewayStatus{Error: d.mu.gatewayErr}
+	}
+	d.mu.Unlock()
+	s.Policy = d.pol.State()
+	s.ReferenceBudget = d.pol.Reference(s.Assessment)
+	if paused, until, why := d.exec.Paused(now); paused {
+		s.Paused = &PauseView{Until: until, Reason: why}
+	}
+	en, since := d.lend.State()
+	s.Lending = LendingView{Configured: d.lendBE != nil, Enabled: en, Since: since}
+	s.Alerts = d.rcv.Incident()
+	s.Pending = d.audit.Pending()
+	return s
+}
+
+func (d *Daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, d.StatusNow())
+}
+
+// serveEvents lists the audit log, newest last; ?limit=N (default 100, at most 10000).
+func (d *Daemon) serveEvents(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			writeErr(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit: %q, want an integer in [1, 10000]", v))
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": d.audit.Records(limit)})
+}
+
+type pauseRequest struct {
+	Minutes *float64 `json:"minutes"`
+	Reason  string   `json:"reason"`
+}
+
+// servePause is POST /api/v1/pause {minutes, reason}: no action for that long (0 resumes).
+func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPauseBody))
+	dec.DisallowUnknownFields()
+	var req pauseRequest
+	if err := dec.Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			writeErr(w, http.StatusBadRequest, "", fmt.Sprintf("body: larger than %d bytes", mbe.Limit))
+		case errors.Is(err, io.EOF):
+			writeErr(w, http.StatusBadRequest, "", "body: empty, want {\"minutes\": N, \"reason\": \"...\"}")
+		default:
+			writeErr(w, http.StatusBadRequest, "", "body: "+err.Error())
+		}
+		return
+	}
+	switch {
+	case req.Minutes == nil:
+		writeErr(w, http.StatusBadRequest, "minutes", "minutes: required (0 resumes)")
+		return
+	case *req.Minutes < 0 || *req.Minutes > maxPause.Minutes():
+		writeErr(w, http.StatusBadRequest, "minutes", fmt.Sprintf("minutes: %v outside [0, %v]", *req.Minutes, maxPause.Minutes()))
+		return
+	case strings.TrimSpace(req.Reason) == "":
+		writeErr(w, http.StatusBadRequest, "reason", "reason: required, say why basin is paused")
+		return
+	}
+	now := d.clock()
+	until := now.Add(time.Duration(*req.Minutes * float64(time.Minute)))
+	if err := d.exec.Pause(now, until, req.Reason); err != nil {
+		writeErr(w, http.StatusInternalServerError, "", "recording the pause: "+err.Error())
+		return
+	}
+	if err := d.save(); err != nil {
+		d.log.Error("saving state after a pause", "err", err)
+	}
+	d.log.Info("pause", "until", until, "reason", req.Reason)
+	paused, u, why := d.exec.Paused(now)
+	writeJSON(w, http.StatusOK, map[string]any{"paused": paused, "until": u, "reason": why})
+}
+
+type apiError struct {
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
+}
+
+func writeErr(w http.ResponseWriter, code int, param, msg string) {
+	writeJSON(w, code, map[string]apiError{"error": {Message: msg, Param: param}})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,244 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/internal/yamlconf"
+	"github.com/basin-dev/basin/lender"
+	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/remediate/alerts"
+)
+
+// Defaults of the daemon's own settings.
+const (
+	// DefaultListen keeps the API on loopback unless configured otherwise.
+	DefaultListen = "127.0.0.1:9095"
+	// DefaultInterval is the loop period: the collector's scrape interval.
+	DefaultInterval = 5 * time.Second
+	// DefaultDailySummary posts the summary at 09:00 UTC (robfig/cron with seconds).
+	DefaultDailySummary = "CRON_TZ=UTC 0 0 9 * * *"
+	// DefaultKneeReestimate re-estimates the knee passively every hour.
+	DefaultKneeReestimate = "@every 1h"
+	// TokenEnv, GatewayTokenEnv, SlackTokenEnv and SlackWebhookEnv hold secrets when no file is
+	// configured.
+	TokenEnv        = "BASIN_DAEMON_TOKEN"
+	GatewayTokenEnv = "BASIN_GATEWAY_ADMIN_TOKEN"
+	SlackTokenEnv   = "BASIN_SLACK_TOKEN"
+	SlackWebhookEnv = "BASIN_SLACK_WEBHOOK_URL"
+)
+
+// Duration is a time.Duration written the Go way in YAML ("30s").
+type Duration = yamlconf.Duration
+
+// Config is `basin daemon --config`'s file. Relative paths are resolved against its directory.
+type Config struct {
+	// Deployment names the deployment in messages and metrics.
+	Deployment string `yaml:"deployment"`
+	// Listen is the address of /metrics, /healthz, /readyz, the status page and the API
+	// (DefaultListen).
+	Listen string `yaml:"listen"`
+	// TokenFile holds the bearer token of the control API (pause, alerts webhook); else TokenEnv.
+	TokenFile string `yaml:"token_file"`
+	// DataDir keeps the audit log and the state across restarts (required).
+	DataDir string `yaml:"data_dir"`
+	// Interval is the loop period (DefaultInterval).
+	Interval Duration `yaml:"interval"`
+	// DryRun decides, audits and notifies but never acts.
+	DryRun bool `yaml:"dry_run"`
+	// ClockSpeed is the deployment's seconds per wall second: 1 (the default) for real engines;
+	// for a simulated deployment served faster than real time (`basin sim serve --speed 60`) the
+	// daemon scrapes, steps and times its holds in the deployment's time, so thresholds keep their
+	// meaning.
+	ClockSpeed float64 `yaml:"clock_speed"`
+	// Calibration is the file `basin calibrate` wrote; empty: the knee is learnt passively.
+	Calibration string `yaml:"calibration"`
+	// Collector is what to scrape.
+	Collector CollectorConfig `yaml:"collector"`
+	// Gateway is the admission gateway's admin API.
+	Gateway GatewayConfig `yaml:"gateway"`
+	// Remediate tunes the budget controller and shedding (zero: the defaults of package remediate).
+	Remediate remediate.Options `yaml:"remediate"`
+	// Lending switches KV lending; off unless a backend is configured.
+	Lending LendingConfig `yaml:"lending"`
+	// Alerts configures the Alertmanager webhook at /api/v1/alerts.
+	Alerts AlertsConfig `yaml:"alerts"`
+	// Slack is where transitions and actions are posted; empty: nowhere.
+	Slack SlackConfig `yaml:"slack"`
+	// Cron schedules the daily summary and the knee re-estimation (robfig/cron specs with seconds).
+	Cron CronConfig `yaml:"cron"`
+}
+
+// CollectorConfig is the scrape configuration (see package collector).
+type CollectorConfig struct {
+	Targets    []collector.Target `yaml:"targets"`
+	TargetFile string             `yaml:"target_file"`
+	Timeout    Duration           `yaml:"timeout"`
+	Window     Duration           `yaml:"window"`
+}
+
+// GatewayConfig reaches the gateway's admin listener.
+type GatewayConfig struct {
+	// AdminURL is the gateway's admin listener (required unless dry_run).
+	AdminURL string `yaml:"admin_url"`
+	// TokenFile holds the gateway's admin token; else GatewayTokenEnv.
+	TokenFile string `yaml:"token_file"`
+}
+
+// LendingConfig is the lender and its backend.
+type LendingConfig struct {
+	// Backend is where lending decisions go; an empty kind disables lending control.
+	Backend lender.BackendConfig `yaml:"backend"`
+	// MaxFraction caps what each decode instance lends (lender default 0.5).
+	MaxFraction float64 `yaml:"max_fraction"`
+	// MinDwell is the minimum time between toggles (lender default).
+	MinDwell Duration `yaml:"min_dwell"`
+}
+
+// AlertsConfig is the webhook receiver.
+type AlertsConfig struct {
+	// Matchers are the alerts that put basin in incident mode (default: BasinMetastableDrift,
+	// BasinTrapped, BasinHitRateCollapsed).
+	Matchers []alerts.Matcher `yaml:"matchers"`
+	// BasicUser and BasicPasswordFile allow basic auth besides the token (Alertmanager's
+	// http_config.basic_auth).
+	BasicUser         string `yaml:"basic_user"`
+	BasicPasswordFile string `yaml:"basic_password_file"`
+}
+
+// SlackConfig is the Slack outlet: a bot token and channel, or an incoming webhook.
+type SlackConfig struct {
+	BotTokenFile   string `yaml:"bot_token_file"`
+	Channel        string `yaml:"channel"`
+	WebhookURLFile string `yaml:"webhook_url_file"`
+	// APIURL overrides Slack's API (tests, proxies).
+	APIURL       string `yaml:"api_url"`
+	DashboardURL string `yaml:"dashboard_url"`
+	StatusURL    string `yaml:"status_url"`
+}
+
+// CronConfig schedules the periodic jobs; "-" disables one.
+type CronConfig struct {
+	DailySummary   string `yaml:"daily_summary"`
+	KneeReestimate string `yaml:"knee_reestimate"`
+}
+
+// LoadConfig reads, defaults and validates a configuration file; errors name the key and line.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("daemon config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("daemon config %s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&c.TokenFile, &c.DataDir, &c.Calibration, &c.Collector.TargetFile, &c.Gateway.TokenFile,
+		&c.Lending.Backend.TokenFile, &c.Alerts.BasicPasswordFile, &c.Slack.BotTokenFile, &c.Slack.WebhookURLFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	return c, nil
+}
+
+// ParseConfig reads a configuration from YAML, fills the defaults and validates it.
+func ParseConfig(data []byte) (*Config, error) {
+	var c Config
+	root, err := yamlconf.Decode(data, &c)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.validate(root); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) validate(root *yaml.Node) error {
+	var errs []error
+	bad := func(path []string, format string, args ...any) {
+		msg := fmt.Sprintf("%s: %s", strings.Join(path, "."), fmt.Sprintf(format, args...))
+		if l := yamlconf.LineOf(root, path...); l > 0 {
+			msg = fmt.Sprintf("line %d: %s", l, msg)
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	if c.Deployment == "" {
+		c.Deployment = "default"
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Interval == 0 {
+		c.Interval = Duration(DefaultInterval)
+	}
+	if c.Interval < Duration(time.Second) {
+		bad([]string{"interval"}, "%v, must be at least 1s", time.Duration(c.Interval))
+	}
+	if c.ClockSpeed == 0 {
+		c.ClockSpeed = 1
+	}
+	if !(c.ClockSpeed >= 1 && c.ClockSpeed <= 1000) {
+		bad([]string{"clock_speed"}, "%v outside [1, 1000]", c.ClockSpeed)
+	}
+	if c.DataDir == "" {
+		bad([]string{"data_dir"}, "required: where the audit log and state are kept")
+	}
+	if len(c.Collector.Targets) == 0 && c.Collector.TargetFile == "" {
+		bad([]string{"collector", "targets"}, "required (or collector.target_file): the engines' and the gateway's /metrics")
+	}
+	if c.Gateway.AdminURL == "" && !c.DryRun {
+		bad([]string{"gateway", "admin_url"}, "required unless dry_run: the gateway's admin listener")
+	} else if c.Gateway.AdminURL != "" {
+		if u, err := url.Parse(c.Gateway.AdminURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad([]string{"gateway", "admin_url"}, "%q is not an http(s) URL", c.Gateway.AdminURL)
+		}
+	}
+	ro := c.Remediate.WithDefaults()
+	if err := ro.Validate(); err != nil {
+		bad([]string{"remediate"}, "%v", err)
+	}
+	if c.Lending.MaxFraction < 0 || c.Lending.MaxFraction > 1 {
+		bad([]string{"lending", "max_fraction"}, "%v outside [0, 1]", c.Lending.MaxFraction)
+	}
+	s := c.Slack
+	switch {
+	case s.WebhookURLFile != "" && (s.BotTokenFile != "" || s.Channel != ""):
+		bad([]string{"slack", "webhook_url_file"}, "give a webhook or a bot token and channel, not both")
+	case s.BotTokenFile != "" && s.Channel == "":
+		bad([]string{"slack", "channel"}, "required with bot_token_file")
+	}
+	if c.Cron.DailySummary == "" {
+		c.Cron.DailySummary = DefaultDailySummary
+	}
+	if c.Cron.KneeReestimate == "" {
+		c.Cron.KneeReestimate = DefaultKneeReestimate
+	}
+	return errors.Join(errs...)
+}
+
+// secret reads a secret from a file (trimmed), else from an environment variable.
+func secret(file, env string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read secret: %w", err)
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "" {
+			return "", fmt.Errorf("secret file %s is empty", file)
+		}
+		return s, nil
+	}
+	return strings.TrimSpace(os.Getenv(env)), nil
+}

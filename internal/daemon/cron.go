@@ -1,0 +1,129 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/remediate/notify"
+)
+
+// cronLogger adapts slog to cron.Logger.
+type cronLogger struct{ d *Daemon }
+
+func (l cronLogger) Info(msg string, kv ...any) { l.d.log.Debug("cron: "+msg, kv...) }
+func (l cronLogger) Error(err error, msg string, kv ...any) {
+	l.d.log.Error("cron: "+msg, append(kv, "err", err)...)
+}
+
+// startCron schedules the daily summary and the knee re-estimation. The chain is
+// SkipIfStillRunning then Recover: in the other order a job that panics once never releases
+// Skip's token and is skipped forever (robfig/cron#366). The innermost wrapper counts panics
+// before Recover logs them.
+func (d *Daemon) startCron() (stop func(), err error) {
+	l := cronLogger{d}
+	c := cron.New(cron.WithSeconds(), cron.WithLocation(time.UTC), cron.WithLogger(l),
+		cron.WithChain(cron.SkipIfStillRunning(l), cron.Recover(l)))
+	add := func(name, spec string, job func()) error {
+		if spec == "-" {
+			return nil
+		}
+		counted := func() {
+			d.metrics.cronRuns.WithLabelValues(name).Inc()
+			defer func() {
+				if r := recover(); r != nil {
+					d.metrics.cronPanics.WithLabelValues(name).Inc()
+					panic(r) // to Recover, which logs it
+				}
+			}()
+			job()
+		}
+		if _, err := c.AddFunc(spec, counted); err != nil {
+			return fmt.Errorf("cron.%s: %q: %w", name, spec, err)
+		}
+		return nil
+	}
+	if err := add("daily_summary", d.cfg.Cron.DailySummary, d.DailySummary); err != nil {
+		return nil, err
+	}
+	if err := add("knee_reestimate", d.cfg.Cron.KneeReestimate, d.ReestimateKnee); err != nil {
+		return nil, err
+	}
+	c.Start()
+	return func() { <-c.Stop().Done() }, nil
+}
+
+// Summary is the period's summary since the last one.
+func (d *Daemon) Summary(now time.Time) notify.Summary {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := notify.Summary{Deployment: d.cfg.Deployment, From: d.mu.summaryFrom, To: now, TimeInState: map[string]time.Duration{},
+		Incidents: d.mu.incidents, Actions: map[string]int{}}
+	for st, t := range maps.All(d.mu.timeInState) {
+		s.TimeInState[string(st)] = t
+	}
+	for _, r := range d.audit.Records(0) {
+		if r.At.Before(d.mu.summaryFrom) || r.At.After(now) {
+			continue
+		}
+		if r.Phase == "done" || r.Phase == "dry_run" {
+			s.Actions[r.Kind]++
+		}
+	}
+	if d.cfg.DryRun {
+		s.Notes = append(s.Notes, "dry run: actions were recorded, not taken")
+	}
+	return s
+}
+
+// DailySummary posts the summary to Slack and starts a new period.
+func (d *Daemon) DailySummary() {
+	now := d.clock()
+	s := d.Summary(now)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.slack.PostSummary(ctx, s); err != nil {
+		d.log.Warn("daily summary", "err", err)
+	}
+	d.mu.Lock()
+	d.mu.summaryFrom, d.mu.incidents = now, 0
+	d.mu.timeInState = map[detector.State]time.Duration{}
+	d.mu.Unlock()
+}
+
+// ReestimateKnee fits the knee on the (W/C, hit rate) observations the daemon has learnt from
+// (outside trapped and recovering) and, when the fit found a drop and differs from the calibration
+// file's by more than 0.05, writes the new knee and plateau back to the file; the detector reads
+// it at its next start. Without a calibration file there is nothing to write: the detector learns
+// the same way by itself.
+func (d *Daemon) ReestimateKnee() {
+	if d.cal == nil || d.cfg.Calibration == "" {
+		return
+	}
+	k, err := detector.FitKnee(d.passive.Points())
+	if err != nil || k.BeyondRange {
+		d.log.Info("knee re-estimation: not enough of the curve seen yet", "err", err)
+		return
+	}
+	if diff := k.Ratio - d.cal.KneeRatio; diff < 0.05 && diff > -0.05 {
+		return
+	}
+	c := *d.cal
+	c.KneeRatio, c.PlateauHit = k.Ratio, k.PlateauHit
+	c.Created = d.clock()
+	c.Source = fmt.Sprintf("%s; knee re-estimated passively by basin daemon (was %.2f)", d.cal.Source, d.cal.KneeRatio)
+	if err := c.Validate(); err != nil {
+		d.log.Warn("knee re-estimation", "err", err)
+		return
+	}
+	if err := c.Save(d.cfg.Calibration); err != nil {
+		d.log.Warn("knee re-estimation", "err", err)
+		return
+	}
+	d.log.Info("knee re-estimated", "from", d.cal.KneeRatio, "to", k.Ratio, "file", d.cfg.Calibration)
+	d.cal = &c
+}

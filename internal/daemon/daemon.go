@@ -1,0 +1,600 @@
+// Package daemon is `basin daemon`: the collector, the detector and the remediation loop run
+// against a live deployment, with the audit log and state in a data directory, the Alertmanager
+// webhook, Slack, cron jobs and the HTTP API. It wires packages; the decisions are theirs
+// (detector.Detector, remediate.Policy, lender.Lender), the same code the simulator's harness runs.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/client"
+	"github.com/basin-dev/basin/internal/atomicfile"
+	"github.com/basin-dev/basin/lender"
+	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/remediate/alerts"
+	"github.com/basin-dev/basin/remediate/notify"
+)
+
+// GatewayAPI is what the daemon needs of the gateway's admin API (gateway/client implements it).
+type GatewayAPI interface {
+	State(ctx context.Context) (gateway.StateView, error)
+	SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (client.BudgetResult, error)
+	Shed(ctx context.Context, ids []string, count int, reason string) (client.ShedResult, error)
+	SetAffinity(ctx context.Context, enabled bool, reason string) error
+}
+
+// Options are what New needs besides the configuration.
+type Options struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics (the registry Registerer writes to).
+	Gatherer prometheus.Gatherer
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Gateway overrides the admin client built from the configuration (tests).
+	Gateway GatewayAPI
+	// HTTPClient scrapes and calls out (the collector's and the gateway client's own when nil).
+	HTTPClient *http.Client
+}
+
+// Daemon is one running basin daemon.
+type Daemon struct {
+	cfg *Config
+	// start anchors the deployment clock at a clock speed above 1.
+	start time.Time
+	log   *slog.Logger
+	now   func() time.Time
+	token string
+
+	col    *collector.Collector
+	det    *detector.Detector
+	pol    *remediate.Policy
+	exec   *remediate.Executor
+	audit  *remediate.Audit
+	lend   *lender.Lender
+	lendBE lender.Backend
+	rcv    *alerts.Receiver
+	slack  *notify.Notifier
+	gw     GatewayAPI
+	cal    *detector.Calibration
+	// passive re-estimates the knee from live observations for the cron job.
+	passive *detector.Passive
+
+	metrics *metrics
+	gather  prometheus.Gatherer
+
+	mu struct {
+		sync.Mutex
+		last        detector.Assessment
+		lastPlan    remediate.Plan
+		gateway     *gateway.StateView
+		gatewayErr  string
+		ready       bool
+		stepErr     string
+		timeInState map[detector.State]time.Duration
+		incidents   int
+		summaryFrom time.Time
+		lastStep    time.Time
+	}
+}
+
+// statePath and auditPath are the daemon's files in the data directory.
+func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+func auditPath(dir string) string { return filepath.Join(dir, "audit.jsonl") }
+
+// persisted is the daemon's state file.
+type persisted struct {
+	Version     int                   `json:"version"`
+	SavedAt     time.Time             `json:"saved_at"`
+	State       detector.State        `json:"detector_state"`
+	Since       time.Time             `json:"detector_since"`
+	Policy      remediate.PolicyState `json:"policy"`
+	Lending     bool                  `json:"lending_enabled"`
+	LendingAt   time.Time             `json:"lending_since"`
+	Alerts      alerts.State          `json:"alerts"`
+	PausedUntil time.Time             `json:"paused_until,omitzero"`
+	PauseReason string                `json:"pause_reason,omitempty"`
+}
+
+const stateVersion = 1
+
+// New builds the daemon from a validated configuration: it reads the secrets, the calibration,
+// the audit log and the state, and fails on anything it cannot use rather than start half-blind.
+func New(cfg *Config, o Options) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, log: o.Logger, now: o.Now, gather: o.Gatherer}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.now == nil {
+		d.now = time.Now
+	}
+	reg := o.Registerer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, d.gather = r, r
+	}
+	var err error
+	if d.token, err = secret(cfg.TokenFile, TokenEnv); err != nil {
+		return nil, fmt.Errorf("token_file: %w", err)
+	}
+	if d.token == "" {
+		return nil, fmt.Errorf("token_file: no control API token (set token_file or %s)", TokenEnv)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	if cfg.Calibration != "" {
+		if d.cal, err = detector.LoadCalibration(cfg.Calibration); err != nil {
+			return nil, fmt.Errorf("calibration: %w", err)
+		}
+	}
+	if d.passive, err = detector.NewPassive(detector.PassiveOptions{}); err != nil {
+		return nil, err
+	}
+	// The collector runs on the wall clock; at a clock speed S its interval and window shrink by S
+	// so they cover the same deployment time, and snapshot rates are scaled back (see snapshot).
+	wall := func(v Duration, def time.Duration) time.Duration {
+		if v == 0 {
+			v = Duration(def)
+		}
+		return time.Duration(float64(v) / cfg.ClockSpeed)
+	}
+	d.start = d.now()
+	d.col, err = collector.New(collector.Options{Targets: cfg.Collector.Targets, TargetFile: cfg.Collector.TargetFile,
+		Interval: wall(cfg.Interval, DefaultInterval), Timeout: wall(cfg.Collector.Timeout, collector.DefaultTimeout),
+		Window:     wall(cfg.Collector.Window, collector.DefaultWindow),
+		HTTPClient: o.HTTPClient, Logger: d.log.With("component", "collector"), Registerer: reg, Now: d.now})
+	if err != nil {
+		return nil, fmt.Errorf("collector: %w", err)
+	}
+	if err := d.col.Declare("detector", detector.Needs()...); err != nil {
+		return nil, fmt.Errorf("collector: %w", err)
+	}
+	if d.det, err = detector.New(detector.Options{Calibration: d.cal}); err != nil {
+		return nil, err
+	}
+	if d.pol, err = remediate.NewPolicy(cfg.Remediate); err != nil {
+		return nil, err
+	}
+	d.gw = o.Gateway
+	if d.gw == nil && cfg.Gateway.AdminURL != "" {
+		tok, err := secret(cfg.Gateway.TokenFile, GatewayTokenEnv)
+		if err != nil {
+			return nil, fmt.Errorf("gateway.token_file: %w", err)
+		}
+		c, err := client.New(client.Options{BaseURL: cfg.Gateway.AdminURL, Token: tok, HTTPClient: o.HTTPClient})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		d.gw = c
+	}
+	if d.lend, err = lender.New(lender.Options{MaxFraction: cfg.Lending.MaxFraction, MinDwell: time.Duration(cfg.Lending.MinDwell)}); err != nil {
+		return nil, fmt.Errorf("lending: %w", err)
+	}
+	if be := cfg.Lending.Backend; be.Kind != "" {
+		if be.Kind == lender.KindAffinity {
+			if d.gw == nil {
+				return nil, errors.New("lending.backend: affinity needs gateway.admin_url")
+			}
+			be.Affinity = d.gw
+		}
+		if d.lendBE, err = lender.NewBackend(be); err != nil {
+			return nil, fmt.Errorf("lending.backend: %w", err)
+		}
+	}
+	var warn string
+	if d.audit, warn, err = remediate.OpenAudit(auditPath(cfg.DataDir)); err != nil {
+		return nil, err
+	}
+	if warn != "" {
+		d.log.Warn(warn)
+	}
+	d.metrics = newMetrics(d)
+	if err := reg.Register(d.metrics); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	if err := d.newOutlets(reg); err != nil {
+		return nil, err
+	}
+	ex := remediate.ExecutorOptions{Audit: d.audit, DryRun: cfg.DryRun, Notify: d.notifyAction, Registerer: reg,
+		Logger: d.log.With("component", "executor")}
+	if d.gw != nil {
+		ex.Budget, ex.Shed = gatewayActuator{d.gw}, gatewayActuator{d.gw}
+	}
+	if d.lendBE != nil {
+		ex.Lending = lendingActuator{d.lendBE}
+	}
+	if d.exec, err = remediate.NewExecutor(ex); err != nil {
+		return nil, err
+	}
+	d.mu.timeInState = map[detector.State]time.Duration{}
+	d.mu.summaryFrom = d.clock()
+	if err := d.restore(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newOutlets builds the webhook receiver and the Slack notifier.
+func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
+	cfg := d.cfg
+	ao := alerts.Options{Matchers: cfg.Alerts.Matchers, Token: d.token, Logger: d.log.With("component", "alerts"),
+		Registerer: reg, Now: d.now, OnChange: func(in alerts.Incident) {
+			d.log.Info("alert incident", "active", in.Active, "alerts", len(in.Alerts))
+		}}
+	if cfg.Alerts.BasicUser != "" {
+		pw, err := secret(cfg.Alerts.BasicPasswordFile, "")
+		if err != nil || pw == "" {
+			return fmt.Errorf("alerts.basic_password_file: required with basic_user: %v", err)
+		}
+		ao.BasicUser, ao.BasicPassword = cfg.Alerts.BasicUser, pw
+	}
+	var err error
+	if d.rcv, err = alerts.New(ao); err != nil {
+		return fmt.Errorf("alerts: %w", err)
+	}
+	s := cfg.Slack
+	var tok, hook string
+	if s.BotTokenFile != "" || s.Channel != "" {
+		if tok, err = secret(s.BotTokenFile, SlackTokenEnv); err != nil {
+			return fmt.Errorf("slack.bot_token_file: %w", err)
+		}
+	}
+	if s.WebhookURLFile != "" {
+		if hook, err = secret(s.WebhookURLFile, SlackWebhookEnv); err != nil {
+			return fmt.Errorf("slack.webhook_url_file: %w", err)
+		}
+	} else if tok == "" {
+		hook = os.Getenv(SlackWebhookEnv)
+	}
+	if tok == "" && hook == "" {
+		return nil // no Slack: a nil notifier ignores events
+	}
+	d.slack, err = notify.New(notify.Options{BotToken: tok, Channel: s.Channel, WebhookURL: hook, APIURL: s.APIURL,
+		DashboardURL: s.DashboardURL, StatusURL: s.StatusURL, Logger: d.log.With("component", "slack"), Registerer: reg, Now: d.now})
+	if err != nil {
+		return fmt.Errorf("slack: %w", err)
+	}
+	return nil
+}
+
+// restore resumes the persisted state, if any. An unreadable state file is an error: starting
+// fresh mid-incident would loosen a budget the incident needs.
+func (d *Daemon) restore() error {
+	b, err := os.ReadFile(statePath(d.cfg.DataDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state file: %w", err)
+	}
+	var p persisted
+	if err := json.Unmarshal(b, &p); err != nil {
+		return fmt.Errorf("state file %s: %w (move it aside to start afresh)", statePath(d.cfg.DataDir), err)
+	}
+	if p.Version != stateVersion {
+		return fmt.Errorf("state file %s: version %d, want %d", statePath(d.cfg.DataDir), p.Version, stateVersion)
+	}
+	if p.State != "" {
+		if err := d.det.Resume(p.State, p.Since); err != nil {
+			return fmt.Errorf("state file: %w", err)
+		}
+	}
+	if err := d.pol.Restore(p.Policy); err != nil {
+		return fmt.Errorf("state file: %w", err)
+	}
+	d.pol.Replay(d.audit.Records(0))
+	d.lend.Restore(p.Lending, p.LendingAt)
+	if err := d.rcv.Restore(p.Alerts); err != nil {
+		return fmt.Errorf("state file: alerts: %w", err)
+	}
+	if p.PausedUntil.After(d.clock()) {
+		if err := d.exec.Pause(d.clock(), p.PausedUntil, p.PauseReason+" (resumed after a restart)"); err != nil {
+			return err
+		}
+	}
+	d.log.Info("state restored", "detector", p.State, "since", p.Since, "mode", p.Policy.Mode, "target_tokens", p.Policy.Target)
+	return nil
+}
+
+// save writes the state atomically.
+func (d *Daemon) save() error {
+	last, _ := d.det.Last()
+	enabled, since := d.lend.State()
+	_, until, why := d.exec.Paused(d.clock())
+	p := persisted{Version: stateVersion, SavedAt: d.clock(), State: last.State, Since: last.Since, Policy: d.pol.State(),
+		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why}
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(statePath(d.cfg.DataDir), append(b, '\n'), 0o600)
+}
+
+// Run serves the API and runs the loop until ctx ends. Before the first step it reconciles the
+// actions a previous run may have left half done.
+func (d *Daemon) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return d.Serve(ctx, ln)
+}
+
+// Serve is Run on a listener the caller opened (tests pick a free port).
+func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = d.col.Run(ctx) })
+	wg.Go(func() { _ = d.rcv.Run(ctx) })
+	if d.slack != nil {
+		wg.Go(func() { _ = d.slack.Run(ctx) })
+	}
+	stopCron, err := d.startCron()
+	if err != nil {
+		return err
+	}
+	defer stopCron()
+	srvErr := make(chan error, 1)
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			srvErr <- err
+		}
+	})
+	d.reconcile(ctx)
+	t := time.NewTicker(time.Duration(float64(d.cfg.Interval) / d.cfg.ClockSpeed))
+	defer t.Stop()
+	var loopErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-srvErr:
+			loopErr = fmt.Errorf("serve: %w", err)
+			break loop
+		case <-t.C:
+			d.Step(ctx)
+		}
+	}
+	shut, c := context.WithTimeout(context.Background(), 5*time.Second)
+	defer c()
+	_ = srv.Shutdown(shut)
+	cancel()
+	wg.Wait()
+	if err := d.save(); err != nil {
+		d.log.Error("saving state at exit", "err", err)
+	}
+	return errors.Join(loopErr, d.audit.Close())
+}
+
+// reconcile finishes what a crash interrupted, reading the gateway's actual budget and queue.
+func (d *Daemon) reconcile(ctx context.Context) {
+	if len(d.audit.Pending()) == 0 {
+		return
+	}
+	obs := remediate.Observed{}
+	if d.gw != nil {
+		if st, err := d.gw.State(ctx); err == nil {
+			obs.Budget, obs.BudgetOK = st.Budget, true
+			queued := map[string]bool{}
+			for _, q := range st.Queue {
+				queued[q.ID] = true
+			}
+			obs.Queued = func(id string) bool { return queued[id] }
+		}
+	}
+	if err := d.exec.Reconcile(ctx, d.clock(), obs); err != nil {
+		d.log.Warn("reconciling after a restart", "err", err)
+	}
+}
+
+// clock is the deployment's time: the wall clock, or at a clock speed S the start plus S times
+// the wall time since.
+func (d *Daemon) clock() time.Time {
+	now := d.now()
+	if d.cfg.ClockSpeed == 1 {
+		return now
+	}
+	return d.start.Add(time.Duration(float64(now.Sub(d.start)) * d.cfg.ClockSpeed))
+}
+
+// snapshot is the collector's view in the deployment's time: at a clock speed S the per-second
+// rates are per wall second, S times the deployment's.
+func (d *Daemon) snapshot() collector.Snapshot {
+	s := d.col.SnapshotAt(d.now())
+	if d.cfg.ClockSpeed == 1 {
+		return s
+	}
+	out := collector.Snapshot{At: d.clock(), Signals: make(map[collector.Signal]collector.Value, len(s.Signals))}
+	for sig, v := range s.Signals {
+		switch sig {
+		case collector.ArrivalRate, collector.CompletionRate, collector.CallRate:
+			v.V /= d.cfg.ClockSpeed
+		}
+		out.Signals[sig] = v
+	}
+	return out
+}
+
+// Step is one pass of the loop: snapshot, assess, read the gateway, decide, act.
+func (d *Daemon) Step(ctx context.Context) {
+	snap := d.snapshot()
+	now := snap.At
+	a := d.det.Step(snap)
+	if a.Blind == nil && a.State != detector.Trapped && a.State != detector.Recovering {
+		d.passive.Observe(a.WorkingSetOverCache, a.HitRate)
+	}
+	if tr := a.Transition; tr != nil {
+		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
+		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,
+			From: string(tr.From), To: string(tr.To), WorkingSetOverCache: a.WorkingSetOverCache, KneeRatio: a.Knee.Ratio,
+			HitRate: a.HitRate, Plateau: a.Plateau, Reasons: tr.Reasons})
+	}
+	var view *gateway.StateView
+	var gwErr string
+	if d.gw != nil {
+		st, err := d.gw.State(ctx)
+		if err != nil {
+			gwErr = err.Error()
+		} else {
+			view = &st
+		}
+	}
+	d.mu.Lock()
+	if !d.mu.lastStep.IsZero() {
+		d.mu.timeInState[d.mu.last.State] += now.Sub(d.mu.lastStep)
+	}
+	d.mu.last, d.mu.gateway, d.mu.gatewayErr, d.mu.lastStep = a, view, gwErr, now
+	d.mu.Unlock()
+
+	if paused, _, _ := d.exec.Paused(now); paused {
+		d.finishStep(nil, "")
+		return
+	}
+	in := remediate.Inputs{At: now, Assessment: a, DryRun: d.cfg.DryRun}
+	in.ArrivalRate, in.ArrivalOK = snap.Get(collector.ArrivalRate)
+	if view != nil {
+		in.GatewayOK = true
+		in.Gateway = gatewayInput(*view, now)
+	}
+	for _, al := range d.rcv.Incident().Alerts {
+		in.Alerts = append(in.Alerts, al.Name)
+	}
+	before := d.pol.State().Mode
+	plan := d.pol.Decide(in)
+	if plan.Mode == remediate.Incident && before != remediate.Incident {
+		d.mu.Lock()
+		d.mu.incidents++
+		d.mu.Unlock()
+	}
+	if d.lendBE != nil {
+		if cf, why, ok := remediate.Classify(snap, a.Knee.Ratio); ok {
+			ld := d.lend.Decide(lender.Inputs{At: now, Instances: decodePool(snap), CacheFirst: cf, Reason: why})
+			if ld.Changed {
+				plan = d.pol.WithLending(plan, lendingPlan(ld), ld.Reasons)
+			}
+		}
+	}
+	var errMsg string
+	if !plan.Empty() {
+		if err := d.exec.Execute(ctx, plan, d.save); err != nil {
+			errMsg = err.Error()
+			d.log.Warn("plan", "seq", plan.Seq, "err", err)
+		}
+	} else if err := d.save(); err != nil {
+		errMsg = "saving state: " + err.Error()
+	}
+	d.finishStep(&plan, errMsg)
+}
+
+func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if plan != nil && !plan.Empty() {
+		d.mu.lastPlan = *plan
+	}
+	d.mu.stepErr = errMsg
+	d.mu.ready = true
+}
+
+// gatewayInput turns GET /admin/state into the policy's view.
+func gatewayInput(v gateway.StateView, now time.Time) remediate.Gateway {
+	g := remediate.Gateway{Budget: v.Budget, Reference: v.ReferenceBudget, Reserved: v.Reserved, WorkingSet: v.WorkingSet,
+		Live: v.Live, Queued: len(v.Queue)}
+	for i := len(v.Queue) - 1; i >= 0; i-- { // listed best first
+		q := v.Queue[i]
+		g.ShedCandidates = append(g.ShedCandidates, q.ID)
+		g.HeadWait = max(g.HeadWait, now.Sub(q.Arrival))
+	}
+	return g
+}
+
+// decodePool is the decode pool as one lender instance: the collector sums decode signals (the
+// lender's switch is deployment-wide for every backend but http and exec).
+func decodePool(s collector.Snapshot) []lender.Instance {
+	capacity, ok1 := s.Get(collector.DecodeCapacity)
+	free, ok2 := s.Get(collector.DecodeFree)
+	reserved, ok3 := s.Get(collector.DecodeReserved)
+	if !ok1 || !ok2 || !ok3 {
+		return []lender.Instance{{Name: "decode"}} // unusable: the lender holds its switch
+	}
+	return []lender.Instance{{Name: "decode", CapacityTokens: capacity, FreeTokens: free, ReservedTokens: reserved}}
+}
+
+func lendingPlan(d lender.Decision) remediate.LendingPlan {
+	p := remediate.LendingPlan{Enabled: d.Enabled, MaxFraction: d.MaxFraction}
+	if len(d.Grants) > 0 {
+		p.Grants = map[string]int64{}
+		for _, g := range d.Grants {
+			p.Grants[g.Instance] = g.Tokens
+		}
+	}
+	return p
+}
+
+// gatewayActuator adapts the gateway client to the executor's interfaces.
+type gatewayActuator struct{ gw GatewayAPI }
+
+func (g gatewayActuator) SetBudget(ctx context.Context, tokens, reference int64, reason string) error {
+	_, err := g.gw.SetBudget(ctx, tokens, reference, reason)
+	return err
+}
+
+func (g gatewayActuator) Shed(ctx context.Context, ids []string, reason string) error {
+	_, err := g.gw.Shed(ctx, ids, 0, reason)
+	return err
+}
+
+// lendingActuator adapts a lender backend to the executor.
+type lendingActuator struct{ b lender.Backend }
+
+func (l lendingActuator) ApplyLending(ctx context.Context, p remediate.LendingPlan) error {
+	d := lender.Decision{Enabled: p.Enabled, MaxFraction: p.MaxFraction, Changed: true}
+	for name, t := range p.Grants {
+		d.Grants = append(d.Grants, lender.Grant{Instance: name, Tokens: t})
+	}
+	return l.b.Apply(ctx, d)
+}
+
+// notifyAction tells Slack about a recorded action.
+func (d *Daemon) notifyAction(r remediate.Record) {
+	ev := notify.Event{Kind: notify.KindAction, At: r.At, Deployment: d.cfg.Deployment, Action: r.Kind, Reasons: r.Reasons,
+		DryRun: r.Phase == remediate.PhaseDryRun}
+	d.mu.Lock()
+	a := d.mu.last
+	d.mu.Unlock()
+	ev.WorkingSetOverCache, ev.KneeRatio, ev.HitRate, ev.Plateau, ev.To = a.WorkingSetOverCache, a.Knee.Ratio, a.HitRate, a.Plateau, string(a.State)
+	switch {
+	case r.Budget != nil:
+		ev.Before, ev.After = fmt.Sprintf("%d tokens", r.Budget.From), fmt.Sprintf("%d tokens", r.Budget.To)
+	case r.Shed != nil:
+		ev.After = fmt.Sprintf("shed %v", r.Shed.IDs)
+	case r.Lending != nil:
+		ev.After = fmt.Sprintf("lending enabled=%t", r.Lending.Enabled)
+	}
+	if r.Phase == remediate.PhaseFailed {
+		ev.Reasons = append(ev.Reasons, "FAILED: "+r.Error)
+	}
+	if r.Phase == remediate.PhaseIntent {
+		return // the outcome follows
+	}
+	d.slack.Notify(ev)
+}

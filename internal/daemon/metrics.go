@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/remediate"
+)
+
+// metrics exports the daemon's view as basin_* series, read from the last assessment and plan at
+// scrape time (a custom collector: the values are one struct's fields, not counters to keep).
+type metrics struct {
+	d                                                            *Daemon
+	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
+	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
+	peak                                                         *prometheus.Desc
+	cronRuns, cronPanics                                         *prometheus.CounterVec
+}
+
+func newMetrics(d *Daemon) *metrics {
+	g := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("basin_"+name, help, labels, prometheus.Labels{"deployment": d.cfg.Deployment})
+	}
+	return &metrics{d: d,
+		state:     g("state", "1 for the detector's current state, 0 for the others.", "state"),
+		mode:      g("remediation_mode", "1 for the budget controller's current mode (normal, incident, restoring).", "mode"),
+		wc:        g("working_set_over_cache", "Working set ÷ cache capacity (W/C)."),
+		hit:       g("hit_rate", "Windowed prefix-cache hit rate from counters."),
+		plateau:   g("plateau_hit_rate", "The hit rate's plateau (calibrated or learnt)."),
+		knee:      g("knee_ratio", "The knee as W/C (calibrated, learnt or default)."),
+		live:      g("live_sessions", "Live sessions seen by the detector."),
+		stable:    g("equilibrium_stable_sessions", "Fluid model: the stable equilibrium N at the current arrival rate."),
+		unstable:  g("equilibrium_unstable_sessions", "Fluid model: the unstable equilibrium N (the edge of the basin)."),
+		ttt:       g("time_to_trap_seconds", "Fluid model: time until N reaches the edge at its current growth."),
+		edge:      g("distance_to_edge_sessions", "Fluid model: the edge minus N."),
+		lambda:    g("arrival_rate_per_second", "Smoothed session arrival rate λ."),
+		peak:      g("peak_completion_rate_per_second", "Peak session completion rate in use (calibrated or learnt)."),
+		budget:    g("budget_tokens", "The budget basin last decided (the gateway's budget unless in dry run)."),
+		reference: g("reference_budget_tokens", "B_ref = min(0.9 × knee·C, C)."),
+		paused:    g("remediation_paused", "1 while remediation is paused through the API."),
+		lending:   g("lending_enabled", "1 while basin has KV lending switched on."),
+		ready:     g("daemon_ready", "1 once the daemon has completed a step."),
+		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_runs_total",
+			Help: "Cron job runs by job.", ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"job"}),
+		cronPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_panics_total",
+			Help: "Cron job panics recovered, by job.", ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"job"}),
+	}
+}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(m, ch) }
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	d := m.d
+	d.mu.Lock()
+	a, ready := d.mu.last, d.mu.ready
+	d.mu.Unlock()
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	gauge(m.ready, b2f(ready))
+	m.cronRuns.Collect(ch)
+	m.cronPanics.Collect(ch)
+	if !ready {
+		return
+	}
+	for _, s := range []detector.State{detector.Healthy, detector.Pressure, detector.Drifting, detector.Trapped, detector.Recovering} {
+		gauge(m.state, b2f(a.State == s), string(s))
+	}
+	ps := d.pol.State()
+	for _, md := range []remediate.Mode{remediate.Normal, remediate.Incident, remediate.Restoring} {
+		gauge(m.mode, b2f(ps.Mode == md), string(md))
+	}
+	paused, _, _ := d.exec.Paused(d.clock())
+	gauge(m.paused, b2f(paused))
+	en, _ := d.lend.State()
+	gauge(m.lending, b2f(en))
+	if ps.Target > 0 {
+		gauge(m.budget, float64(ps.Target))
+	}
+	if ref := d.pol.Reference(a); ref > 0 {
+		gauge(m.reference, float64(ref))
+	}
+	if a.ObservedAt.IsZero() {
+		return // no complete observation yet: no numbers rather than zeros
+	}
+	gauge(m.wc, a.WorkingSetOverCache)
+	gauge(m.hit, a.HitRate)
+	gauge(m.plateau, a.Plateau)
+	gauge(m.knee, a.Knee.Ratio)
+	gauge(m.live, a.LiveSessions)
+	gauge(m.lambda, a.Lambda)
+	if a.PeakCompletionRate > 0 {
+		gauge(m.peak, a.PeakCompletionRate)
+	}
+	if v := a.Equilibria.Stable; v != nil {
+		gauge(m.stable, *v)
+	}
+	if v := a.Equilibria.Unstable; v != nil {
+		gauge(m.unstable, *v)
+	}
+	if v := a.DistanceToEdge; v != nil {
+		gauge(m.edge, *v)
+	}
+	if v := a.TimeToTrap; v != nil {
+		gauge(m.ttt, v.Seconds())
+	}
+}
