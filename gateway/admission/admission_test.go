@@ -435,6 +435,6 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		"basin_gateway_budget_tokens": 100, "basin_gateway_reference_budget_tokens": 100,
 		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,
 		"basin_gateway_session_completions_total": 0, "basin_gateway_admissions_total{immediate}": 1,
-		"basin_gateway_admissions_total{queued}": 0,
+		"basin_gateway_admissions_total{queued}": 0, "basin_gateway_queue_oldest_wait_seconds": 1,
 	}, got)
 }

@@ -12,7 +12,7 @@ type stateCollector struct {
 	now                                                           func() time.Time
 	affinityOn                                                    func() bool
 	live, inCall, queued, workingSet, reserved, budget, reference *prometheus.Desc
-	affinity, arrivals, completions, admissions                   *prometheus.Desc
+	affinity, arrivals, completions, admissions, oldestWait       *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -34,6 +34,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		live:        d("basin_gateway_sessions_live", "Sessions admitted and not yet ended (including those between calls)."),
 		inCall:      d("basin_gateway_sessions_in_call", "Live sessions with a model call in flight (the others are running tools or thinking)."),
 		queued:      d("basin_gateway_sessions_queued", "Sessions waiting in the admission queue."),
+		oldestWait:  d("basin_gateway_queue_oldest_wait_seconds", "How long the longest-waiting queued session has waited (0 with an empty queue)."),
 		workingSet:  d("basin_gateway_working_set_tokens", "Working set W: the sum of the current contexts of the live sessions."),
 		reserved:    d("basin_gateway_reserved_tokens", "Sum of the live sessions' demands on the budget (current contexts, or predicted peaks in peak mode)."),
 		budget:      d("basin_gateway_budget_tokens", "Admission budget B in tokens."),
@@ -48,7 +49,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
-		c.affinity, c.arrivals, c.completions, c.admissions} {
+		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait} {
 		ch <- d
 	}
 }
@@ -64,6 +65,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.live, float64(s.Live))
 	gauge(c.inCall, float64(s.InCall))
 	gauge(c.queued, float64(queued))
+	gauge(c.oldestWait, c.core.OldestWait(c.now()).Seconds())
 	gauge(c.workingSet, float64(s.WorkingSet))
 	gauge(c.reserved, float64(s.Reserved))
 	gauge(c.budget, float64(s.Budget))
