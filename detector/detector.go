@@ -221,6 +221,31 @@ func (d *Detector) Resume(s State, since time.Time) error {
 	return nil
 }
 
+// CurvePoint is one point of the completion curve in sessions: X(N)/K.
+type CurvePoint struct {
+	N float64 `json:"n"`
+	// SessionsPerS is X(N)/K, sessions completed per second at population N.
+	SessionsPerS float64 `json:"sessions_per_s"`
+}
+
+// Curve returns the fluid model's completion curve X(N)/K as learnt so far (seeded by the
+// calibration), or nil while K is unknown: the picture of the trap, with the arrival rate as a
+// horizontal line crossing it at the equilibria.
+func (d *Detector) Curve() []CurvePoint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k, ok := d.mu.fluid.K()
+	if !ok {
+		return nil
+	}
+	pts := d.mu.fluid.Curve()
+	out := make([]CurvePoint, len(pts))
+	for i, p := range pts {
+		out[i] = CurvePoint{N: p.N, SessionsPerS: p.CallRate / k}
+	}
+	return out
+}
+
 // Last returns the latest assessment, false before the first Step.
 func (d *Detector) Last() (Assessment, bool) {
 	d.mu.Lock()

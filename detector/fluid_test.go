@@ -341,3 +341,20 @@ func TestFluidPeak(t *testing.T) {
 	_, ok := f.Peak()
 	assert.False(t, ok, "no K, no peak")
 }
+
+func TestDetectorCurve(t *testing.T) {
+	d, err := New(Options{})
+	require.NoError(t, err)
+	assert.Nil(t, d.Curve(), "K unknown: no curve")
+	cal := &Calibration{Version: 1, KneeRatio: 1.8, PlateauHit: 0.96, PeakCompletionRatePerS: 5.1 / 60,
+		CallsPerSession: testK, Created: t0, Source: "test"}
+	for n := 10.0; n <= 60; n += 10 {
+		cal.Points = append(cal.Points, Point{WorkingSetOverCache: n / 40, HitRate: 0.96, Sessions: n, CompletionRatePerS: simCurve(n) / 60})
+	}
+	d, err = New(Options{Calibration: cal})
+	require.NoError(t, err)
+	c := d.Curve()
+	require.Len(t, c, 6)
+	assert.InDelta(t, 40, c[3].N, 1e-9)
+	assert.InDelta(t, 5.1/60, c[3].SessionsPerS, 1e-9)
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/statuspage"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
 )
@@ -34,6 +35,11 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", d.serveReady)
 	mux.HandleFunc("GET /api/v1/status", d.serveStatus)
 	mux.HandleFunc("GET /api/v1/events", d.serveEvents)
+	mux.HandleFunc("GET /api/v1/history", d.serveHistory)
+	mux.HandleFunc("GET /api/v1/curve", d.serveCurve)
+	page := statuspage.Handler()
+	mux.Handle("GET /{$}", page)
+	mux.Handle("GET /static/", page)
 	mux.HandleFunc("POST /api/v1/pause", d.authed(d.servePause))
 	mux.Handle(alerts.Path, d.rcv) // its own auth: token or basic
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {

@@ -90,6 +90,7 @@ type Daemon struct {
 		incidents   int
 		summaryFrom time.Time
 		lastStep    time.Time
+		history     []HistoryPoint
 	}
 }
 
@@ -463,6 +464,11 @@ func (d *Daemon) Step(ctx context.Context) {
 		d.mu.timeInState[d.mu.last.State] += now.Sub(d.mu.lastStep)
 	}
 	d.mu.last, d.mu.gateway, d.mu.gatewayErr, d.mu.lastStep = a, view, gwErr, now
+	var budget, reserved int64
+	if view != nil {
+		budget, reserved = view.Budget, view.Reserved
+	}
+	d.recordLocked(historyPoint(a, budget, reserved))
 	d.mu.Unlock()
 
 	if paused, _, _ := d.exec.Paused(now); paused {
