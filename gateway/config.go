@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -165,14 +164,8 @@ func ParseConfig(data []byte) (*Config, error) {
 // validate fills the defaults and checks every field, naming each bad one (with its line when the
 // file states it).
 func (c *Config) validate(root *yaml.Node) error {
-	var errs []error
-	bad := func(path []string, format string, args ...any) {
-		msg := fmt.Sprintf("%s: %s", strings.Join(path, "."), fmt.Sprintf(format, args...))
-		if l := yamlconf.LineOf(root, path...); l > 0 {
-			msg = fmt.Sprintf("line %d: %s", l, msg)
-		}
-		errs = append(errs, errors.New(msg))
-	}
+	probs := yamlconf.NewProblems(root)
+	bad := probs.Add
 	defStr := func(s *string, v string) {
 		if *s == "" {
 			*s = v
@@ -261,7 +254,7 @@ func (c *Config) validate(root *yaml.Node) error {
 			bad([]string{"admission", "quotas", t}, "must be ≥ 0, got %d", q)
 		}
 	}
-	if len(errs) == 0 {
+	if probs.Len() == 0 {
 		// Anything the admission core rejects beyond the checks above.
 		if err := c.admissionOptions().Validate(); err != nil {
 			bad([]string{"admission"}, "%v", err)
@@ -272,7 +265,7 @@ func (c *Config) validate(root *yaml.Node) error {
 	if !validHeaderName(c.Affinity.Header) {
 		bad([]string{"affinity", "header"}, "not a header name: %q", c.Affinity.Header)
 	}
-	return errors.Join(errs...)
+	return probs.Err()
 }
 
 // admissionOptions maps the configuration onto the admission core's options.

@@ -3,10 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/basin-dev/basin/internal/daemon"
 )
@@ -23,9 +19,9 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: --config is required", errUsage)
 	}
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	logger, reg, err := serverSetup(env, *level)
+	if err != nil {
+		return err
 	}
 	cfg, err := daemon.LoadConfig(*cfgPath)
 	if err != nil {
@@ -34,9 +30,6 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	if *dryRun {
 		cfg.DryRun = true
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: lv}))
 	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registerer: reg, Gatherer: reg})
 	if err != nil {
 		return err

@@ -22,16 +22,25 @@ func runGateway(ctx context.Context, env Env, args []string) error {
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: --config is required", errUsage)
 	}
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	logger, reg, err := serverSetup(env, *level)
+	if err != nil {
+		return err
 	}
 	cfg, err := gateway.LoadConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
+	return gateway.Run(ctx, gateway.Options{Config: cfg, Logger: logger, Registerer: reg, Getenv: env.Getenv})
+}
+
+// serverSetup is what every long-running command needs: a text logger at the --log-level, and a
+// registry with the Go and process collectors for its /metrics.
+func serverSetup(env Env, level string) (*slog.Logger, *prometheus.Registry, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, nil, fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: lv}))
-	return gateway.Run(ctx, gateway.Options{Config: cfg, Logger: logger, Registerer: reg, Getenv: env.Getenv})
+	return slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: lv})), reg, nil
 }

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -165,14 +164,8 @@ func ParseConfig(data []byte) (*Config, error) {
 }
 
 func (c *Config) validate(root *yaml.Node) error {
-	var errs []error
-	bad := func(path []string, format string, args ...any) {
-		msg := fmt.Sprintf("%s: %s", strings.Join(path, "."), fmt.Sprintf(format, args...))
-		if l := yamlconf.LineOf(root, path...); l > 0 {
-			msg = fmt.Sprintf("line %d: %s", l, msg)
-		}
-		errs = append(errs, errors.New(msg))
-	}
+	probs := yamlconf.NewProblems(root)
+	bad := probs.Add
 	if c.Deployment == "" {
 		c.Deployment = "default"
 	}
@@ -224,7 +217,7 @@ func (c *Config) validate(root *yaml.Node) error {
 	if c.Cron.KneeReestimate == "" {
 		c.Cron.KneeReestimate = DefaultKneeReestimate
 	}
-	return errors.Join(errs...)
+	return probs.Err()
 }
 
 // secret reads a secret from a file (trimmed), else from an environment variable.

@@ -173,3 +173,28 @@ func LineOf(root *yaml.Node, path ...string) int {
 	}
 	return line
 }
+
+// Problems collects a configuration's bad values, each named by its key path and, when the file
+// states the key, its line — so one run reports every mistake, not the first.
+type Problems struct {
+	root *yaml.Node
+	errs []error
+}
+
+// NewProblems collects problems for the document root Decode returned.
+func NewProblems(root *yaml.Node) *Problems { return &Problems{root: root} }
+
+// Add records a problem at a key path ("admission", "budget_tokens").
+func (p *Problems) Add(path []string, format string, args ...any) {
+	msg := fmt.Sprintf("%s: %s", strings.Join(path, "."), fmt.Sprintf(format, args...))
+	if l := LineOf(p.root, path...); l > 0 {
+		msg = fmt.Sprintf("line %d: %s", l, msg)
+	}
+	p.errs = append(p.errs, errors.New(msg))
+}
+
+// Len is how many problems were recorded.
+func (p *Problems) Len() int { return len(p.errs) }
+
+// Err joins the problems, nil without any.
+func (p *Problems) Err() error { return errors.Join(p.errs...) }
