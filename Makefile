@@ -5,7 +5,7 @@ BIN     := bin/basin
 RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
 	./sim/trace/... ./sim/loadgen/...
 
-.PHONY: build test lint demo bench fidelity results fuzz clean
+.PHONY: build test lint demo bench fidelity results fuzz clean dashboards
 
 build:
 	$(GO) build -o $(BIN) ./cmd/basin
@@ -58,3 +58,7 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# Regenerates the Grafana dashboards (dashboards/json/*.json) from dashboards/*.go; check them in.
+dashboards:
+	$(GO) run ./dashboards/cmd/gen -o dashboards/json
