@@ -86,6 +86,12 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 		Name: "basin_remediation_actions_total",
 		Help: "Remediation actions by kind (budget, shed, lending) and outcome (done, failed, dry_run, reconciled).",
 	}, []string{"kind", "outcome"})
+	// Every series from 0, so increase() sees the first shed after a start.
+	for _, kind := range []string{"budget", "shed", "lending"} {
+		for _, outcome := range []string{string(PhaseDone), string(PhaseFailed), string(PhaseDryRun), "reconciled"} {
+			e.actions.WithLabelValues(kind, outcome)
+		}
+	}
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(e.actions); err != nil {
 			return nil, fmt.Errorf("executor metrics: %w", err)

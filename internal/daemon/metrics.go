@@ -13,7 +13,7 @@ type metrics struct {
 	d                                                            *Daemon
 	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
-	peak                                                         *prometheus.Desc
+	peak, dryRun                                                 *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -40,6 +40,7 @@ func newMetrics(d *Daemon) *metrics {
 		paused:    g("remediation_paused", "1 while remediation is paused through the API."),
 		lending:   g("lending_enabled", "1 while basin has KV lending switched on."),
 		ready:     g("daemon_ready", "1 once the daemon has completed a step."),
+		dryRun:    g("dry_run", "1 when the daemon only records what it would do."),
 		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_runs_total",
 			Help: "Cron job runs by job.", ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"job"}),
 		cronPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_panics_total",
@@ -64,6 +65,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		return 0
 	}
 	gauge(m.ready, b2f(ready))
+	gauge(m.dryRun, b2f(d.cfg.DryRun))
 	m.cronRuns.Collect(ch)
 	m.cronPanics.Collect(ch)
 	if !ready {
