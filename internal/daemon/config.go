@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/collector"
@@ -216,6 +217,17 @@ func (c *Config) validate(root *yaml.Node) error {
 	}
 	if c.Cron.KneeReestimate == "" {
 		c.Cron.KneeReestimate = DefaultKneeReestimate
+	}
+	// The scheduler's own parser (cron.WithSeconds), so a spec that passes here also schedules.
+	parser := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	for _, j := range []struct{ key, spec string }{{"daily_summary", c.Cron.DailySummary}, {"knee_reestimate", c.Cron.KneeReestimate}} {
+		key, spec := j.key, j.spec
+		if spec == "-" {
+			continue
+		}
+		if _, err := parser.Parse(spec); err != nil {
+			bad([]string{"cron", key}, "%q: %v (six fields with seconds, or @every 1h, @daily, …)", spec, err)
+		}
 	}
 	return probs.Err()
 }

@@ -20,38 +20,45 @@ func (l cronLogger) Error(err error, msg string, kv ...any) {
 	l.d.log.Error("cron: "+msg, append(kv, "err", err)...)
 }
 
-// startCron schedules the daily summary and the knee re-estimation. The chain is
-// SkipIfStillRunning then Recover: in the other order a job that panics once never releases
-// Skip's token and is skipped forever (robfig/cron#366). The innermost wrapper counts panics
-// before Recover logs them.
+// cronJob is one scheduled job.
+type cronJob struct {
+	name, spec string
+	run        func()
+}
+
+// startCron schedules the daily summary and the knee re-estimation.
 func (d *Daemon) startCron() (stop func(), err error) {
+	return d.schedule([]cronJob{
+		{"daily_summary", d.cfg.Cron.DailySummary, d.DailySummary},
+		{"knee_reestimate", d.cfg.Cron.KneeReestimate, d.ReestimateKnee},
+	})
+}
+
+// schedule runs jobs on robfig/cron (specs with seconds, UTC; "-" skips a job). The chain is
+// SkipIfStillRunning then Recover: in the other order a job that panics once never releases
+// Skip's token and is skipped forever (robfig/cron#366). The innermost wrapper counts runs and
+// panics before Recover logs them.
+func (d *Daemon) schedule(jobs []cronJob) (stop func(), err error) {
 	l := cronLogger{d}
 	c := cron.New(cron.WithSeconds(), cron.WithLocation(time.UTC), cron.WithLogger(l),
 		cron.WithChain(cron.SkipIfStillRunning(l), cron.Recover(l)))
-	add := func(name, spec string, job func()) error {
-		if spec == "-" {
-			return nil
+	for _, j := range jobs {
+		if j.spec == "-" {
+			continue
 		}
 		counted := func() {
-			d.metrics.cronRuns.WithLabelValues(name).Inc()
+			d.metrics.cronRuns.WithLabelValues(j.name).Inc()
 			defer func() {
 				if r := recover(); r != nil {
-					d.metrics.cronPanics.WithLabelValues(name).Inc()
+					d.metrics.cronPanics.WithLabelValues(j.name).Inc()
 					panic(r) // to Recover, which logs it
 				}
 			}()
-			job()
+			j.run()
 		}
-		if _, err := c.AddFunc(spec, counted); err != nil {
-			return fmt.Errorf("cron.%s: %q: %w", name, spec, err)
+		if _, err := c.AddFunc(j.spec, counted); err != nil {
+			return nil, fmt.Errorf("cron.%s: %q: %w", j.name, j.spec, err)
 		}
-		return nil
-	}
-	if err := add("daily_summary", d.cfg.Cron.DailySummary, d.DailySummary); err != nil {
-		return nil, err
-	}
-	if err := add("knee_reestimate", d.cfg.Cron.KneeReestimate, d.ReestimateKnee); err != nil {
-		return nil, err
 	}
 	c.Start()
 	return func() { <-c.Stop().Done() }, nil
