@@ -82,6 +82,11 @@ type Config struct {
 	// StateFile keeps the live sessions (and the runtime budget and affinity) across restarts;
 	// empty: nothing is kept.
 	StateFile string `yaml:"state_file"`
+	// WebConfigFile and AdminWebConfigFile are Prometheus exporter-toolkit web configuration files
+	// (TLS, basic auth) for the OpenAI-compatible and the admin listener; empty: plain HTTP. Basic
+	// auth on the OpenAI listener would ask agents for it on every call: use that file for TLS.
+	WebConfigFile      string `yaml:"web_config_file"`
+	AdminWebConfigFile string `yaml:"admin_web_config_file"`
 }
 
 // AdmissionConfig is the admission policy; see package admission.
@@ -139,7 +144,7 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("gateway config %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.AdminTokenFile, &c.Predictor.Model, &c.Record.Path, &c.StateFile} {
+	for _, p := range []*string{&c.AdminTokenFile, &c.Predictor.Model, &c.Record.Path, &c.StateFile, &c.WebConfigFile, &c.AdminWebConfigFile} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}

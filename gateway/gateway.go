@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/predictor"
@@ -321,8 +322,18 @@ func Run(ctx context.Context, o Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- hs.Serve(ln) }()
-	go func() { serveErr <- as.Serve(aln) }()
+	for _, f := range []string{g.cfg.WebConfigFile, g.cfg.AdminWebConfigFile} {
+		if f != "" {
+			if err := web.Validate(f); err != nil {
+				ln.Close()
+				aln.Close()
+				return fmt.Errorf("gateway: web config %s: %w", f, err)
+			}
+		}
+	}
+	webLog := g.log.With("component", "web")
+	go func() { serveErr <- web.Serve(ln, hs, webFlags(g.cfg.WebConfigFile), webLog) }()
+	go func() { serveErr <- web.Serve(aln, as, webFlags(g.cfg.AdminWebConfigFile), webLog) }()
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(runCtx) }()
 
@@ -345,6 +356,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.log.Info("gateway stopped")
 	return err
+}
+
+// webFlags points exporter-toolkit's server at a web configuration file (empty: plain HTTP).
+func webFlags(file string) *web.FlagConfig {
+	systemd := false
+	return &web.FlagConfig{WebListenAddresses: &[]string{}, WebSystemdSocket: &systemd, WebConfigFile: &file}
 }
 
 // tracker counts model calls being handled, so that shutdown can wait for them.

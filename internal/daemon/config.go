@@ -48,6 +48,10 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// TokenFile holds the bearer token of the control API (pause, alerts webhook); else TokenEnv.
 	TokenFile string `yaml:"token_file"`
+	// WebConfigFile is a Prometheus exporter-toolkit web configuration file (TLS, basic auth) for
+	// the listener; empty: plain HTTP. Basic auth there applies to every endpoint, /metrics and the
+	// webhook included, on top of the token the control endpoints need.
+	WebConfigFile string `yaml:"web_config_file"`
 	// DataDir keeps the audit log and the state across restarts (required).
 	DataDir string `yaml:"data_dir"`
 	// Interval is the loop period (DefaultInterval).
@@ -142,7 +146,7 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("daemon config %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.TokenFile, &c.DataDir, &c.Calibration, &c.Collector.TargetFile, &c.Gateway.TokenFile,
+	for _, p := range []*string{&c.TokenFile, &c.WebConfigFile, &c.DataDir, &c.Calibration, &c.Collector.TargetFile, &c.Gateway.TokenFile,
 		&c.Lending.Backend.TokenFile, &c.Alerts.BasicPasswordFile, &c.Slack.BotTokenFile, &c.Slack.WebhookURLFile} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)

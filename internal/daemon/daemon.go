@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
@@ -339,6 +340,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // Serve is Run on a listener the caller opened (tests pick a free port).
 func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
+	if f := d.cfg.WebConfigFile; f != "" {
+		if err := web.Validate(f); err != nil {
+			return fmt.Errorf("web_config_file %s: %w", f, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -355,7 +361,9 @@ func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
 	defer stopCron()
 	srvErr := make(chan error, 1)
 	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		systemd, file := false, d.cfg.WebConfigFile
+		flags := &web.FlagConfig{WebListenAddresses: &[]string{}, WebSystemdSocket: &systemd, WebConfigFile: &file}
+		if err := web.Serve(ln, srv, flags, d.log.With("component", "web")); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			srvErr <- err
 		}
 	})
