@@ -251,6 +251,13 @@ type Observed struct {
 // shed only drops sessions still queued, a lending plan is applied again (idempotent). With the
 // gateway unread, the budget intents stay pending for the next call.
 func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) error {
+	if paused, until, why := e.Paused(now); paused && !e.o.DryRun {
+		if n := len(e.o.Audit.Pending()); n > 0 {
+			return fmt.Errorf("reconcile: paused until %s (%s): %d interrupted actions left pending",
+				until.UTC().Format(time.RFC3339), why, n)
+		}
+		return nil
+	}
 	var errs []error
 	for _, r := range e.o.Audit.Pending() {
 		switch {

@@ -117,6 +117,8 @@ type PolicyState struct {
 type Policy struct {
 	o  Options
 	st PolicyState
+	// restoredSeq is the last plan the restored state knew of: Replay applies what came after.
+	restoredSeq uint64
 }
 
 // NewPolicy validates the options.
@@ -144,15 +146,20 @@ func (p *Policy) Restore(s PolicyState) error {
 	if s.Target < 0 {
 		return fmt.Errorf("restore policy: target_tokens %d < 0", s.Target)
 	}
-	p.st = s
+	p.st, p.restoredSeq = s, s.Seq
 	return nil
 }
 
 // Replay applies executed actions the persisted state may not include (the daemon stopped
-// between recording an action and saving its state), so the policy does not decide them again.
+// between recording an action and saving its state, or reconciliation finished one), so the
+// policy does not decide them again. It may be called again as the log grows: it applies, in log
+// order, every action done after the restored state's last plan.
 func (p *Policy) Replay(recs []Record) {
+	base := p.restoredSeq
 	for _, r := range recs {
-		if r.Phase != PhaseDone || r.Seq <= p.st.Seq {
+		// Every recorded plan's number is used, done or not: a new plan never reuses one.
+		p.st.Seq = max(p.st.Seq, r.Seq)
+		if r.Phase != PhaseDone || r.Seq <= base {
 			continue
 		}
 		switch {
@@ -162,7 +169,6 @@ func (p *Policy) Replay(recs []Record) {
 		case r.Shed != nil:
 			p.st.LastShed = r.At
 		}
-		p.st.Seq = max(p.st.Seq, r.Seq)
 	}
 }
 
@@ -202,8 +208,18 @@ func (p *Policy) Decide(in Inputs) Plan {
 		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
 		return p.finish(plan)
 	}
-	if p.st.Target == 0 && in.GatewayOK {
-		p.st.Target = in.Gateway.Budget
+	if p.st.Target == 0 {
+		switch {
+		case in.GatewayOK:
+			p.st.Target = in.Gateway.Budget
+		case in.DryRun:
+			p.st.Target = ref
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("dry run without the gateway's budget: deciding from B_ref %s", tok(ref)))
+		default:
+			plan.Mode = p.st.Mode
+			plan.Reasons = append(plan.Reasons, "the gateway's budget is not known yet: nothing decided")
+			return p.finish(plan)
+		}
 	}
 	cur := p.st.Target
 	plateau := a.Plateau
@@ -240,7 +256,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 		case blind:
 			plan.Reasons = append(plan.Reasons, "restoring, but blind ("+blindWhy(a, in)+"): B held")
 		case left:
-			target = max(part(o.MinFraction, ref), cur-part(o.RestoreStep, ref))
+			target = min(cur, max(part(o.MinFraction, ref), cur-part(o.RestoreStep, ref)))
 			if target < cur {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f < plateau %.2f − %.2f: B %s → %s",
 					a.HitRate, plateau, o.LeaveDrop, tok(cur), tok(target)))
@@ -265,7 +281,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s above %.2f × B_ref %s: B → %s", tok(cur), o.MaxFraction, tok(ref), tok(hi)))
 		case !due:
 		case left:
-			target = max(lo, cur-step)
+			target = min(cur, max(lo, cur-step)) // never up while off the plateau
 			if target < cur {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f left its plateau %.2f (− %.2f): tighten B %s → %s",
 					a.HitRate, plateau, o.LeaveDrop, tok(cur), tok(target)))

@@ -74,7 +74,8 @@ func TestNormalMode(t *testing.T) {
 		{"between the lines: hold", 1_000_000, 5, 0.91, []int64{1_000_000, 1_000_000, 1_000_000, 1_000_000}},
 		{"nobody queued: back to B_ref", 1_100_000, 0, 0.95, []int64{1_050_000, 1_000_000, 1_000_000, 1_000_000}},
 		{"under B_ref on the plateau: up to B_ref", 900_000, 0, 0.95, []int64{950_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"far under the floor: floor at once", 100_000, 0, 0.5, []int64{500_000, 500_000, 500_000, 500_000}},
+		{"far under the floor on the plateau: floor at once", 100_000, 0, 0.95, []int64{500_000, 550_000, 600_000, 650_000}},
+		{"under the floor off the plateau: never up", 100_000, 0, 0.5, []int64{100_000, 100_000, 100_000, 100_000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, Options{})

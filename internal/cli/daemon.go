@@ -34,6 +34,7 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer d.Close()
 	logger.Info("basin daemon", "listen", cfg.Listen, "deployment", cfg.Deployment, "dry_run", cfg.DryRun, "data_dir", cfg.DataDir)
 	return d.Run(ctx)
 }

@@ -127,8 +127,9 @@ func (d *Daemon) StatusNow() Status {
 		s.Gateway = &GatewayStatus{Error: d.mu.gatewayErr}
 	}
 	d.mu.Unlock()
-	s.Policy = d.pol.State()
-	s.ReferenceBudget = d.pol.Reference(s.Assessment)
+	d.mu.Lock()
+	s.Policy, s.ReferenceBudget = d.mu.policy, d.mu.reference
+	d.mu.Unlock()
 	if paused, until, why := d.exec.Paused(now); paused {
 		s.Paused = &PauseView{Until: until, Reason: why}
 	}
@@ -192,12 +193,17 @@ func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
 	}
 	now := d.clock()
 	until := now.Add(time.Duration(*req.Minutes * float64(time.Minute)))
-	if err := d.exec.Pause(now, until, req.Reason); err != nil {
+	d.loop.Lock() // save reads the loop's state
+	err := d.exec.Pause(now, until, req.Reason)
+	if err == nil {
+		if err := d.save(); err != nil {
+			d.log.Error("saving state after a pause", "err", err)
+		}
+	}
+	d.loop.Unlock()
+	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "", "recording the pause: "+err.Error())
 		return
-	}
-	if err := d.save(); err != nil {
-		d.log.Error("saving state after a pause", "err", err)
 	}
 	d.log.Info("pause", "until", until, "reason", req.Reason)
 	paused, u, why := d.exec.Paused(now)

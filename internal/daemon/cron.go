@@ -111,7 +111,10 @@ func (d *Daemon) ReestimateKnee() {
 	if d.cal == nil || d.cfg.Calibration == "" {
 		return
 	}
-	k, err := detector.FitKnee(d.passive.Points())
+	d.loop.Lock()
+	pts := d.passive.Points()
+	d.loop.Unlock()
+	k, err := detector.FitKnee(pts)
 	if err != nil || k.BeyondRange {
 		d.log.Info("knee re-estimation: not enough of the curve seen yet", "err", err)
 		return

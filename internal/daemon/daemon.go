@@ -56,8 +56,15 @@ type Options struct {
 // Daemon is one running basin daemon.
 type Daemon struct {
 	cfg *Config
-	// start anchors the deployment clock at a clock speed above 1.
-	start time.Time
+	// start (wall) and base (deployment time at start) anchor the deployment clock at a clock
+	// speed above 1; base continues the persisted clock after a restart.
+	start, base time.Time
+	// loop serialises the loop's state (policy, passive learner) between Step and the other
+	// goroutines that must read or save it consistently (pause, cron).
+	loop sync.Mutex
+
+	closeOnce sync.Once
+	closeErr  error
 	log   *slog.Logger
 	now   func() time.Time
 	token string
@@ -92,6 +99,9 @@ type Daemon struct {
 		summaryFrom time.Time
 		lastStep    time.Time
 		history     []HistoryPoint
+		// policy and reference are the policy's state and B_ref as of the last step.
+		policy    remediate.PolicyState
+		reference int64
 	}
 }
 
@@ -111,6 +121,10 @@ type persisted struct {
 	Alerts      alerts.State          `json:"alerts"`
 	PausedUntil time.Time             `json:"paused_until,omitzero"`
 	PauseReason string                `json:"pause_reason,omitempty"`
+	// WallAt and ClockAt are the wall and deployment clocks when saved: at a clock speed above 1
+	// the deployment clock continues from ClockAt after a restart.
+	WallAt  time.Time `json:"wall_at"`
+	ClockAt time.Time `json:"clock_at"`
 }
 
 const stateVersion = 1
@@ -150,19 +164,24 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	}
 	// The collector runs on the wall clock; at a clock speed S its interval and window shrink by S
 	// so they cover the same deployment time, and snapshot rates are scaled back (see snapshot).
-	wall := func(v Duration, def time.Duration) time.Duration {
-		if v == 0 {
-			v = Duration(def)
-		}
-		return time.Duration(float64(v) / cfg.ClockSpeed)
+	// The collector's defaults are derived from the interval as the collector derives them, in the
+	// deployment's time, then converted.
+	interval := time.Duration(cfg.Interval)
+	timeout, window := time.Duration(cfg.Collector.Timeout), time.Duration(cfg.Collector.Window)
+	if timeout == 0 {
+		timeout = min(collector.DefaultTimeout, interval)
 	}
+	if window == 0 {
+		window = max(collector.DefaultWindow, 2*interval)
+	}
+	wall := func(v time.Duration) time.Duration { return time.Duration(float64(v) / cfg.ClockSpeed) }
 	d.start = d.now()
+	d.base = d.start
 	d.col, err = collector.New(collector.Options{Targets: cfg.Collector.Targets, TargetFile: cfg.Collector.TargetFile,
-		Interval: wall(cfg.Interval, DefaultInterval), Timeout: wall(cfg.Collector.Timeout, collector.DefaultTimeout),
-		Window:     wall(cfg.Collector.Window, collector.DefaultWindow),
+		Interval: wall(interval), Timeout: wall(timeout), Window: wall(window),
 		HTTPClient: o.HTTPClient, Logger: d.log.With("component", "collector"), Registerer: reg, Now: d.now})
 	if err != nil {
-		return nil, fmt.Errorf("collector: %w", err)
+		return nil, err // the collector's errors name it
 	}
 	if err := d.col.Declare("detector", detector.Needs()...); err != nil {
 		return nil, fmt.Errorf("collector: %w", err)
@@ -203,6 +222,12 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if d.audit, warn, err = remediate.OpenAudit(auditPath(cfg.DataDir)); err != nil {
 		return nil, err
 	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = d.audit.Close() // New failed after opening the log
+		}
+	}()
 	if warn != "" {
 		d.log.Warn(warn)
 	}
@@ -229,6 +254,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if err := d.restore(); err != nil {
 		return nil, err
 	}
+	ok = true
 	return d, nil
 }
 
@@ -242,7 +268,10 @@ func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
 	if cfg.Alerts.BasicUser != "" {
 		pw, err := secret(cfg.Alerts.BasicPasswordFile, "")
 		if err != nil || pw == "" {
-			return fmt.Errorf("alerts.basic_password_file: required with basic_user: %v", err)
+			if err == nil {
+				err = errors.New("empty")
+			}
+			return fmt.Errorf("alerts.basic_password_file: required with basic_user: %w", err)
 		}
 		ao.BasicUser, ao.BasicPassword = cfg.Alerts.BasicUser, pw
 	}
@@ -292,15 +321,23 @@ func (d *Daemon) restore() error {
 	if p.Version != stateVersion {
 		return fmt.Errorf("state file %s: version %d, want %d", statePath(d.cfg.DataDir), p.Version, stateVersion)
 	}
+	if d.cfg.ClockSpeed != 1 && !p.ClockAt.IsZero() && !p.WallAt.IsZero() {
+		// The deployment kept running while the daemon was away, at its own speed.
+		d.base = p.ClockAt.Add(time.Duration(float64(d.start.Sub(p.WallAt)) * d.cfg.ClockSpeed))
+	}
 	if p.State != "" {
 		if err := d.det.Resume(p.State, p.Since); err != nil {
 			return fmt.Errorf("state file: %w", err)
 		}
+		d.mu.Lock()
+		d.mu.last = detector.Assessment{State: p.State, Since: p.Since}
+		d.mu.Unlock()
 	}
 	if err := d.pol.Restore(p.Policy); err != nil {
 		return fmt.Errorf("state file: %w", err)
 	}
 	d.pol.Replay(d.audit.Records(0))
+	d.publishPolicy()
 	d.lend.Restore(p.Lending, p.LendingAt)
 	if err := d.rcv.Restore(p.Alerts); err != nil {
 		return fmt.Errorf("state file: alerts: %w", err)
@@ -316,11 +353,17 @@ func (d *Daemon) restore() error {
 
 // save writes the state atomically.
 func (d *Daemon) save() error {
-	last, _ := d.det.Last()
+	last, ok := d.det.Last()
+	if !ok { // not stepped since a restart: the resumed state
+		d.mu.Lock()
+		last = d.mu.last
+		d.mu.Unlock()
+	}
 	enabled, since := d.lend.State()
 	_, until, why := d.exec.Paused(d.clock())
 	p := persisted{Version: stateVersion, SavedAt: d.clock(), State: last.State, Since: last.Since, Policy: d.pol.State(),
-		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why}
+		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why,
+		WallAt: d.now(), ClockAt: d.clock()}
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
@@ -367,7 +410,9 @@ func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
 			srvErr <- err
 		}
 	})
+	d.loop.Lock()
 	d.reconcile(ctx)
+	d.loop.Unlock()
 	t := time.NewTicker(time.Duration(float64(d.cfg.Interval) / d.cfg.ClockSpeed))
 	defer t.Stop()
 	var loopErr error
@@ -391,7 +436,14 @@ loop:
 	if err := d.save(); err != nil {
 		d.log.Error("saving state at exit", "err", err)
 	}
-	return errors.Join(loopErr, d.audit.Close())
+	return errors.Join(loopErr, d.Close())
+}
+
+// Close releases the audit log. Serve closes it on return; a daemon built with New and never
+// served must be closed by its owner.
+func (d *Daemon) Close() error {
+	d.closeOnce.Do(func() { d.closeErr = d.audit.Close() })
+	return d.closeErr
 }
 
 // reconcile finishes what a crash interrupted, reading the gateway's actual budget and queue.
@@ -413,6 +465,20 @@ func (d *Daemon) reconcile(ctx context.Context) {
 	if err := d.exec.Reconcile(ctx, d.clock(), obs); err != nil {
 		d.log.Warn("reconciling after a restart", "err", err)
 	}
+	// What reconciliation finished is the policy's state now, whatever the state file said.
+	d.pol.Replay(d.audit.Records(0))
+	d.publishPolicy()
+	if err := d.save(); err != nil {
+		d.log.Error("saving state after reconciling", "err", err)
+	}
+}
+
+// publishPolicy copies the policy's state for readers on other goroutines (status, metrics).
+func (d *Daemon) publishPolicy() {
+	st := d.pol.State()
+	d.mu.Lock()
+	d.mu.policy = st
+	d.mu.Unlock()
 }
 
 // clock is the deployment's time: the wall clock, or at a clock speed S the start plus S times
@@ -422,7 +488,7 @@ func (d *Daemon) clock() time.Time {
 	if d.cfg.ClockSpeed == 1 {
 		return now
 	}
-	return d.start.Add(time.Duration(float64(now.Sub(d.start)) * d.cfg.ClockSpeed))
+	return d.base.Add(time.Duration(float64(now.Sub(d.start)) * d.cfg.ClockSpeed))
 }
 
 // snapshot is the collector's view in the deployment's time: at a clock speed S the per-second
@@ -445,6 +511,8 @@ func (d *Daemon) snapshot() collector.Snapshot {
 
 // Step is one pass of the loop: snapshot, assess, read the gateway, decide, act.
 func (d *Daemon) Step(ctx context.Context) {
+	d.loop.Lock()
+	defer d.loop.Unlock()
 	snap := d.snapshot()
 	now := snap.At
 	a := d.det.Step(snap)
@@ -480,14 +548,24 @@ func (d *Daemon) Step(ctx context.Context) {
 	d.mu.Unlock()
 
 	if paused, _, _ := d.exec.Paused(now); paused {
-		d.finishStep(nil, "")
+		// Observing only; the detector's state still moves and must survive a restart.
+		errMsg := ""
+		if err := d.save(); err != nil {
+			errMsg = "saving state: " + err.Error()
+		}
+		d.finishStep(nil, errMsg)
 		return
+	}
+	// Actions a crash (or a pause at start) left between intent and outcome are finished before
+	// anything new is decided.
+	if len(d.audit.Pending()) > 0 {
+		d.reconcile(ctx)
 	}
 	in := remediate.Inputs{At: now, Assessment: a, DryRun: d.cfg.DryRun}
 	in.ArrivalRate, in.ArrivalOK = snap.Get(collector.ArrivalRate)
 	if view != nil {
 		in.GatewayOK = true
-		in.Gateway = gatewayInput(*view, now)
+		in.Gateway = gatewayInput(*view, d.cfg.ClockSpeed)
 	}
 	for _, al := range d.rcv.Incident().Alerts {
 		in.Alerts = append(in.Alerts, al.Name)
@@ -520,8 +598,12 @@ func (d *Daemon) Step(ctx context.Context) {
 }
 
 func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
+	st := d.pol.State()
+	last, _ := d.det.Last()
+	ref := d.pol.Reference(last)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.mu.policy, d.mu.reference = st, ref
 	if plan != nil && !plan.Empty() {
 		d.mu.lastPlan = *plan
 	}
@@ -529,14 +611,16 @@ func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 	d.mu.ready = true
 }
 
-// gatewayInput turns GET /admin/state into the policy's view.
-func gatewayInput(v gateway.StateView, now time.Time) remediate.Gateway {
+// gatewayInput turns GET /admin/state into the policy's view. Waits are the gateway's own
+// measurements (its clock, not the daemon's: no skew between hosts), scaled to the deployment's
+// time at a clock speed above 1.
+func gatewayInput(v gateway.StateView, speed float64) remediate.Gateway {
 	g := remediate.Gateway{Budget: v.Budget, Reference: v.ReferenceBudget, Reserved: v.Reserved, WorkingSet: v.WorkingSet,
 		Live: v.Live, Queued: len(v.Queue)}
 	for i := len(v.Queue) - 1; i >= 0; i-- { // listed best first
 		q := v.Queue[i]
 		g.ShedCandidates = append(g.ShedCandidates, q.ID)
-		g.HeadWait = max(g.HeadWait, now.Sub(q.Arrival))
+		g.HeadWait = max(g.HeadWait, time.Duration(q.WaitedSeconds*speed*float64(time.Second)))
 	}
 	return g
 }

@@ -53,7 +53,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCo
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	d := m.d
 	d.mu.Lock()
-	a, ready := d.mu.last, d.mu.ready
+	a, ready, ps, ref := d.mu.last, d.mu.ready, d.mu.policy, d.mu.reference
 	d.mu.Unlock()
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
@@ -74,7 +74,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []detector.State{detector.Healthy, detector.Pressure, detector.Drifting, detector.Trapped, detector.Recovering} {
 		gauge(m.state, b2f(a.State == s), string(s))
 	}
-	ps := d.pol.State()
 	for _, md := range []remediate.Mode{remediate.Normal, remediate.Incident, remediate.Restoring} {
 		gauge(m.mode, b2f(ps.Mode == md), string(md))
 	}
@@ -85,7 +84,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if ps.Target > 0 {
 		gauge(m.budget, float64(ps.Target))
 	}
-	if ref := d.pol.Reference(a); ref > 0 {
+	if ref > 0 {
 		gauge(m.reference, float64(ref))
 	}
 	if a.ObservedAt.IsZero() {

@@ -1,0 +1,457 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/client"
+	"github.com/basin-dev/basin/remediate"
+)
+
+// testToken is the control API token of the test daemons.
+const testToken = "daemon-test-token-0123456789"
+
+// t0 is when the test clocks start.
+var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+
+// stepEvery is the fake time between two steps: the default interval.
+const stepEvery = 5 * time.Second
+
+// clock is a settable Now, safe for concurrent use (Serve's goroutines read it).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: t0} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+// budgetCall is one SetBudget the fake gateway received.
+type budgetCall struct {
+	Tokens, Reference int64
+	Reason            string
+}
+
+// fakeGateway implements GatewayAPI: its budget follows SetBudget, and it records every call.
+type fakeGateway struct {
+	mu        sync.Mutex
+	budget    int64
+	reference int64
+	queue     []admission.QueuedSession
+	// stateErr, when set, fails State (an unreachable gateway).
+	stateErr error
+	// onSetBudget, when set, takes over SetBudget: it calls apply (or not) and may kill the
+	// calling goroutine (runtime.Goexit) to stand for a daemon killed while the call was in flight.
+	onSetBudget func(tokens int64, apply func())
+	budgets     []budgetCall
+	sheds       [][]string
+	affinity    []bool
+}
+
+func newFakeGateway(budget int64) *fakeGateway {
+	return &fakeGateway{budget: budget, reference: budget}
+}
+
+func (g *fakeGateway) State(context.Context) (gateway.StateView, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stateErr != nil {
+		return gateway.StateView{}, g.stateErr
+	}
+	return gateway.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: g.budget,
+		ReferenceBudget: g.reference, Queue: append([]admission.QueuedSession(nil), g.queue...)}}, nil
+}
+
+func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reason string) (client.BudgetResult, error) {
+	var res client.BudgetResult
+	apply := func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		res.Before = client.Budget{BudgetTokens: g.budget, ReferenceBudgetTokens: g.reference}
+		g.budgets = append(g.budgets, budgetCall{Tokens: tokens, Reference: reference, Reason: reason})
+		g.budget, g.reference = tokens, reference
+		res.After = client.Budget{BudgetTokens: tokens, ReferenceBudgetTokens: reference}
+	}
+	g.mu.Lock()
+	hook := g.onSetBudget
+	g.mu.Unlock()
+	if hook != nil {
+		hook(tokens, apply)
+		return res, nil
+	}
+	apply()
+	return res, nil
+}
+
+func (g *fakeGateway) Shed(_ context.Context, ids []string, _ int, _ string) (client.ShedResult, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sheds = append(g.sheds, ids)
+	return client.ShedResult{Shed: ids}, nil
+}
+
+func (g *fakeGateway) SetAffinity(_ context.Context, enabled bool, _ string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.affinity = append(g.affinity, enabled)
+	return nil
+}
+
+func (g *fakeGateway) Budget() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.budget
+}
+
+func (g *fakeGateway) Budgets() []budgetCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]budgetCall(nil), g.budgets...)
+}
+
+func (g *fakeGateway) set(f func(g *fakeGateway)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f(g)
+}
+
+// callsTo counts the SetBudget calls that set tokens.
+func callsTo(calls []budgetCall, tokens int64) int {
+	n := 0
+	for _, c := range calls {
+		if c.Tokens == tokens {
+			n++
+		}
+	}
+	return n
+}
+
+// The synthetic deployment the unit tests feed the collector: one SGLang prefill, one decode and
+// the gateway. Capacity 1M tokens and a calibrated knee of 1.9 with a plateau of 0.95 make
+// B_ref = min(0.9 × 1.9 × C, C) = 1M tokens, so an incident cuts the budget to 0.7 × B_ref.
+const (
+	testCapacity  = 1_000_000
+	testReference = 1_000_000
+	testCut       = 700_000
+)
+
+// exposition is the synthetic deployment's state; its counters advance with time.
+type exposition struct {
+	// hit is the fraction of prompt tokens served from cache from now on.
+	hit float64
+	// workingSet and live are the gateway's gauges.
+	workingSet, live float64
+	// arrivalRate is sessions per second of the deployment's time.
+	arrivalRate float64
+	// Cumulative counters.
+	cacheTokens, computeTokens, calls, arrivals, completions float64
+}
+
+// healthy is a deployment well under its knee (W/C 1.0 against 1.9), on its plateau.
+func healthy() *exposition {
+	return &exposition{hit: 0.95, workingSet: testCapacity, live: 40, arrivalRate: 0.05}
+}
+
+// advance runs the deployment for d of its own time: 20k prompt tokens/s, 1.5 calls/s,
+// arrivalRate sessions/s in and 0.05 out.
+func (x *exposition) advance(d time.Duration) {
+	s := d.Seconds()
+	x.cacheTokens += 20_000 * s * x.hit
+	x.computeTokens += 20_000 * s * (1 - x.hit)
+	x.calls += 1.5 * s
+	x.arrivals += x.arrivalRate * s
+	x.completions += 0.05 * s
+}
+
+func (x *exposition) prefill() string {
+	return fmt.Sprintf(`# TYPE sglang:max_total_num_tokens gauge
+sglang:max_total_num_tokens{engine_type="prefill",model_name="m",tp_rank="0"} %d
+# TYPE sglang:realtime_tokens_total counter
+sglang:realtime_tokens_total{engine_type="prefill",mode="prefill_cache",model_name="m",tp_rank="0"} %.0f
+sglang:realtime_tokens_total{engine_type="prefill",mode="prefill_compute",model_name="m",tp_rank="0"} %.0f
+`, testCapacity, x.cacheTokens, x.computeTokens)
+}
+
+func (x *exposition) decode() string {
+	return fmt.Sprintf(`# TYPE sglang:max_total_num_tokens gauge
+sglang:max_total_num_tokens{engine_type="decode",model_name="m",tp_rank="0"} 800000
+# TYPE sglang:kv_used_tokens gauge
+sglang:kv_used_tokens{engine_type="decode",model_name="m",tp_rank="0"} 300000
+# TYPE sglang:kv_available_tokens gauge
+sglang:kv_available_tokens{engine_type="decode",model_name="m",tp_rank="0"} 500000
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{engine_type="decode",model_name="m",tp_rank="0"} %.0f
+`, x.calls)
+}
+
+func (x *exposition) gateway() string {
+	return fmt.Sprintf(`# TYPE basin_gateway_working_set_tokens gauge
+basin_gateway_working_set_tokens %.0f
+# TYPE basin_gateway_sessions_live gauge
+basin_gateway_sessions_live %.0f
+# TYPE basin_gateway_sessions_queued gauge
+basin_gateway_sessions_queued 0
+# TYPE basin_gateway_session_arrivals_total counter
+basin_gateway_session_arrivals_total %.3f
+# TYPE basin_gateway_session_completions_total counter
+basin_gateway_session_completions_total %.3f
+`, x.workingSet, x.live, x.arrivals, x.completions)
+}
+
+// testTargets are the configured targets; nothing listens at their URL (port 1), the tests feed
+// the collector through IngestText instead, the derivation a scrape uses, at fake times.
+var testTargets = []collector.Target{
+	{Name: "prefill-0", URL: "http://127.0.0.1:1/metrics/prefill-0", Role: collector.RolePrefill, Dialect: collector.DialectSGLang},
+	{Name: "decode-0", URL: "http://127.0.0.1:1/metrics/decode-0", Role: collector.RoleDecode, Dialect: collector.DialectSGLang},
+	{Name: "gateway", URL: "http://127.0.0.1:1/metrics", Role: collector.RoleGateway, Dialect: collector.DialectGateway},
+}
+
+// feed ingests the exposition as scraped at now.
+func (x *exposition) feed(t testing.TB, d *Daemon, now time.Time) {
+	t.Helper()
+	for _, tg := range testTargets {
+		var body string
+		switch tg.Role {
+		case collector.RolePrefill:
+			body = x.prefill()
+		case collector.RoleDecode:
+			body = x.decode()
+		default:
+			body = x.gateway()
+		}
+		require.NoError(t, d.col.IngestText(now, tg, strings.NewReader(body)), tg.Name)
+	}
+}
+
+// env is one test's data directory, configuration, clock, gateway and deployment. Daemons built
+// from the same env share the data directory: a second one is the first restarted.
+type env struct {
+	t     *testing.T
+	dir   string
+	cfg   *Config
+	clock *clock
+	gw    *fakeGateway
+	dep   *exposition
+}
+
+// testCalibration is the synthetic deployment's calibration: knee 1.9, plateau 0.95.
+func testCalibration() *detector.Calibration {
+	return &detector.Calibration{Version: detector.CalibrationVersion, KneeRatio: 1.9, PlateauHit: 0.95,
+		PeakCompletionRatePerS: 0.2, CallsPerSession: 30, Created: t0.Add(-24 * time.Hour), Source: "daemon tests"}
+}
+
+// baseYAML is the configuration of the unit tests' daemons; paths are relative to the env's
+// directory (LoadConfig resolves them).
+const baseYAML = `deployment: unit
+listen: 127.0.0.1:0
+token_file: token
+data_dir: data
+calibration: calibration.json
+collector:
+  window: 15s
+  targets:
+    - {name: prefill-0, url: "http://127.0.0.1:1/metrics/prefill-0", role: prefill, dialect: sglang}
+    - {name: decode-0, url: "http://127.0.0.1:1/metrics/decode-0", role: decode, dialect: sglang}
+    - {name: gateway, url: "http://127.0.0.1:1/metrics", role: gateway, dialect: basin-gateway}
+gateway:
+  admin_url: http://127.0.0.1:1
+cron:
+  daily_summary: "-"
+  knee_reestimate: "-"
+`
+
+// newEnv writes the configuration (baseYAML plus extra), the token and the calibration to a
+// temporary directory and loads the configuration.
+func newEnv(t *testing.T, extra string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(testToken+"\n"), 0o600))
+	require.NoError(t, testCalibration().Save(filepath.Join(dir, "calibration.json")))
+	path := filepath.Join(dir, "basin.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(baseYAML+extra), 0o600))
+	cfg, err := LoadConfig(path)
+	require.NoError(t, err)
+	return &env{t: t, dir: dir, cfg: cfg, clock: newClock(), gw: newFakeGateway(testReference), dep: healthy()}
+}
+
+// daemon builds a daemon on the env (a restart when one was built before).
+func (e *env) daemon() *Daemon {
+	e.t.Helper()
+	d, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw, Logger: testLogger(e.t)})
+	require.NoError(e.t, err)
+	return d
+}
+
+// step advances the deployment by one interval (the wall clock by the interval ÷ clock_speed),
+// feeds the deployment's exposition and steps d.
+func (e *env) step(d *Daemon) {
+	e.t.Helper()
+	e.dep.advance(stepEvery)
+	now := e.clock.Advance(e.wall(stepEvery))
+	e.dep.feed(e.t, d, now)
+	d.Step(context.Background())
+}
+
+// wall is d of the deployment's time in wall time.
+func (e *env) wall(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / e.cfg.ClockSpeed)
+}
+
+// stepUntil steps d until cond holds, at most n times, and fails otherwise.
+func (e *env) stepUntil(d *Daemon, n int, what string, cond func(Status) bool) Status {
+	e.t.Helper()
+	for range n {
+		e.step(d)
+		if s := d.StatusNow(); cond(s) {
+			return s
+		}
+	}
+	s := d.StatusNow()
+	e.t.Fatalf("%s: not after %d steps; state %s, mode %s, target %d, reasons %q", what, n,
+		s.Assessment.State, s.Policy.Mode, s.Policy.Target, s.Assessment.Reasons)
+	return s
+}
+
+// testLogger writes the daemon's log to the test's output only when BASIN_TEST_LOG is set.
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("BASIN_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// listen opens a loopback listener on a free port, closed when the test ends.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// serveAPI serves d.Handler on a loopback test server.
+func serveAPI(t *testing.T, d *Daemon) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(d.Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// call makes one request and returns the status and the body.
+func call(t testing.TB, method, url, token, body string) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, b
+}
+
+// getJSON GETs url, requires 200 and decodes the body into v.
+func getJSON(t testing.TB, url string, v any) {
+	t.Helper()
+	code, b := call(t, http.MethodGet, url, "", "")
+	require.Equal(t, http.StatusOK, code, "%s", b)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	require.NoError(t, dec.Decode(v), "%s", b)
+}
+
+// apiErr is the daemon's error body.
+type apiErr struct {
+	Error struct {
+		Message string `json:"message"`
+		Param   string `json:"param"`
+	} `json:"error"`
+}
+
+func decodeErr(t testing.TB, b []byte) apiErr {
+	t.Helper()
+	var e apiErr
+	require.NoError(t, json.Unmarshal(b, &e), "%s", b)
+	require.NotEmpty(t, e.Error.Message, "%s", b)
+	return e
+}
+
+// events reads GET /api/v1/events.
+func events(t testing.TB, base string) []remediate.Record {
+	t.Helper()
+	var out struct {
+		Events []remediate.Record `json:"events"`
+	}
+	getJSON(t, base+"/api/v1/events?limit=10000", &out)
+	return out.Events
+}
+
+// done returns the records with phase done of a kind.
+func done(recs []remediate.Record, kind string) []remediate.Record {
+	var out []remediate.Record
+	for _, r := range recs {
+		if r.Kind == kind && r.Phase == remediate.PhaseDone {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// auditLines reads the audit log from disk.
+func auditLines(t testing.TB, dataDir string) []remediate.Record {
+	t.Helper()
+	b, err := os.ReadFile(auditPath(dataDir))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	var out []remediate.Record
+	for line := range bytes.Lines(b) {
+		var r remediate.Record
+		require.NoError(t, json.Unmarshal(line, &r), "%s", line)
+		out = append(out, r)
+	}
+	return out
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
