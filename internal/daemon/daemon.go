@@ -65,9 +65,9 @@ type Daemon struct {
 
 	closeOnce sync.Once
 	closeErr  error
-	log   *slog.Logger
-	now   func() time.Time
-	token string
+	log       *slog.Logger
+	now       func() time.Time
+	token     string
 
 	col    *collector.Collector
 	det    *detector.Detector
