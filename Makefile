@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadBasin$$' -fuzztime $(FUZZTIME) ./sim/trace/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadTraceLab$$' -fuzztime $(FUZZTIME) ./sim/trace/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./sim/scenario/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./remediate/alerts/
 
 clean:
 	rm -rf bin
