@@ -173,7 +173,8 @@ func (p *Policy) Replay(recs []Record) {
 }
 
 // Reference is B_ref = min(ReferenceFraction × knee·C, C) for an assessment, tokens; 0 when the
-// assessment has no capacity yet.
+// assessment has no capacity yet. It reads only the options, so unlike the rest of Policy it may
+// be called from any goroutine.
 func (p *Policy) Reference(a detector.Assessment) int64 {
 	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
 		return 0

@@ -128,8 +128,9 @@ func (d *Daemon) StatusNow() Status {
 	}
 	d.mu.Unlock()
 	d.mu.Lock()
-	s.Policy, s.ReferenceBudget = d.mu.policy, d.mu.reference
+	s.Policy = d.mu.policy
 	d.mu.Unlock()
+	s.ReferenceBudget = d.pol.Reference(s.Assessment) // reads only the options: safe here
 	if paused, until, why := d.exec.Paused(now); paused {
 		s.Paused = &PauseView{Until: until, Reason: why}
 	}

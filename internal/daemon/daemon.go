@@ -99,9 +99,8 @@ type Daemon struct {
 		summaryFrom time.Time
 		lastStep    time.Time
 		history     []HistoryPoint
-		// policy and reference are the policy's state and B_ref as of the last step.
-		policy    remediate.PolicyState
-		reference int64
+		// policy is the policy's state as of the last step.
+		policy remediate.PolicyState
 	}
 }
 
@@ -599,11 +598,9 @@ func (d *Daemon) Step(ctx context.Context) {
 
 func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 	st := d.pol.State()
-	last, _ := d.det.Last()
-	ref := d.pol.Reference(last)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mu.policy, d.mu.reference = st, ref
+	d.mu.policy = st
 	if plan != nil && !plan.Empty() {
 		d.mu.lastPlan = *plan
 	}

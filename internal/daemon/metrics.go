@@ -53,8 +53,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCo
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	d := m.d
 	d.mu.Lock()
-	a, ready, ps, ref := d.mu.last, d.mu.ready, d.mu.policy, d.mu.reference
+	a, ready, ps := d.mu.last, d.mu.ready, d.mu.policy
 	d.mu.Unlock()
+	ref := d.pol.Reference(a) // reads only the options: safe off the loop
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
