@@ -56,6 +56,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadTraceLab$$' -fuzztime $(FUZZTIME) ./sim/trace/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./sim/scenario/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./remediate/alerts/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./gateway/
+	$(GO) test -run '^$$' -fuzz '^FuzzSessionIdentity$$' -fuzztime $(FUZZTIME) ./gateway/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/daemon/
+	$(GO) test -run '^$$' -fuzz '^FuzzIngestText$$' -fuzztime $(FUZZTIME) ./collector/
 
 clean:
 	rm -rf bin

@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +49,7 @@ func (g *Gateway) newProxy(target *url.URL) *httputil.ReverseProxy {
 			pr.SetURL(target)
 			pr.SetXForwarded()
 			if c, ok := pr.In.Context().Value(callKey{}).(*call); ok && g.affinity.Load() {
-				pr.Out.Header.Set(g.cfg.Affinity.Header, c.id)
+				pr.Out.Header.Set(g.cfg.Affinity.Header, routingKey(c.id))
 			}
 		},
 		Transport:     g.transport,
@@ -55,6 +57,20 @@ func (g *Gateway) newProxy(target *url.URL) *httputil.ReverseProxy {
 		ErrorHandler:  g.proxyError,
 		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// routingKey is the session id as a header value. An id from a request body may hold characters
+// no header may carry (a newline in metadata.session_id); Go's client would refuse to send it and
+// the call would fail as if the upstream were down. Such an id is replaced by a stable hash of
+// it, so its calls still stick to one decode instance.
+func routingKey(id string) string {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			sum := sha256.Sum256([]byte(id))
+			return "h-" + hex.EncodeToString(sum[:12])
+		}
+	}
+	return id
 }
 
 // proxyError answers a call the upstream did not: 502, unless the client is gone.

@@ -206,7 +206,7 @@ func (c *Config) validate(root *yaml.Node) error {
 	if err := ro.Validate(); err != nil {
 		bad([]string{"remediate"}, "%v", err)
 	}
-	if c.Lending.MaxFraction < 0 || c.Lending.MaxFraction > 1 {
+	if !(c.Lending.MaxFraction >= 0 && c.Lending.MaxFraction <= 1) { // NaN too
 		bad([]string{"lending", "max_fraction"}, "%v outside [0, 1]", c.Lending.MaxFraction)
 	}
 	s := c.Slack
