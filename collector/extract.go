@@ -90,6 +90,9 @@ func some(v float64) opt { return opt{v: v, ok: true} }
 type counterPair struct {
 	v      [2]float64
 	source string
+	// series counts the series summed: when it changes (a series vanished or appeared), the
+	// sums are not comparable with the window's earlier ones and the window restarts.
+	series int
 	ok     bool
 }
 
@@ -195,7 +198,7 @@ func (x *extractor) sglang(r *reading) {
 
 	r.hit = x.sglangHits()
 	if v := x.sum(sgRequests); v.ok {
-		r.calls = counterPair{v: [2]float64{v.v}, source: sgRequests, ok: true}
+		r.calls = counterPair{v: [2]float64{v.v}, source: sgRequests, series: x.count(sgRequests), ok: true}
 	}
 	if h, ok := x.histogram(sgTTFT); ok {
 		r.ttft, r.ttftSrc = h, sgTTFT
@@ -203,14 +206,16 @@ func (x *extractor) sglang(r *reading) {
 }
 
 // sglangHits reads the hit-rate counters in the order of preference: effective prefill tokens,
-// then the scheduler's realtime tokens, then the tokenizer's cached/prompt tokens.
+// then the scheduler's realtime tokens, then the tokenizer's cached/prompt tokens. A family with
+// an unusable series (NaN, ±Inf) gives no reading: summing the rest would be a hit rate of the
+// wrong tokens (0 or 1 when the hit or the total series is the one lost).
 func (x *extractor) sglangHits() counterPair {
 	var hits, total float64
 	n := 0
 	for _, m := range x.series(sgEffective) {
 		v, ok := sampleValue(m)
 		if !ok {
-			continue
+			return counterPair{}
 		}
 		n++
 		total += v
@@ -219,14 +224,14 @@ func (x *extractor) sglangHits() counterPair {
 		}
 	}
 	if n > 0 {
-		return counterPair{v: [2]float64{hits, total}, source: sgEffective, ok: true}
+		return counterPair{v: [2]float64{hits, total}, source: sgEffective, series: n, ok: true}
 	}
 
 	var cache, compute opt
 	for _, m := range x.series(sgRealtime) {
 		v, ok := sampleValue(m)
 		if !ok {
-			continue
+			return counterPair{}
 		}
 		switch labelValue(m, "mode") {
 		case "prefill_cache":
@@ -236,7 +241,7 @@ func (x *extractor) sglangHits() counterPair {
 		}
 	}
 	if cache.ok || compute.ok {
-		return counterPair{v: [2]float64{cache.v, cache.v + compute.v}, source: sgRealtime, ok: true}
+		return counterPair{v: [2]float64{cache.v, cache.v + compute.v}, source: sgRealtime, series: x.count(sgRealtime), ok: true}
 	}
 
 	// cached_tokens_total: per cache_source when broken down; "total" is the fallback SGLang
@@ -245,7 +250,7 @@ func (x *extractor) sglangHits() counterPair {
 	for _, m := range x.series(sgCached) {
 		v, ok := sampleValue(m)
 		if !ok {
-			continue
+			return counterPair{}
 		}
 		switch src := labelValue(m, "cache_source"); src {
 		case "":
@@ -265,7 +270,7 @@ func (x *extractor) sglangHits() counterPair {
 	}
 	prompt := x.sum(sgPrompt)
 	if cached.ok && prompt.ok {
-		return counterPair{v: [2]float64{cached.v, prompt.v}, source: sgCached, ok: true}
+		return counterPair{v: [2]float64{cached.v, prompt.v}, source: sgCached, series: x.count(sgCached) + x.count(sgPrompt), ok: true}
 	}
 	return counterPair{}
 }
@@ -286,12 +291,12 @@ func (x *extractor) vllm(r *reading) {
 	for _, p := range [...][2]string{{vlHits, vlQueries}, {vlGPUHits, vlGPUQueries}} {
 		h, q := x.sum(p[0]), x.sum(p[1])
 		if h.ok && q.ok {
-			r.hit = counterPair{v: [2]float64{h.v, q.v}, source: p[0], ok: true}
+			r.hit = counterPair{v: [2]float64{h.v, q.v}, source: p[0], series: x.count(p[0]) + x.count(p[1]), ok: true}
 			break
 		}
 	}
 	if v := x.sum(vlSuccess); v.ok {
-		r.calls = counterPair{v: [2]float64{v.v}, source: vlSuccess, ok: true}
+		r.calls = counterPair{v: [2]float64{v.v}, source: vlSuccess, series: x.count(vlSuccess), ok: true}
 	}
 	if h, ok := x.histogram(vlTTFT); ok {
 		r.ttft, r.ttftSrc = h, vlTTFT
@@ -333,23 +338,29 @@ func (x *extractor) gateway(r *reading) {
 	r.reserved = x.sum(gwReserved)
 	r.affinity = x.max(gwAffinity)
 	if v := x.sum(gwArrivals); v.ok {
-		r.arrivals = counterPair{v: [2]float64{v.v}, source: gwArrivals, ok: true}
+		r.arrivals = counterPair{v: [2]float64{v.v}, source: gwArrivals, series: x.count(gwArrivals), ok: true}
 	}
 	if v := x.sum(gwCompletions); v.ok {
-		r.completions = counterPair{v: [2]float64{v.v}, source: gwCompletions, ok: true}
+		r.completions = counterPair{v: [2]float64{v.v}, source: gwCompletions, series: x.count(gwCompletions), ok: true}
 	}
 }
 
-// sum adds the usable values of a family's series; absent when none is usable.
+// sum adds the values of a family's series; absent when there are none or any is unusable
+// (NaN, ±Inf): a sum that lacks one of its inputs is not a reading, it is silently smaller.
 func (x *extractor) sum(name string) opt {
 	var s opt
 	for _, m := range x.series(name) {
-		if v, ok := sampleValue(m); ok {
-			s = some(s.v + v)
+		v, ok := sampleValue(m)
+		if !ok {
+			return opt{}
 		}
+		s = some(s.v + v)
 	}
 	return s
 }
+
+// count is how many series a family has.
+func (x *extractor) count(name string) int { return len(x.series(name)) }
 
 // max is the largest usable value of a family's series.
 func (x *extractor) max(name string) opt {

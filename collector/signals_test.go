@@ -97,13 +97,14 @@ func TestUnusableValues(t *testing.T) {
 	}
 
 	t.Run("NaN in one of two series", func(t *testing.T) {
+		// One DP rank's pool unreadable: the capacity is not the other rank's alone.
 		body := []byte(`# TYPE sglang:max_total_num_tokens gauge
 sglang:max_total_num_tokens{dp_rank="0",engine_type="prefill"} NaN
 sglang:max_total_num_tokens{dp_rank="1",engine_type="prefill"} 1000.0
 `)
 		c, _, _ := newTest(t, Options{})
 		require.NoError(t, c.IngestText(t0, prefill, bytes.NewReader(body)))
-		assertSignals(t, c.SnapshotAt(t0), map[Signal]want{CacheCapacity: ok(1000)})
+		assertSignals(t, c.SnapshotAt(t0), map[Signal]want{CacheCapacity: missing})
 	})
 }
 
