@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway/admission"
 )
 
 // Mode is the budget controller's mode.
@@ -392,4 +393,19 @@ func tok(v int64) string {
 		return fmt.Sprintf("%.0fK", f/1e3)
 	}
 	return fmt.Sprintf("%d", v)
+}
+
+// GatewayFrom reads the admission core's snapshot (what the gateway's GET /admin/state returns, or
+// the simulator's core) as the policy's view. Waits are the core's own measurements, multiplied by
+// speed (the deployment's seconds per wall second; 1 for real engines and for the simulator's
+// virtual clock).
+func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
+	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,
+		Live: s.Live, Queued: len(s.Queue)}
+	for i := len(s.Queue) - 1; i >= 0; i-- { // listed best first
+		q := s.Queue[i]
+		g.ShedCandidates = append(g.ShedCandidates, q.ID)
+		g.HeadWait = max(g.HeadWait, time.Duration(q.WaitedSeconds*speed*float64(time.Second)))
+	}
+	return g
 }

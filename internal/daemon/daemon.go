@@ -564,7 +564,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	in.ArrivalRate, in.ArrivalOK = snap.Get(collector.ArrivalRate)
 	if view != nil {
 		in.GatewayOK = true
-		in.Gateway = gatewayInput(*view, d.cfg.ClockSpeed)
+		in.Gateway = remediate.GatewayFrom(view.Snapshot, d.cfg.ClockSpeed)
 	}
 	for _, al := range d.rcv.Incident().Alerts {
 		in.Alerts = append(in.Alerts, al.Name)
@@ -608,19 +608,6 @@ func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 	d.mu.ready = true
 }
 
-// gatewayInput turns GET /admin/state into the policy's view. Waits are the gateway's own
-// measurements (its clock, not the daemon's: no skew between hosts), scaled to the deployment's
-// time at a clock speed above 1.
-func gatewayInput(v gateway.StateView, speed float64) remediate.Gateway {
-	g := remediate.Gateway{Budget: v.Budget, Reference: v.ReferenceBudget, Reserved: v.Reserved, WorkingSet: v.WorkingSet,
-		Live: v.Live, Queued: len(v.Queue)}
-	for i := len(v.Queue) - 1; i >= 0; i-- { // listed best first
-		q := v.Queue[i]
-		g.ShedCandidates = append(g.ShedCandidates, q.ID)
-		g.HeadWait = max(g.HeadWait, time.Duration(q.WaitedSeconds*speed*float64(time.Second)))
-	}
-	return g
-}
 
 // decodePool is the decode pool as one lender instance: the collector sums decode signals (the
 // lender's switch is deployment-wide for every backend but http and exec).

@@ -8,7 +8,6 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
@@ -49,17 +48,6 @@ func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) erro
 	return nil
 }
 
-// gatewayView reads the admission core as the daemon reads GET /admin/state.
-func gatewayView(s admission.Snapshot, now time.Time) remediate.Gateway {
-	v := remediate.Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved,
-		WorkingSet: s.WorkingSet, Live: s.Live, Queued: len(s.Queue)}
-	for i := len(s.Queue) - 1; i >= 0; i-- { // the queue is listed best first
-		q := s.Queue[i]
-		v.ShedCandidates = append(v.ShedCandidates, q.ID)
-		v.HeadWait = max(v.HeadWait, now.Sub(q.Arrival))
-	}
-	return v
-}
 
 // attachRemediation runs basin's remediation loop in a run: on every observation step the
 // detector's assessment and the admission core's state go through remediate.Policy and
@@ -93,7 +81,7 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 		act.now = t.Now
 		arr, arrOK := t.Snapshot.Get(collector.ArrivalRate)
 		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: gatewayView(g.core.Snapshot(t.Now, true), t.Now), ArrivalRate: arr, ArrivalOK: arrOK})
+			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1), ArrivalRate: arr, ArrivalOK: arrOK})
 		control = t.Control
 		if cf, why, ok := remediate.Classify(t.Snapshot, t.Assessment.Knee.Ratio); ok {
 			d := lend.Decide(lender.Inputs{At: t.Now, Instances: decodeInstances(t.Control.Stats()), CacheFirst: cf, Reason: why})
