@@ -608,7 +608,6 @@ func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 	d.mu.ready = true
 }
 
-
 // decodePool is the decode pool as one lender instance: the collector sums decode signals (the
 // lender's switch is deployment-wide for every backend but http and exec).
 func decodePool(s collector.Snapshot) []lender.Instance {

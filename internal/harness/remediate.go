@@ -48,7 +48,6 @@ func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) erro
 	return nil
 }
 
-
 // attachRemediation runs basin's remediation loop in a run: on every observation step the
 // detector's assessment and the admission core's state go through remediate.Policy and
 // remediate.Executor — the code `basin daemon` runs — acting on the core instead of the gateway's
