@@ -1,0 +1,888 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/internal/daemon"
+)
+
+const (
+	kubernetesDir = "kubernetes"
+	systemdDir    = "systemd"
+	rulesFile     = "../rules/basin.rules.yml"
+)
+
+// The environment variables the binaries read; any other name in a manifest is a typo.
+var knownEnv = []string{gateway.AdminTokenEnv, daemon.TokenEnv, daemon.GatewayTokenEnv, daemon.SlackTokenEnv, daemon.SlackWebhookEnv}
+
+// The job names rules/basin.rules.yml expects (its header).
+const (
+	daemonJob  = "basin-daemon"
+	gatewayJob = "basin-gateway"
+)
+
+// --- The subset of the Kubernetes and Prometheus Operator schemas the manifests use. Decoded with
+// unknown fields refused, so a misspelt field (replica:, mountpath:) fails instead of being
+// silently dropped by the API server's defaults.
+
+type objectMeta struct {
+	Name        string            `yaml:"name"`
+	Namespace   string            `yaml:"namespace"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+type typeMeta struct {
+	APIVersion string     `yaml:"apiVersion"`
+	Kind       string     `yaml:"kind"`
+	Metadata   objectMeta `yaml:"metadata"`
+}
+
+type namespace struct {
+	typeMeta `yaml:",inline"`
+}
+
+type secret struct {
+	typeMeta   `yaml:",inline"`
+	Type       string            `yaml:"type"`
+	Data       map[string]string `yaml:"data"`
+	StringData map[string]string `yaml:"stringData"`
+}
+
+func (s secret) has(key string) bool {
+	_, a := s.Data[key]
+	_, b := s.StringData[key]
+	return a || b
+}
+
+type configMap struct {
+	typeMeta `yaml:",inline"`
+	Data     map[string]string `yaml:"data"`
+}
+
+type resources struct {
+	Requests map[string]any `yaml:"requests"`
+	Limits   map[string]any `yaml:"limits"`
+}
+
+type persistentVolumeClaim struct {
+	typeMeta `yaml:",inline"`
+	Spec     struct {
+		AccessModes      []string  `yaml:"accessModes"`
+		StorageClassName *string   `yaml:"storageClassName"`
+		Resources        resources `yaml:"resources"`
+	} `yaml:"spec"`
+}
+
+type keyToPath struct {
+	Key  string `yaml:"key"`
+	Path string `yaml:"path"`
+}
+
+type volume struct {
+	Name      string `yaml:"name"`
+	ConfigMap *struct {
+		Name  string      `yaml:"name"`
+		Items []keyToPath `yaml:"items"`
+	} `yaml:"configMap"`
+	Secret *struct {
+		SecretName  string      `yaml:"secretName"`
+		DefaultMode *int        `yaml:"defaultMode"`
+		Optional    *bool       `yaml:"optional"`
+		Items       []keyToPath `yaml:"items"`
+	} `yaml:"secret"`
+	PersistentVolumeClaim *struct {
+		ClaimName string `yaml:"claimName"`
+		ReadOnly  bool   `yaml:"readOnly"`
+	} `yaml:"persistentVolumeClaim"`
+	EmptyDir *struct {
+		Medium    string `yaml:"medium"`
+		SizeLimit string `yaml:"sizeLimit"`
+	} `yaml:"emptyDir"`
+}
+
+type volumeMount struct {
+	Name      string `yaml:"name"`
+	MountPath string `yaml:"mountPath"`
+	SubPath   string `yaml:"subPath"`
+	ReadOnly  bool   `yaml:"readOnly"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef *struct {
+			Name     string `yaml:"name"`
+			Key      string `yaml:"key"`
+			Optional *bool  `yaml:"optional"`
+		} `yaml:"secretKeyRef"`
+	} `yaml:"valueFrom"`
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Path   string `yaml:"path"`
+		Port   string `yaml:"port"`
+		Scheme string `yaml:"scheme"`
+	} `yaml:"httpGet"`
+	InitialDelaySeconds int `yaml:"initialDelaySeconds"`
+	PeriodSeconds       int `yaml:"periodSeconds"`
+	TimeoutSeconds      int `yaml:"timeoutSeconds"`
+	FailureThreshold    int `yaml:"failureThreshold"`
+}
+
+type containerPort struct {
+	Name          string `yaml:"name"`
+	ContainerPort int    `yaml:"containerPort"`
+	Protocol      string `yaml:"protocol"`
+}
+
+type container struct {
+	Name            string          `yaml:"name"`
+	Image           string          `yaml:"image"`
+	ImagePullPolicy string          `yaml:"imagePullPolicy"`
+	Command         []string        `yaml:"command"`
+	Args            []string        `yaml:"args"`
+	Ports           []containerPort `yaml:"ports"`
+	Env             []envVar        `yaml:"env"`
+	ReadinessProbe  *probe          `yaml:"readinessProbe"`
+	LivenessProbe   *probe          `yaml:"livenessProbe"`
+	StartupProbe    *probe          `yaml:"startupProbe"`
+	Resources       resources       `yaml:"resources"`
+	SecurityContext *struct {
+		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+		ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
+		RunAsNonRoot             *bool `yaml:"runAsNonRoot"`
+		Capabilities             *struct {
+			Add  []string `yaml:"add"`
+			Drop []string `yaml:"drop"`
+		} `yaml:"capabilities"`
+	} `yaml:"securityContext"`
+	VolumeMounts []volumeMount `yaml:"volumeMounts"`
+}
+
+func (c container) port(name string) (int, bool) {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort, true
+		}
+	}
+	return 0, false
+}
+
+type deployment struct {
+	typeMeta `yaml:",inline"`
+	Spec     struct {
+		Replicas *int `yaml:"replicas"`
+		Strategy struct {
+			Type          string         `yaml:"type"`
+			RollingUpdate map[string]any `yaml:"rollingUpdate"`
+		} `yaml:"strategy"`
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Template struct {
+			Metadata objectMeta `yaml:"metadata"`
+			Spec     struct {
+				ServiceAccountName            string `yaml:"serviceAccountName"`
+				AutomountServiceAccountToken  *bool  `yaml:"automountServiceAccountToken"`
+				TerminationGracePeriodSeconds *int   `yaml:"terminationGracePeriodSeconds"`
+				SecurityContext               *struct {
+					RunAsNonRoot   *bool  `yaml:"runAsNonRoot"`
+					RunAsUser      *int64 `yaml:"runAsUser"`
+					RunAsGroup     *int64 `yaml:"runAsGroup"`
+					FSGroup        *int64 `yaml:"fsGroup"`
+					SeccompProfile *struct {
+						Type string `yaml:"type"`
+					} `yaml:"seccompProfile"`
+				} `yaml:"securityContext"`
+				Containers []container `yaml:"containers"`
+				Volumes    []volume    `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type servicePort struct {
+	Name       string `yaml:"name"`
+	Port       int    `yaml:"port"`
+	TargetPort string `yaml:"targetPort"`
+	Protocol   string `yaml:"protocol"`
+}
+
+type service struct {
+	typeMeta `yaml:",inline"`
+	Spec     struct {
+		Type     string            `yaml:"type"`
+		Selector map[string]string `yaml:"selector"`
+		Ports    []servicePort     `yaml:"ports"`
+	} `yaml:"spec"`
+}
+
+type relabeling struct {
+	Action       string   `yaml:"action"`
+	SourceLabels []string `yaml:"sourceLabels"`
+	Separator    string   `yaml:"separator"`
+	Regex        string   `yaml:"regex"`
+	TargetLabel  string   `yaml:"targetLabel"`
+	Replacement  string   `yaml:"replacement"`
+}
+
+type serviceMonitor struct {
+	typeMeta `yaml:",inline"`
+	Spec     struct {
+		JobLabel string `yaml:"jobLabel"`
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		NamespaceSelector *struct {
+			MatchNames []string `yaml:"matchNames"`
+		} `yaml:"namespaceSelector"`
+		Endpoints []struct {
+			Port                 string       `yaml:"port"`
+			Path                 string       `yaml:"path"`
+			Scheme               string       `yaml:"scheme"`
+			Interval             string       `yaml:"interval"`
+			ScrapeTimeout        string       `yaml:"scrapeTimeout"`
+			HonorLabels          bool         `yaml:"honorLabels"`
+			Relabelings          []relabeling `yaml:"relabelings"`
+			MetricRelabelings    []relabeling `yaml:"metricRelabelings"`
+			BearerTokenSecretRef any          `yaml:"bearerTokenSecret"`
+		} `yaml:"endpoints"`
+	} `yaml:"spec"`
+}
+
+type prometheusRule struct {
+	typeMeta `yaml:",inline"`
+	Spec     struct {
+		Groups []any `yaml:"groups"`
+	} `yaml:"spec"`
+}
+
+// kinds are the known kinds, with their apiVersion and the type their documents decode into.
+var kinds = map[string]struct {
+	apiVersion string
+	namespaced bool
+	decode     func(doc) (any, error)
+}{
+	"Namespace":             {"v1", false, decodeAs[namespace]},
+	"Secret":                {"v1", true, decodeAs[secret]},
+	"ConfigMap":             {"v1", true, decodeAs[configMap]},
+	"PersistentVolumeClaim": {"v1", true, decodeAs[persistentVolumeClaim]},
+	"Service":               {"v1", true, decodeAs[service]},
+	"Deployment":            {"apps/v1", true, decodeAs[deployment]},
+	"ServiceMonitor":        {"monitoring.coreos.com/v1", true, decodeAs[serviceMonitor]},
+	"PrometheusRule":        {"monitoring.coreos.com/v1", true, decodeAs[prometheusRule]},
+}
+
+// doc is one YAML document of a manifest file.
+type doc struct {
+	file  string
+	index int
+	node  *yaml.Node
+	typeMeta
+}
+
+func (d doc) String() string {
+	return fmt.Sprintf("%s (document %d, %s %q)", d.file, d.index, d.Kind, d.Metadata.Name)
+}
+
+// strictDecode decodes data into v, refusing fields v does not declare.
+func strictDecode(data []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	return dec.Decode(v)
+}
+
+func decodeAs[T any](d doc) (any, error) {
+	data, err := yaml.Marshal(d.node)
+	if err != nil {
+		return nil, err
+	}
+	var v T
+	if err := strictDecode(data, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// readDocs reads every YAML document under dir, subdirectories included.
+func readDocs(t *testing.T, dir string) []doc {
+	t.Helper()
+	var docs []doc
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		if ext := filepath.Ext(p); ext != ".yaml" && ext != ".yml" {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for i := 0; ; i++ {
+			var n yaml.Node
+			err := dec.Decode(&n)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("%s document %d: %w", p, i, err)
+			}
+			if len(n.Content) == 0 || n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null" {
+				continue // an empty document (a leading ---)
+			}
+			d := doc{file: p, index: i, node: &n}
+			if err := n.Decode(&d.typeMeta); err != nil {
+				return fmt.Errorf("%s document %d: %w", p, i, err)
+			}
+			docs = append(docs, d)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return docs
+}
+
+// manifests are the decoded objects of deploy/kubernetes, by name.
+type manifests struct {
+	namespaces      []*namespace
+	secrets         map[string]*secret
+	configMaps      map[string]*configMap
+	claims          map[string]*persistentVolumeClaim
+	services        map[string]*service
+	deployments     map[string]*deployment
+	serviceMonitors map[string]*serviceMonitor
+	prometheusRules map[string]*prometheusRule
+}
+
+func loadManifests(t *testing.T) manifests {
+	t.Helper()
+	m := manifests{secrets: map[string]*secret{}, configMaps: map[string]*configMap{},
+		claims: map[string]*persistentVolumeClaim{}, services: map[string]*service{},
+		deployments: map[string]*deployment{}, serviceMonitors: map[string]*serviceMonitor{},
+		prometheusRules: map[string]*prometheusRule{}}
+	for _, d := range readDocs(t, kubernetesDir) {
+		k, ok := kinds[d.Kind]
+		require.True(t, ok, "%v: unknown kind", d)
+		v, err := k.decode(d)
+		require.NoError(t, err, "%v", d)
+		switch o := v.(type) {
+		case *namespace:
+			m.namespaces = append(m.namespaces, o)
+		case *secret:
+			m.secrets[o.Metadata.Name] = o
+		case *configMap:
+			m.configMaps[o.Metadata.Name] = o
+		case *persistentVolumeClaim:
+			m.claims[o.Metadata.Name] = o
+		case *service:
+			m.services[o.Metadata.Name] = o
+		case *deployment:
+			m.deployments[o.Metadata.Name] = o
+		case *serviceMonitor:
+			m.serviceMonitors[o.Metadata.Name] = o
+		case *prometheusRule:
+			m.prometheusRules[o.Metadata.Name] = o
+		}
+	}
+	return m
+}
+
+func TestManifestsAreWellFormed(t *testing.T) {
+	docs := readDocs(t, kubernetesDir)
+	require.NotEmpty(t, docs)
+	var namespaces []string
+	for _, d := range docs {
+		if d.Kind == "Namespace" {
+			namespaces = append(namespaces, d.Metadata.Name)
+		}
+	}
+	seen := map[string]string{}
+	for _, d := range docs {
+		t.Run(fmt.Sprintf("%s/%d", filepath.Base(d.file), d.index), func(t *testing.T) {
+			require.NotEmpty(t, d.APIVersion, "%v: apiVersion", d)
+			require.NotEmpty(t, d.Kind, "%v: kind", d)
+			require.NotEmpty(t, d.Metadata.Name, "%v: metadata.name", d)
+			k, ok := kinds[d.Kind]
+			require.True(t, ok, "%v: unknown kind", d)
+			assert.Equal(t, k.apiVersion, d.APIVersion, "%v: apiVersion", d)
+			_, err := k.decode(d)
+			assert.NoError(t, err, "%v", d)
+			if k.namespaced {
+				assert.NotEmpty(t, d.Metadata.Namespace, "%v: metadata.namespace", d)
+				if len(namespaces) > 0 {
+					assert.Contains(t, namespaces, d.Metadata.Namespace, "%v: a namespace the manifests create", d)
+				}
+			}
+			id := d.Kind + "/" + d.Metadata.Namespace + "/" + d.Metadata.Name
+			assert.NotContains(t, seen, id, "%v: also defined in %s", d, seen[id])
+			seen[id] = d.String()
+		})
+	}
+}
+
+// TestStrictDecodingCatchesTypos shows the schema check is not a no-op: a misspelt field fails.
+func TestStrictDecodingCatchesTypos(t *testing.T) {
+	for _, tc := range []struct{ name, yaml string }{
+		{"replicas", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 1}\n"},
+		{"mountPath", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [{name: c, volumeMounts: [{name: v, mountpath: /x}]}]}}}\n"},
+		{"honorLabels", "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {endpoints: [{port: p, honor_labels: true}]}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n yaml.Node
+			require.NoError(t, yaml.Unmarshal([]byte(tc.yaml), &n))
+			d := doc{file: "inline", node: &n}
+			require.NoError(t, n.Decode(&d.typeMeta))
+			_, err := kinds[d.Kind].decode(d)
+			assert.Error(t, err)
+		})
+	}
+}
+
+// configFile finds the file a container's `--config` names, in the ConfigMap mounted there.
+func configFile(t *testing.T, m manifests, d *deployment, c container) (subcommand, data string) {
+	t.Helper()
+	require.GreaterOrEqual(t, len(c.Args), 3, "%s: args", d.Metadata.Name)
+	i := slices.Index(c.Args, "--config")
+	require.True(t, i >= 0 && i+1 < len(c.Args), "%s: args %q have no --config FILE", d.Metadata.Name, c.Args)
+	file := c.Args[i+1]
+	mnt, v := mountOf(d, c, file)
+	require.NotNil(t, v, "%s: %s is on no volume", d.Metadata.Name, file)
+	require.NotNil(t, v.ConfigMap, "%s: %s is not on a ConfigMap volume", d.Metadata.Name, file)
+	cm, ok := m.configMaps[v.ConfigMap.Name]
+	require.True(t, ok, "%s: ConfigMap %q is not defined", d.Metadata.Name, v.ConfigMap.Name)
+	key := strings.TrimPrefix(file, strings.TrimSuffix(mnt.MountPath, "/")+"/")
+	if mnt.SubPath != "" {
+		key = mnt.SubPath
+	}
+	for _, it := range v.ConfigMap.Items {
+		if it.Path == key {
+			key = it.Key
+		}
+	}
+	data, ok = cm.Data[key]
+	require.True(t, ok, "%s: ConfigMap %q has no key %q for %s", d.Metadata.Name, cm.Metadata.Name, key, file)
+	return c.Args[0], data
+}
+
+// mountOf returns the mount and volume a path in the container lives on (the deepest mount).
+func mountOf(d *deployment, c container, file string) (volumeMount, *volume) {
+	var best volumeMount
+	for _, vm := range c.VolumeMounts {
+		mp := strings.TrimSuffix(vm.MountPath, "/")
+		if (file == mp || strings.HasPrefix(file, mp+"/")) && len(mp) > len(best.MountPath) {
+			best = vm
+		}
+	}
+	for i, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == best.Name && best.Name != "" {
+			return best, &d.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	return best, nil
+}
+
+// requireSecretFile checks that a file a config names comes from a Secret volume whose key exists.
+func requireSecretFile(t *testing.T, m manifests, d *deployment, c container, field, file string) {
+	t.Helper()
+	require.NotEmpty(t, file, "%s: %s is empty", d.Metadata.Name, field)
+	mnt, v := mountOf(d, c, file)
+	require.NotNil(t, v, "%s: %s %s is on no volume", d.Metadata.Name, field, file)
+	require.NotNil(t, v.Secret, "%s: %s %s is not on a Secret volume", d.Metadata.Name, field, file)
+	s, ok := m.secrets[v.Secret.SecretName]
+	require.True(t, ok, "%s: Secret %q is not defined", d.Metadata.Name, v.Secret.SecretName)
+	rel := strings.TrimPrefix(file, strings.TrimSuffix(mnt.MountPath, "/")+"/")
+	key := rel
+	if len(v.Secret.Items) > 0 {
+		key = ""
+		for _, it := range v.Secret.Items {
+			if it.Path == rel {
+				key = it.Key
+			}
+		}
+		require.NotEmpty(t, key, "%s: %s %s is not among the Secret volume's items", d.Metadata.Name, field, file)
+	}
+	assert.True(t, s.has(key), "%s: %s: Secret %q has no key %q", d.Metadata.Name, field, s.Metadata.Name, key)
+}
+
+// requireClaimDir checks that a directory a config names is on a PersistentVolumeClaim defined here.
+func requireClaimDir(t *testing.T, m manifests, d *deployment, c container, field, dir string) {
+	t.Helper()
+	_, v := mountOf(d, c, dir)
+	require.NotNil(t, v, "%s: %s %s is on no volume", d.Metadata.Name, field, dir)
+	require.NotNil(t, v.PersistentVolumeClaim, "%s: %s %s is not on a PersistentVolumeClaim: it would not survive the pod", d.Metadata.Name, field, dir)
+	_, ok := m.claims[v.PersistentVolumeClaim.ClaimName]
+	assert.True(t, ok, "%s: PersistentVolumeClaim %q is not defined", d.Metadata.Name, v.PersistentVolumeClaim.ClaimName)
+}
+
+// requireListenPort checks that a listen address binds every address on a declared container port.
+func requireListenPort(t *testing.T, d *deployment, c container, field, addr, portName string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err, "%s: %s", d.Metadata.Name, field)
+	assert.Contains(t, []string{"", "0.0.0.0", "::"}, host, "%s: %s %s: loopback is unreachable from other pods", d.Metadata.Name, field, addr)
+	want, ok := c.port(portName)
+	require.True(t, ok, "%s: no container port %q", d.Metadata.Name, portName)
+	assert.Equal(t, strconv.Itoa(want), port, "%s: %s and container port %q", d.Metadata.Name, field, portName)
+}
+
+// serviceFor returns the Service at an in-cluster URL's host (name, name.ns, name.ns.svc[.…]).
+func serviceFor(t *testing.T, m manifests, rawURL string) (*service, int) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	name := strings.Split(u.Hostname(), ".")[0]
+	s, ok := m.services[name]
+	require.True(t, ok, "%s: no Service %q", rawURL, name)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err, "%s: port", rawURL)
+	return s, port
+}
+
+// daemonConfig returns the daemon's embedded configuration.
+func daemonConfig(t *testing.T, m manifests) *daemon.Config {
+	t.Helper()
+	d, ok := m.deployments["basin-daemon"]
+	require.True(t, ok, "Deployment basin-daemon")
+	require.Len(t, d.Spec.Template.Spec.Containers, 1)
+	_, data := configFile(t, m, d, d.Spec.Template.Spec.Containers[0])
+	cfg, err := daemon.ParseConfig([]byte(data))
+	require.NoError(t, err)
+	return cfg
+}
+
+func TestDeployments(t *testing.T) {
+	m := loadManifests(t)
+	require.Len(t, m.deployments, 2, "the gateway and the daemon")
+	for _, tc := range []struct {
+		name, subcommand string
+		check            func(t *testing.T, d *deployment, c container, data string)
+	}{
+		{"basin-gateway", "gateway", func(t *testing.T, d *deployment, c container, data string) {
+			cfg, err := gateway.ParseConfig([]byte(data))
+			require.NoError(t, err)
+			requireListenPort(t, d, c, "listen", cfg.Listen, "openai")
+			requireListenPort(t, d, c, "admin_listen", cfg.AdminListen, "admin")
+			requireSecretFile(t, m, d, c, "admin_token_file", cfg.AdminTokenFile)
+			require.NotEmpty(t, cfg.StateFile, "state_file: live sessions would not survive a restart")
+			requireClaimDir(t, m, d, c, "state_file", path.Dir(cfg.StateFile))
+		}},
+		{"basin-daemon", "daemon", func(t *testing.T, d *deployment, c container, data string) {
+			cfg, err := daemon.ParseConfig([]byte(data))
+			require.NoError(t, err)
+			requireListenPort(t, d, c, "listen", cfg.Listen, "http")
+			requireSecretFile(t, m, d, c, "token_file", cfg.TokenFile)
+			requireSecretFile(t, m, d, c, "gateway.token_file", cfg.Gateway.TokenFile)
+			requireClaimDir(t, m, d, c, "data_dir", cfg.DataDir)
+			if cfg.Calibration != "" { // knee_reestimate writes it back: not on a ConfigMap
+				requireClaimDir(t, m, d, c, "calibration", path.Dir(cfg.Calibration))
+			}
+			// The daemon addresses the one gateway through its admin Service.
+			s, port := serviceFor(t, m, cfg.Gateway.AdminURL)
+			assert.True(t, selects(s.Spec.Selector, m.deployments["basin-gateway"].Spec.Template.Metadata.Labels),
+				"gateway.admin_url %s: Service %s does not select the gateway", cfg.Gateway.AdminURL, s.Metadata.Name)
+			assert.True(t, slices.ContainsFunc(s.Spec.Ports, func(p servicePort) bool {
+				return p.Port == port && p.TargetPort == "admin"
+			}), "gateway.admin_url %s: not the gateway's admin port", cfg.Gateway.AdminURL)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ok := m.deployments[tc.name]
+			require.True(t, ok)
+			// One replica each, Recreate so that two never overlap (docs/scaling.md).
+			require.NotNil(t, d.Spec.Replicas, "replicas: the default is 1, but say it")
+			assert.Equal(t, 1, *d.Spec.Replicas)
+			assert.Equal(t, "Recreate", d.Spec.Strategy.Type)
+			assert.True(t, selects(d.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels), "selector must match the pod labels")
+			require.Len(t, d.Spec.Template.Spec.Containers, 1)
+			c := d.Spec.Template.Spec.Containers[0]
+			sub, data := configFile(t, m, d, c)
+			assert.Equal(t, tc.subcommand, sub, "args[0]")
+			for _, vm := range c.VolumeMounts {
+				assert.True(t, slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v volume) bool { return v.Name == vm.Name }),
+					"volumeMount %q has no volume", vm.Name)
+			}
+			for _, p := range []*probe{c.ReadinessProbe, c.LivenessProbe} {
+				if p != nil && p.HTTPGet != nil {
+					_, ok := c.port(p.HTTPGet.Port)
+					assert.True(t, ok, "probe port %q is not a container port", p.HTTPGet.Port)
+				}
+			}
+			tc.check(t, d, c, data)
+		})
+	}
+}
+
+// TestSecretReferences checks every environment variable and Secret key the pods use.
+func TestSecretReferences(t *testing.T) {
+	m := loadManifests(t)
+	require.Len(t, m.secrets, 1, "one Secret manifest, documenting the keys")
+	for _, s := range m.secrets {
+		assert.Empty(t, s.Data, "Secret %s: no values in the repository", s.Metadata.Name)
+		for k, v := range s.StringData {
+			assert.Empty(t, v, "Secret %s key %s: no values in the repository", s.Metadata.Name, k)
+		}
+	}
+	for _, d := range m.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				assert.Contains(t, knownEnv, e.Name, "%s: environment variable %q is not one basin reads", d.Metadata.Name, e.Name)
+				if e.ValueFrom == nil {
+					continue
+				}
+				ref := e.ValueFrom.SecretKeyRef
+				require.NotNil(t, ref, "%s: %s: only secretKeyRef is used", d.Metadata.Name, e.Name)
+				s, ok := m.secrets[ref.Name]
+				require.True(t, ok, "%s: %s: Secret %q is not defined", d.Metadata.Name, e.Name, ref.Name)
+				assert.True(t, s.has(ref.Key), "%s: %s: Secret %q has no key %q", d.Metadata.Name, e.Name, ref.Name, ref.Key)
+			}
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			s, ok := m.secrets[v.Secret.SecretName]
+			require.True(t, ok, "%s: volume %s: Secret %q is not defined", d.Metadata.Name, v.Name, v.Secret.SecretName)
+			for _, it := range v.Secret.Items {
+				assert.True(t, s.has(it.Key), "%s: volume %s: Secret %q has no key %q", d.Metadata.Name, v.Name, s.Metadata.Name, it.Key)
+			}
+		}
+	}
+}
+
+// selects reports whether a label selector matches a set of labels.
+func selects(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestServices(t *testing.T) {
+	m := loadManifests(t)
+	require.NotEmpty(t, m.services)
+	for name, s := range m.services {
+		t.Run(name, func(t *testing.T) {
+			var targets []*deployment
+			for _, d := range m.deployments {
+				if selects(s.Spec.Selector, d.Spec.Template.Metadata.Labels) {
+					targets = append(targets, d)
+				}
+			}
+			require.Len(t, targets, 1, "the Service must select exactly one Deployment")
+			c := targets[0].Spec.Template.Spec.Containers[0]
+			for _, p := range s.Spec.Ports {
+				_, ok := c.port(p.TargetPort)
+				if n, err := strconv.Atoi(p.TargetPort); !ok && err == nil {
+					ok = slices.ContainsFunc(c.Ports, func(cp containerPort) bool { return cp.ContainerPort == n })
+				}
+				assert.True(t, ok, "port %s: targetPort %q is not a container port of %s", p.Name, p.TargetPort, targets[0].Metadata.Name)
+			}
+		})
+	}
+}
+
+func TestServiceMonitors(t *testing.T) {
+	m := loadManifests(t)
+	deploymentLabel := daemonConfig(t, m).Deployment
+	jobs := map[string]bool{}
+	for name, sm := range m.serviceMonitors {
+		t.Run(name, func(t *testing.T) {
+			var svcs []*service
+			for _, s := range m.services {
+				if s.Metadata.Namespace == sm.Metadata.Namespace && selects(sm.Spec.Selector.MatchLabels, s.Metadata.Labels) {
+					svcs = append(svcs, s)
+				}
+			}
+			require.Len(t, svcs, 1, "the ServiceMonitor must select exactly one Service")
+			s := svcs[0]
+			require.NotEmpty(t, sm.Spec.Endpoints)
+			for _, ep := range sm.Spec.Endpoints {
+				assert.True(t, slices.ContainsFunc(s.Spec.Ports, func(p servicePort) bool {
+					return p.Name == ep.Port
+				}), "endpoint port %q is not a port of Service %s", ep.Port, s.Metadata.Name)
+				labels := map[string]string{"job": s.Metadata.Name} // the operator's default job
+				for _, r := range ep.Relabelings {
+					if (r.Action == "" || r.Action == "replace") && len(r.SourceLabels) == 0 {
+						labels[r.TargetLabel] = r.Replacement
+					}
+				}
+				assert.Equal(t, deploymentLabel, labels["deployment"], "the deployment label must equal the daemon's deployment:")
+				job := labels["job"]
+				assert.Contains(t, []string{daemonJob, gatewayJob}, job, "rules/basin.rules.yml expects these job names")
+				jobs[job] = true
+				// The daemon's own deployment label must win over the target's.
+				assert.Equal(t, job == daemonJob, ep.HonorLabels, "honorLabels for job %s", job)
+			}
+		})
+	}
+	assert.True(t, jobs[daemonJob] && jobs[gatewayJob], "both %s and %s are scraped: %v", daemonJob, gatewayJob, jobs)
+}
+
+func TestPrometheusRuleIsRulesFile(t *testing.T) {
+	m := loadManifests(t)
+	require.Len(t, m.prometheusRules, 1)
+	data, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	var rules map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &rules))
+	require.Len(t, rules, 1, "the rules file has only groups")
+	want, ok := rules["groups"].([]any)
+	require.True(t, ok, "groups")
+	for _, pr := range m.prometheusRules {
+		// Round-trip the decoded groups through the same generic decoding as the rules file.
+		b, err := yaml.Marshal(pr.Spec.Groups)
+		require.NoError(t, err)
+		var got []any
+		require.NoError(t, yaml.Unmarshal(b, &got))
+		assert.Equal(t, want, got, "PrometheusRule %s: regenerate it from %s (see its header)", pr.Metadata.Name, rulesFile)
+	}
+}
+
+// unit is a systemd unit file: section → key → values in order.
+type unit map[string]map[string][]string
+
+// parseUnit reads a unit file as INI text: [Section], Key=Value, # and ; comments, a trailing
+// backslash continues a line.
+func parseUnit(data []byte) (unit, error) {
+	u := unit{}
+	section := ""
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	lineNo := 0
+	var cont strings.Builder
+	for sc.Scan() {
+		lineNo++
+		line := strings.TrimSpace(sc.Text())
+		if cont.Len() == 0 && (line == "" || line[0] == '#' || line[0] == ';') {
+			continue
+		}
+		if strings.HasSuffix(line, "\\") {
+			cont.WriteString(strings.TrimSuffix(line, "\\") + " ")
+			continue
+		}
+		cont.WriteString(line)
+		line = cont.String()
+		cont.Reset()
+		if strings.HasPrefix(line, "[") {
+			if !strings.HasSuffix(line, "]") {
+				return nil, fmt.Errorf("line %d: bad section header %q", lineNo, line)
+			}
+			section = line[1 : len(line)-1]
+			if _, dup := u[section]; dup {
+				return nil, fmt.Errorf("line %d: section [%s] twice", lineNo, section)
+			}
+			u[section] = map[string][]string{}
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || section == "" {
+			return nil, fmt.Errorf("line %d: want Key=Value in a section, got %q", lineNo, line)
+		}
+		k = strings.TrimSpace(k)
+		u[section][k] = append(u[section][k], strings.TrimSpace(v))
+	}
+	return u, sc.Err()
+}
+
+func TestSystemdUnits(t *testing.T) {
+	for _, tc := range []struct{ file, subcommand string }{
+		{"basin-gateway.service", "gateway"},
+		{"basin-daemon.service", "daemon"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(systemdDir, tc.file))
+			require.NoError(t, err)
+			u, err := parseUnit(data)
+			require.NoError(t, err)
+			require.Contains(t, u, "Unit")
+			require.Contains(t, u, "Service")
+			require.Contains(t, u, "Install")
+			svc := u["Service"]
+			require.Len(t, svc["ExecStart"], 1, "one ExecStart")
+			args := strings.Fields(svc["ExecStart"][0])
+			require.Len(t, args, 4, "ExecStart %q", svc["ExecStart"][0])
+			assert.True(t, path.IsAbs(args[0]) && path.Base(args[0]) == "basin", "ExecStart runs the basin binary by absolute path: %q", args[0])
+			assert.Equal(t, []string{tc.subcommand, "--config"}, args[1:3], "ExecStart: basin %s --config FILE", tc.subcommand)
+			assert.Equal(t, "/etc/basin/"+tc.subcommand+".yaml", args[3], "the config lives in the ConfigurationDirectory")
+			for k, want := range map[string]string{
+				"Restart":                "on-failure",
+				"DynamicUser":            "yes",
+				"NoNewPrivileges":        "yes",
+				"ProtectSystem":          "strict",
+				"ProtectHome":            "yes",
+				"PrivateTmp":             "yes",
+				"ConfigurationDirectory": "basin",
+				"StateDirectory":         "basin-" + tc.subcommand,
+				"CapabilityBoundingSet":  "",
+			} {
+				assert.Equal(t, []string{want}, svc[k], "[Service] %s", k)
+			}
+			for _, c := range svc["LoadCredential"] {
+				id, src, ok := strings.Cut(c, ":")
+				assert.True(t, ok && id != "" && strings.HasPrefix(src, "/etc/basin/credentials/"), "LoadCredential=%s", c)
+			}
+			assert.NotEmpty(t, svc["LoadCredential"], "secrets as credentials")
+			assert.Equal(t, []string{"multi-user.target"}, u["Install"]["WantedBy"])
+		})
+	}
+}
+
+// TestSystemdAnalyzeVerify runs systemd-analyze verify on the units, with ExecStart pointed at a
+// stand-in executable (verify insists the binary exists). Any output — an unknown key, a bad
+// value — fails.
+func TestSystemdAnalyzeVerify(t *testing.T) {
+	bin, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not on PATH")
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "basin")
+	require.NoError(t, os.WriteFile(stub, []byte("#!/bin/sh\n"), 0o755))
+	units, err := filepath.Glob(filepath.Join(systemdDir, "*.service"))
+	require.NoError(t, err)
+	require.Len(t, units, 2)
+	var paths []string
+	for _, f := range units {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		u, err := parseUnit(data)
+		require.NoError(t, err)
+		orig := strings.Fields(u["Service"]["ExecStart"][0])[0]
+		p := filepath.Join(dir, filepath.Base(f))
+		require.NoError(t, os.WriteFile(p, bytes.ReplaceAll(data, []byte("ExecStart="+orig), []byte("ExecStart="+stub)), 0o644))
+		paths = append(paths, p)
+	}
+	cmd := exec.Command(bin, append([]string{"verify", "--man=no"}, paths...)...)
+	out, err := cmd.CombinedOutput()
+	assert.NoError(t, err, "systemd-analyze verify:\n%s", out)
+	assert.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify")
+}
