@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,9 +71,21 @@ type UpstreamView struct {
 	Sessions int    `json:"sessions"`
 }
 
-func (g *Gateway) serveState(w http.ResponseWriter, _ *http.Request) {
+// serveState answers GET /admin/state: everything, or with ?queue_tail=N only the N
+// lowest-priority queued sessions and no live-session listing (a controller polling a large
+// deployment every few seconds needs no more).
+func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	now := g.now()
-	v := StateView{Snapshot: g.core.Snapshot(now, true), Now: now,
+	snap := func() admission.Snapshot { return g.core.Snapshot(now, true) }
+	if v := r.URL.Query().Get("queue_tail"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 10_000 {
+			badField(w, "queue_tail", fmt.Sprintf("queue_tail: %q, want an integer in [0, 10000]", v))
+			return
+		}
+		snap = func() admission.Snapshot { return g.core.SnapshotTail(now, n) }
+	}
+	v := StateView{Snapshot: snap(), Now: now,
 		Affinity: AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}
 	counts := make([]int, len(g.upstreams))
 	g.mu.Lock()

@@ -309,3 +309,34 @@ func gather(t *testing.T, h *harness) (map[string]float64, map[string]uint64) {
 	}
 	return got, counts
 }
+
+// TestStateQueueTail: GET /admin/state?queue_tail=N lists only the N lowest-priority queued
+// sessions and no live sessions, with the full count and the oldest wait; a bad N is a 400 naming
+// the parameter.
+func TestStateQueueTail(t *testing.T) {
+	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.Admission.BudgetTokens = 1 }), nil)
+	decodeCompletion(t, h.chat("live", 5, nil))
+	h.settle()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, id := range []string{"q1", "q2", "q3"} {
+		h.chatAsync(ctx, id, 5, nil)
+	}
+	full := h.waitQueued(3)
+	r := h.adminDo(http.MethodGet, "/admin/state?queue_tail=2", testToken, "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	var v StateView
+	require.NoError(t, json.Unmarshal(r.body, &v))
+	assert.Equal(t, 3, v.Queued)
+	require.Len(t, v.Queue, 2)
+	assert.Equal(t, []string{full.Queue[1].ID, full.Queue[2].ID}, []string{v.Queue[0].ID, v.Queue[1].ID}, "the two lowest, best first")
+	assert.Empty(t, v.Sessions, "no live-session listing")
+	assert.Equal(t, 1, v.Live)
+	assert.GreaterOrEqual(t, v.OldestWaitSeconds, full.Queue[0].WaitedSeconds)
+
+	for _, bad := range []string{"-1", "x", "10001"} {
+		r := h.adminDo(http.MethodGet, "/admin/state?queue_tail="+bad, testToken, "")
+		assert.Equal(t, http.StatusBadRequest, r.status)
+		assert.Contains(t, string(r.body), `"param":"queue_tail"`)
+	}
+}

@@ -400,12 +400,16 @@ func tok(v int64) string {
 // speed (the deployment's seconds per wall second; 1 for real engines and for the simulator's
 // virtual clock).
 func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
+	// The listing may be only the queue's tail (GET /admin/state?queue_tail=N): the count and
+	// the oldest wait come from their own fields when the gateway reports them.
 	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,
-		Live: s.Live, Queued: len(s.Queue)}
+		Live: s.Live, Queued: max(s.Queued, len(s.Queue))}
+	wait := s.OldestWaitSeconds
 	for i := len(s.Queue) - 1; i >= 0; i-- { // listed best first
 		q := s.Queue[i]
 		g.ShedCandidates = append(g.ShedCandidates, q.ID)
-		g.HeadWait = max(g.HeadWait, time.Duration(q.WaitedSeconds*speed*float64(time.Second)))
+		wait = max(wait, q.WaitedSeconds)
 	}
+	g.HeadWait = time.Duration(wait * speed * float64(time.Second))
 	return g
 }

@@ -29,6 +29,10 @@ type Snapshot struct {
 	// InCall counts the live sessions with a model call in flight (the rest are running tools or
 	// thinking): the served fraction of the paper's risk rule is InCall ÷ Live.
 	InCall int `json:"sessions_in_call"`
+	// Queued is how many sessions wait (the Queue listing may be partial, see SnapshotTail);
+	// OldestWaitSeconds is how long the longest-waiting of them has waited.
+	Queued            int     `json:"queued_sessions"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
 	// Sessions lists the live sessions (with the queue listing only).
 	Sessions []LiveSession   `json:"sessions,omitempty"`
 	Queue    []QueuedSession `json:"queue"`
@@ -39,20 +43,47 @@ type Snapshot struct {
 func (c *Core) Snapshot(now time.Time, queue bool) Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Snapshot{Mode: c.mu.o.Mode, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
-		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
-		Engaged: c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0, Counters: c.mu.counters}
+	s := c.snapshotLocked(now)
 	if queue {
 		s.Sessions = c.liveLocked()
-		s.Queue = make([]QueuedSession, 0, c.mu.queue.Len())
-		items := append([]*session(nil), c.mu.queue.Items()...)
-		sort.Slice(items, func(i, j int) bool { return less(items[i], items[j]) })
-		for _, q := range items {
-			s.Queue = append(s.Queue, QueuedSession{ID: q.id, Tenant: q.tenant, Arrival: q.arrival, Priority: q.priority,
-				WaitedSeconds: now.Sub(q.arrival).Seconds(), Demand: c.demandLocked(q)})
-		}
+		s.Queue = c.queueLocked(now, c.mu.queue.Len())
 	}
 	return s
+}
+
+// SnapshotTail is the state with only the tail lowest-priority queued sessions listed (best first,
+// like Snapshot's) and no live sessions: what a controller needs to shed, at a cost that does not
+// grow with a 100,000-session queue's listing.
+func (c *Core) SnapshotTail(now time.Time, tail int) Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snapshotLocked(now)
+	s.Queue = c.queueLocked(now, max(0, tail))
+	return s
+}
+
+func (c *Core) snapshotLocked(now time.Time) Snapshot {
+	s := Snapshot{Mode: c.mu.o.Mode, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
+		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
+		Engaged: c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0, Counters: c.mu.counters,
+		Queued: c.mu.queue.Len(), Queue: []QueuedSession{}}
+	for _, q := range c.mu.queue.Items() {
+		s.OldestWaitSeconds = max(s.OldestWaitSeconds, now.Sub(q.arrival).Seconds())
+	}
+	return s
+}
+
+// queueLocked lists the last n queued sessions in priority order (best first).
+func (c *Core) queueLocked(now time.Time, n int) []QueuedSession {
+	items := append([]*session(nil), c.mu.queue.Items()...)
+	sort.Slice(items, func(i, j int) bool { return less(items[i], items[j]) })
+	items = items[max(0, len(items)-n):]
+	out := make([]QueuedSession, 0, len(items))
+	for _, q := range items {
+		out = append(out, QueuedSession{ID: q.id, Tenant: q.tenant, Arrival: q.arrival, Priority: q.priority,
+			WaitedSeconds: now.Sub(q.arrival).Seconds(), Demand: c.demandLocked(q)})
+	}
+	return out
 }
 
 // QueueLen is the number of queued sessions (cheap, for metrics).

@@ -54,6 +54,10 @@ type Options struct {
 	HTTPClient *http.Client
 	// Timeout bounds each call, on top of the caller's context (DefaultTimeout when zero).
 	Timeout time.Duration
+	// QueueTail, when positive, asks State for only that many lowest-priority queued sessions and
+	// no live-session listing (GET /admin/state?queue_tail=N): what a controller needs, at a cost
+	// that does not grow with the deployment. 0 lists everything.
+	QueueTail int
 }
 
 // String describes the options without the token, so that logging them cannot leak it.
@@ -67,10 +71,11 @@ func (o Options) String() string {
 
 // Client calls one gateway's admin API. It is safe for concurrent use.
 type Client struct {
-	base    *url.URL
-	token   string
-	http    *http.Client
-	timeout time.Duration
+	base      *url.URL
+	token     string
+	http      *http.Client
+	timeout   time.Duration
+	queueTail int
 }
 
 // New checks o and returns a Client, failing with every bad field named. It makes no call: a
@@ -107,6 +112,9 @@ func New(o Options) (*Client, error) {
 	if o.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("Timeout: must be ≥ 0, got %s", o.Timeout))
 	}
+	if o.QueueTail < 0 || o.QueueTail > 10_000 {
+		errs = append(errs, fmt.Errorf("QueueTail: must be in [0, 10000], got %d", o.QueueTail))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("gateway client: %w", errors.Join(errs...))
 	}
@@ -118,7 +126,7 @@ func New(o Options) (*Client, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	return &Client{base: base, token: tok, http: hc, timeout: timeout}, nil
+	return &Client{base: base, token: tok, http: hc, timeout: timeout, queueTail: o.QueueTail}, nil
 }
 
 // String names the gateway without the token (fmt would otherwise print unexported fields).
@@ -171,7 +179,11 @@ type ShedResult struct {
 // upstreams.
 func (c *Client) State(ctx context.Context) (gateway.StateView, error) {
 	var v gateway.StateView
-	if err := c.do(ctx, "state", http.MethodGet, "state", nil, &v); err != nil {
+	path := "state"
+	if c.queueTail > 0 {
+		path = fmt.Sprintf("state?queue_tail=%d", c.queueTail)
+	}
+	if err := c.do(ctx, "state", http.MethodGet, path, nil, &v); err != nil {
 		return gateway.StateView{}, err
 	}
 	return v, nil
@@ -249,7 +261,10 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, out any) e
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base.JoinPath("admin", path).String(), body)
+	path, query, _ := strings.Cut(path, "?")
+	u := c.base.JoinPath("admin", path)
+	u.RawQuery = query
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -197,7 +197,8 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gateway.token_file: %w", err)
 		}
-		c, err := client.New(client.Options{BaseURL: cfg.Gateway.AdminURL, Token: tok, HTTPClient: o.HTTPClient})
+		// Shedding takes one session at a time: the queue's tail is enough, whatever its length.
+		c, err := client.New(client.Options{BaseURL: cfg.Gateway.AdminURL, Token: tok, HTTPClient: o.HTTPClient, QueueTail: 16})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}

@@ -249,4 +249,3 @@ func outcomes(t *testing.T, path string, tokens int64) int {
 	}
 	return n
 }
-
