@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -379,10 +378,12 @@ func (c *Collector) recordLocked(ts *targetState, r *reading) {
 			return
 		}
 		before := len(win.samples)
-		// The window compares the source and the series summed: a series that vanished or
-		// appeared makes the sums incomparable, like an engine restart.
-		key := in.source + "#" + strconv.Itoa(in.series)
-		if win.add(r.at, key, in.v, w) && before > 0 {
+		restarted, incomplete := win.add(r.at, in.source, in.series, in.v, w)
+		if incomplete {
+			*out = windowRate{} // no rate from a scrape that lost a series: the signal holds, then goes stale
+			return
+		}
+		if restarted && before > 0 {
 			c.log.Info("counter window restarted (engine restart or metric change)", "target", name, "metric", in.source)
 		}
 		out.r, out.ok = win.rate()

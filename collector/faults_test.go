@@ -434,14 +434,6 @@ func filler(n int) string {
 	return strings.Repeat(line, n/len(line)+1)
 }
 
-// bugSeriesDropout: a counter series that vanishes for good (a body cut at a line end that
-// always loses the same last line) leaves a family summed without it. Unusable (NaN, ±Inf) series
-// now void the reading, and a change in the set of series restarts the window, but once the
-// reduced set has two samples the hit rate is computed from it: fresh and wrong (0 when the hit
-// series is the one lost). Fixing it needs the collector to remember the series a target reports
-// and to accept a smaller set only with evidence (an engine restart).
-const bugSeriesDropout = "a prefill_effective_tokens_total series that vanishes for good yields a fresh, wrong hit rate two scrapes later instead of a stale one"
-
 const hugeBytes = 12 << 20 // > 10 MB and > MaxBodyBytes (10 MiB)
 
 // cutLast drops the last n bytes of the body (its trailing newline included).
@@ -497,8 +489,6 @@ func TestFaultEngineEndpoint(t *testing.T) {
 		// rewarm are signals whose window restarted during the fault: after recovery they need
 		// a second scrape, and stay stale (with the old value) on the first.
 		rewarm []collector.Signal
-		// bug names a known collector bug the case fails on; skipped unless BASIN_KNOWN_BUGS is set.
-		bug string
 	}
 	setFault := func(f func(http.ResponseWriter, *http.Request, string)) func(r *rig) {
 		return func(r *rig) { r.prefill.setFault(f) }
@@ -566,7 +556,7 @@ func TestFaultEngineEndpoint(t *testing.T) {
 		}), reason: "read"},
 		// Cut exactly at a line end: the text format cannot show it (README), so the scrape
 		// succeeds without the hit counter's line.
-		{name: "truncated/at a line end (last series lost)", bug: bugSeriesDropout, fault: setFault(serveText(func(b string) string {
+		{name: "truncated/at a line end (last series lost)", fault: setFault(serveText(func(b string) string {
 			return b[:strings.LastIndex(strings.TrimSuffix(b, "\n"), "\n")+1]
 		})), stale: []collector.Signal{collector.HitRate}},
 		// (5) huge
@@ -616,9 +606,6 @@ func TestFaultEngineEndpoint(t *testing.T) {
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.bug != "" && os.Getenv("BASIN_KNOWN_BUGS") == "" {
-				t.Skip("known bug (set BASIN_KNOWN_BUGS=1 to run): " + tc.bug)
-			}
 			r := newRig(t, collector.Options{Timeout: tc.timeout}, "")
 			heal := tc.heal
 			if heal == nil {

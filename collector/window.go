@@ -15,31 +15,55 @@ type counterSample struct {
 }
 
 // counterWindow is one target's recent history of a counter group, restarted whenever the
-// group resets (any member decreases: the engine restarted) or its source changes (another
-// metric is read than before, e.g. after an upgrade).
+// group resets (any member decreases: the engine restarted), its source changes (another metric
+// is read than before, e.g. after an upgrade) or a series joins the sums.
 type counterWindow struct {
-	source  string
+	source string
+	// series is how many series the window's sums add up; short is when scrapes with fewer began
+	// to be refused (zero while they are not).
+	series  int
+	short   time.Time
 	samples []counterSample
 }
 
 // add records a sample and prunes those older than window before it. It reports whether the
-// window was restarted.
-func (w *counterWindow) add(t time.Time, source string, v [2]float64, window time.Duration) (restarted bool) {
+// window was restarted, and whether the sample was refused as incomplete: fewer series than the
+// window's sums means a series went missing from the scrape (a body cut at a line end, a series
+// dropped), and the sums of the rest would give a rate of the wrong tokens — a hit rate of 0 when
+// the hit series is the one lost, which also looks like a reset. The caller reads no rate from
+// such a scrape, so the signal holds and then goes stale. A smaller set that lasts a whole window
+// is accepted as the engine's new shape (an engine restarted with fewer series that does not
+// report them again).
+func (w *counterWindow) add(t time.Time, source string, series int, v [2]float64, window time.Duration) (restarted, incomplete bool) {
 	if n := len(w.samples); n > 0 {
 		last := w.samples[n-1]
-		if source != w.source || v[0] < last.v[0] || v[1] < last.v[1] {
+		switch {
+		case source != w.source:
 			restarted = true
-			w.samples = w.samples[:0]
-		} else if !t.After(last.t) {
+		case series < w.series:
+			if w.short.IsZero() {
+				w.short = t
+			}
+			if t.Sub(w.short) < window {
+				return false, true
+			}
+			restarted = true
+		case series > w.series || v[0] < last.v[0] || v[1] < last.v[1]:
+			restarted = true
+		case !t.After(last.t):
 			// Same instant: the newer reading replaces the older.
 			w.samples[n-1] = counterSample{t: t, v: v}
-			return false
+			w.short = time.Time{}
+			return false, false
+		}
+		if restarted {
+			w.samples = w.samples[:0]
 		}
 	}
-	w.source = source
+	w.source, w.series, w.short = source, series, time.Time{}
 	w.samples = append(w.samples, counterSample{t: t, v: v})
 	w.samples = pruneBefore(w.samples, t.Add(-window), func(s counterSample) time.Time { return s.t })
-	return restarted
+	return restarted, false
 }
 
 // rate returns (last − first)/Δt of each member over the window; ok is false with fewer than two
@@ -60,7 +84,7 @@ func (w *counterWindow) rate() (r [2]float64, ok bool) {
 	return r, true
 }
 
-func (w *counterWindow) clear() { w.source, w.samples = "", w.samples[:0] }
+func (w *counterWindow) clear() { w.source, w.series, w.short, w.samples = "", 0, time.Time{}, w.samples[:0] }
 
 // pruneBefore drops the leading elements older than from, in place.
 func pruneBefore[T any](s []T, from time.Time, at func(T) time.Time) []T {

@@ -53,24 +53,51 @@ func TestHistAdd(t *testing.T) {
 	assert.Equal(t, []float64{11, 16, 27, 39}, sum.cum)
 }
 
-// TestCounterWindow: pruning to the window, same-instant replacement, restarts.
+// TestCounterWindow: pruning to the window, same-instant replacement, restarts, incomplete sums.
 func TestCounterWindow(t *testing.T) {
 	var w counterWindow
+	add := func(sec int, source string, series int, v ...float64) (bool, bool) {
+		return w.add(t0.Add(time.Duration(sec)*time.Second), source, series, [2]float64(append(v, 0)[:2]), time.Minute)
+	}
 	for i := range 20 {
-		w.add(t0.Add(time.Duration(i)*5*time.Second), "c", [2]float64{float64(10 * i)}, 60*time.Second)
+		add(5*i, "c", 1, float64(10*i))
 	}
 	assert.Len(t, w.samples, 13, "60 s of 5 s samples, both ends included")
 	r, ok := w.rate()
 	assert.True(t, ok)
 	assert.Equal(t, 2.0, r[0])
 
-	assert.False(t, w.add(t0.Add(95*time.Second), "c", [2]float64{250}, time.Minute), "same instant replaces")
+	restarted, _ := add(95, "c", 1, 250)
+	assert.False(t, restarted, "same instant replaces")
 	assert.Len(t, w.samples, 13)
 	r, _ = w.rate()
 	assert.InDelta(t, (250.0-70)/60, r[0], 1e-12)
 
-	assert.True(t, w.add(t0.Add(100*time.Second), "other", [2]float64{300}, time.Minute), "another source restarts")
+	restarted, _ = add(100, "other", 2, 300, 400)
+	assert.True(t, restarted, "another source restarts")
 	_, ok = w.rate()
 	assert.False(t, ok)
-	assert.True(t, w.add(t0.Add(105*time.Second), "other", [2]float64{300, -1}, time.Minute), "any member decreasing restarts")
+	add(105, "other", 2, 310, 420)
+
+	restarted, incomplete := add(110, "other", 1, 320, 425)
+	assert.False(t, restarted)
+	assert.True(t, incomplete, "a series lost without a reset: refused")
+	assert.Len(t, w.samples, 2, "the window waits for the full set")
+	_, incomplete = add(115, "other", 2, 330, 440)
+	assert.False(t, incomplete, "the full set again")
+	r, ok = w.rate()
+	assert.True(t, ok)
+	assert.InDelta(t, 2.0, r[0], 1e-12, "(330 − 310) / 10 s: the refused scrape left no trace")
+
+	restarted, _ = add(120, "other", 3, 340, 450)
+	assert.True(t, restarted, "a series joining the sums restarts")
+	_, incomplete = add(125, "other", 2, 10, 20)
+	assert.True(t, incomplete, "fewer series that look like a reset (a lost hit series does): refused")
+	_, incomplete = add(180, "other", 2, 20, 40)
+	assert.True(t, incomplete, "still within a window of the first refusal")
+	restarted, incomplete = add(185, "other", 2, 30, 60)
+	assert.True(t, restarted, "a smaller set that lasted a whole window is the engine's new shape")
+	assert.False(t, incomplete)
+	restarted, _ = add(190, "other", 2, 300, -1)
+	assert.True(t, restarted, "any member decreasing restarts")
 }
