@@ -84,7 +84,9 @@ func (w *counterWindow) rate() (r [2]float64, ok bool) {
 	return r, true
 }
 
-func (w *counterWindow) clear() { w.source, w.series, w.short, w.samples = "", 0, time.Time{}, w.samples[:0] }
+func (w *counterWindow) clear() {
+	w.source, w.series, w.short, w.samples = "", 0, time.Time{}, w.samples[:0]
+}
 
 // pruneBefore drops the leading elements older than from, in place.
 func pruneBefore[T any](s []T, from time.Time, at func(T) time.Time) []T {
