@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -198,3 +199,48 @@ func (p *Problems) Len() int { return len(p.errs) }
 
 // Err joins the problems, nil without any.
 func (p *Problems) Err() error { return errors.Join(p.errs...) }
+
+// Keys lists the YAML key paths of a configuration struct ("admission.budget_tokens"), from its
+// yaml tags, recursing into structs and slices or maps of structs (a slice's elements as
+// "targets[].name"). Fields tagged "-" are skipped, ",inline" ones flattened. Tests use it to keep
+// a documented example complete: every key the code reads appears in it.
+func Keys(v any) []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+			return
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if strings.Contains(opts, "inline") && (f.IsExported() || f.Anonymous) {
+				walk(ft, prefix)
+				continue
+			}
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			path := prefix + name
+			out = append(out, path)
+			switch ft.Kind() {
+			case reflect.Struct:
+				walk(ft, path+".")
+			case reflect.Slice, reflect.Map:
+				walk(ft.Elem(), path+"[].")
+			}
+		}
+	}
+	walk(reflect.TypeOf(v), "")
+	return out
+}

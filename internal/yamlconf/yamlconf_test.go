@@ -55,3 +55,25 @@ func TestDecodeAndLineOf(t *testing.T) {
 	assert.Equal(t, "mine", over.Name)
 	assert.Equal(t, 7, over.Inner.Count, "keys the file omits keep their value")
 }
+
+func TestKeys(t *testing.T) {
+	type inner struct {
+		B int `yaml:"b"`
+	}
+	type item struct {
+		N string `yaml:"name"`
+	}
+	type embedded struct {
+		E int `yaml:"e"`
+	}
+	type cfg struct {
+		A        int    `yaml:"a"`
+		In       inner  `yaml:"inner"`
+		Items    []item `yaml:"items"`
+		Skip     int    `yaml:"-"`
+		embedded `yaml:",inline"`
+		private  int
+		Plain    bool
+	}
+	assert.Equal(t, []string{"a", "inner", "inner.b", "items", "items[].name", "e", "plain"}, Keys(cfg{}))
+}
