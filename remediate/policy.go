@@ -76,25 +76,13 @@ type Plan struct {
 	Mode   Mode           `json:"mode"`
 	Budget *BudgetChange  `json:"budget,omitempty"`
 	Shed   *ShedAction    `json:"shed,omitempty"`
-	// Lending is set by the lender (WithLending), not by Decide.
+	// Lending is set by the lender (Lend), not by Decide.
 	Lending *LendingPlan `json:"lending,omitempty"`
 	Reasons []string     `json:"reasons"`
 }
 
 // Empty reports a plan with nothing to do.
 func (p Plan) Empty() bool { return p.Budget == nil && p.Shed == nil && p.Lending == nil }
-
-// WithLending adds a lending change (and its reasons) to a plan, numbering the plan if it had
-// nothing else to do.
-func (p *Policy) WithLending(plan Plan, lp LendingPlan, reasons []string) Plan {
-	plan.Lending = &lp
-	plan.Reasons = append(slices.Clone(plan.Reasons), reasons...)
-	if plan.Seq == 0 {
-		p.st.Seq++
-		plan.Seq = p.st.Seq
-	}
-	return plan
-}
 
 // PolicyState is what a restarted daemon needs to resume the policy where it stopped.
 type PolicyState struct {

@@ -244,7 +244,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		ex.Budget, ex.Shed = gatewayActuator{d.gw}, gatewayActuator{d.gw}
 	}
 	if d.lendBE != nil {
-		ex.Lending = lendingActuator{d.lendBE}
+		ex.Lending = remediate.BackendLending{Backend: d.lendBE}
 	}
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
 		return nil, err
@@ -578,12 +578,7 @@ func (d *Daemon) Step(ctx context.Context) {
 		d.mu.Unlock()
 	}
 	if d.lendBE != nil {
-		if cf, why, ok := remediate.Classify(snap, a.Knee.Ratio); ok {
-			ld := d.lend.Decide(lender.Inputs{At: now, Instances: decodePool(snap), CacheFirst: cf, Reason: why})
-			if ld.Changed {
-				plan = d.pol.WithLending(plan, lendingPlan(ld), ld.Reasons)
-			}
-		}
+		plan = d.pol.Lend(plan, d.lend, snap, a.Knee.Ratio, decodePool(snap))
 	}
 	var errMsg string
 	if !plan.Empty() {
@@ -621,17 +616,6 @@ func decodePool(s collector.Snapshot) []lender.Instance {
 	return []lender.Instance{{Name: "decode", CapacityTokens: capacity, FreeTokens: free, ReservedTokens: reserved}}
 }
 
-func lendingPlan(d lender.Decision) remediate.LendingPlan {
-	p := remediate.LendingPlan{Enabled: d.Enabled, MaxFraction: d.MaxFraction}
-	if len(d.Grants) > 0 {
-		p.Grants = map[string]int64{}
-		for _, g := range d.Grants {
-			p.Grants[g.Instance] = g.Tokens
-		}
-	}
-	return p
-}
-
 // gatewayActuator adapts the gateway client to the executor's interfaces.
 type gatewayActuator struct{ gw GatewayAPI }
 
@@ -643,17 +627,6 @@ func (g gatewayActuator) SetBudget(ctx context.Context, tokens, reference int64,
 func (g gatewayActuator) Shed(ctx context.Context, ids []string, reason string) error {
 	_, err := g.gw.Shed(ctx, ids, 0, reason)
 	return err
-}
-
-// lendingActuator adapts a lender backend to the executor.
-type lendingActuator struct{ b lender.Backend }
-
-func (l lendingActuator) ApplyLending(ctx context.Context, p remediate.LendingPlan) error {
-	d := lender.Decision{Enabled: p.Enabled, MaxFraction: p.MaxFraction, Changed: true}
-	for name, t := range p.Grants {
-		d.Grants = append(d.Grants, lender.Grant{Instance: name, Tokens: t})
-	}
-	return l.b.Apply(ctx, d)
 }
 
 // notifyAction tells Slack about a recorded action.

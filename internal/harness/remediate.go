@@ -70,7 +70,7 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 		return nil, err
 	}
 	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Budget: act, Shed: act,
-		Lending: simLending{backend}})
+		Lending: remediate.BackendLending{Backend: backend}})
 	if err != nil {
 		return nil, err
 	}
@@ -82,12 +82,8 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
 			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1), ArrivalRate: arr, ArrivalOK: arrOK})
 		control = t.Control
-		if cf, why, ok := remediate.Classify(t.Snapshot, t.Assessment.Knee.Ratio); ok {
-			d := lend.Decide(lender.Inputs{At: t.Now, Instances: decodeInstances(t.Control.Stats()), CacheFirst: cf, Reason: why})
-			if d.Changed {
-				plan = pol.WithLending(plan, remediate.LendingPlan{Enabled: d.Enabled, Grants: grants(d), MaxFraction: d.MaxFraction}, d.Reasons)
-				sum.LendingToggles++
-			}
+		if plan = pol.Lend(plan, lend, t.Snapshot, t.Assessment.Knee.Ratio, decodeInstances(t.Control.Stats())); plan.Lending != nil {
+			sum.LendingToggles++
 		}
 		if plan.Mode == remediate.Incident && lastMode != remediate.Incident {
 			sum.Incidents++
@@ -126,14 +122,6 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 	return sum, nil
 }
 
-// simLending is the simulator's lending switch behind remediate.Lending, through the lender's
-// sim backend, as the daemon drives a configured backend.
-type simLending struct{ b lender.Backend }
-
-func (s simLending) ApplyLending(ctx context.Context, p remediate.LendingPlan) error {
-	return s.b.Apply(ctx, lender.Decision{Enabled: p.Enabled, MaxFraction: p.MaxFraction})
-}
-
 // decodeInstances reads the simulated decode instances as the lender's inputs.
 func decodeInstances(stats []sim.InstanceStats) []lender.Instance {
 	var out []lender.Instance
@@ -144,17 +132,6 @@ func decodeInstances(stats []sim.InstanceStats) []lender.Instance {
 		out = append(out, lender.Instance{Name: st.Name, CapacityTokens: float64(st.MaxTotalTokens),
 			FreeTokens: float64(st.AvailableTokens), ReservedTokens: float64(st.UsedTokens),
 			LentTokens: float64(st.LentTokens), Waiting: st.PreallocQueue})
-	}
-	return out
-}
-
-func grants(d lender.Decision) map[string]int64 {
-	if len(d.Grants) == 0 {
-		return nil
-	}
-	out := make(map[string]int64, len(d.Grants))
-	for _, g := range d.Grants {
-		out[g.Instance] = g.Tokens
 	}
 	return out
 }
