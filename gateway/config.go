@@ -1,12 +1,9 @@
 package gateway
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -135,21 +132,9 @@ type RecordConfig struct {
 // LoadConfig reads and validates a configuration file. Relative paths in it (admin_token_file,
 // predictor.model, record.path, state_file) are resolved against the file's directory.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("gateway config: %w", err)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("gateway config %s: %w", path, err)
-	}
-	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.AdminTokenFile, &c.Predictor.Model, &c.Record.Path, &c.StateFile, &c.WebConfigFile, &c.AdminWebConfigFile} {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(dir, *p)
-		}
-	}
-	return c, nil
+	return yamlconf.Load(path, "gateway config", ParseConfig, func(c *Config) []*string {
+		return []*string{&c.AdminTokenFile, &c.Predictor.Model, &c.Record.Path, &c.StateFile, &c.WebConfigFile, &c.AdminWebConfigFile}
+	})
 }
 
 // ParseConfig reads a configuration from YAML, fills the defaults and validates it. Unknown keys

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -137,22 +136,10 @@ type CronConfig struct {
 
 // LoadConfig reads, defaults and validates a configuration file; errors name the key and line.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("daemon config: %w", err)
-	}
-	c, err := ParseConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("daemon config %s: %w", path, err)
-	}
-	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.TokenFile, &c.WebConfigFile, &c.DataDir, &c.Calibration, &c.Collector.TargetFile, &c.Gateway.TokenFile,
-		&c.Lending.Backend.TokenFile, &c.Alerts.BasicPasswordFile, &c.Slack.BotTokenFile, &c.Slack.WebhookURLFile} {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(dir, *p)
-		}
-	}
-	return c, nil
+	return yamlconf.Load(path, "daemon config", ParseConfig, func(c *Config) []*string {
+		return []*string{&c.TokenFile, &c.WebConfigFile, &c.DataDir, &c.Calibration, &c.Collector.TargetFile, &c.Gateway.TokenFile,
+			&c.Lending.Backend.TokenFile, &c.Alerts.BasicPasswordFile, &c.Slack.BotTokenFile, &c.Slack.WebhookURLFile}
+	})
 }
 
 // ParseConfig reads a configuration from YAML, fills the defaults and validates it.

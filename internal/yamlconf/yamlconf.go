@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -243,4 +245,25 @@ func Keys(v any) []string {
 	}
 	walk(reflect.TypeOf(v), "")
 	return out
+}
+
+// Load reads a configuration file with parse, naming the file in errors, and resolves the
+// relative paths it holds against the file's directory (so a config works from any working
+// directory). paths picks the fields that hold paths.
+func Load[T any](path, what string, parse func([]byte) (*T, error), paths func(*T) []*string) (*T, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	c, err := parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	dir := filepath.Dir(path)
+	for _, p := range paths(c) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	return c, nil
 }
