@@ -3,17 +3,14 @@ package daemon
 import (
 	"net/url"
 	"os"
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/robfig/cron/v3"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
-)
 
-// configErrPart is one problem of a configuration error: "line N: …" or "key.path: …".
-var configErrPart = regexp.MustCompile(`^(line \d+: |[A-Za-z0-9_-]+(\.[^ :]+)*: )`)
+	"github.com/basin-dev/basin/internal/yamlconf/yamlconftest"
+)
 
 // FuzzParseConfig feeds arbitrary files to ParseConfig. It must never panic; every problem of a
 // rejection says where (its line) or what (its key path), except a YAML syntax error the parser
@@ -44,21 +41,7 @@ func FuzzParseConfig(f *testing.F) {
 		c, err := ParseConfig(data)
 		if err != nil {
 			require.Nil(t, c)
-			msg := err.Error()
-			require.NotEmpty(t, msg)
-			var node yaml.Node
-			syntaxErr := yaml.Unmarshal(data, &node) != nil
-			// Validation joins one error per problem; a decode error is one message (quoted values
-			// in it may hold newlines, so its text is not split).
-			probs := []error{err}
-			if j, ok := err.(interface{ Unwrap() []error }); ok {
-				probs = j.Unwrap()
-			}
-			for _, p := range probs {
-				if !configErrPart.MatchString(p.Error()) {
-					require.True(t, syntaxErr, "problem %q names neither a line nor a key (in %q)", p, msg)
-				}
-			}
+			yamlconftest.RequireNamed(t, data, err)
 			return
 		}
 		require.NotNil(t, c)
