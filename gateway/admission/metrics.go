@@ -57,15 +57,14 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.core.Snapshot(c.now(), false)
-	queued := c.core.QueueLen()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge(c.live, float64(s.Live))
 	gauge(c.inCall, float64(s.InCall))
-	gauge(c.queued, float64(queued))
-	gauge(c.oldestWait, c.core.OldestWait(c.now()).Seconds())
+	gauge(c.queued, float64(s.Queued))
+	gauge(c.oldestWait, s.OldestWaitSeconds)
 	gauge(c.workingSet, float64(s.WorkingSet))
 	gauge(c.reserved, float64(s.Reserved))
 	gauge(c.budget, float64(s.Budget))

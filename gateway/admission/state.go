@@ -93,17 +93,6 @@ func (c *Core) QueueLen() int {
 	return c.mu.queue.Len()
 }
 
-// OldestWait is how long the longest-waiting queued session has waited (0 with an empty queue).
-// It walks the queue: the queue is ordered by priority, not by arrival.
-func (c *Core) OldestWait(now time.Time) time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var w time.Duration
-	for _, q := range c.mu.queue.Items() {
-		w = max(w, now.Sub(q.arrival))
-	}
-	return w
-}
 
 // LiveSession is a live session as persisted across restarts.
 type LiveSession struct {
