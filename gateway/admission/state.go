@@ -93,7 +93,6 @@ func (c *Core) QueueLen() int {
 	return c.mu.queue.Len()
 }
 
-
 // LiveSession is a live session as persisted across restarts.
 type LiveSession struct {
 	ID            string    `json:"id"`
