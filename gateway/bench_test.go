@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -108,4 +110,72 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	}
 	b.Run("bare", func(b *testing.B) { run(b, bare.URL) })
 	b.Run("gateway", func(b *testing.B) { run(b, h.ts.URL) })
+}
+
+// benchChatBody is a realistic body of a long agent conversation, about 300 KB: a system prompt
+// and 40 alternating user and assistant messages, the assistant's with tool calls, the user's
+// with the tools' long outputs.
+func benchChatBody() []byte {
+	type fn struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	type toolCall struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function fn     `json:"function"`
+	}
+	type msg struct {
+		Role      string     `json:"role"`
+		Content   any        `json:"content"`
+		ToolCalls []toolCall `json:"tool_calls,omitempty"`
+	}
+	para := "The quick brown fox jumps over the lazy dog; \"quoted\" text, a tab\t, unicode é ✓ and code: " +
+		"func f(x int) int { return x * 2 }\n"
+	msgs := []msg{{Role: "system", Content: strings.Repeat("You are a careful coding agent. ", 200)}}
+	for i := range 40 {
+		if i%2 == 0 {
+			msgs = append(msgs, msg{Role: "user", Content: fmt.Sprintf("step %d output:\n%s", i, strings.Repeat(para, 100))})
+			continue
+		}
+		msgs = append(msgs, msg{
+			Role:    "assistant",
+			Content: strings.Repeat("Let me look at the next file. ", 20),
+			ToolCalls: []toolCall{{ID: fmt.Sprintf("call_%d", i), Type: "function", Function: fn{
+				Name:      "read_file",
+				Arguments: fmt.Sprintf(`{"path":"src/pkg/file%d.go","offset":%d,"limit":400}`, i, i*100),
+			}}},
+		})
+	}
+	body, err := json.Marshal(map[string]any{
+		"model": "m", "stream": true, "messages": msgs,
+		"metadata": map[string]string{"session_id": "bench"}, "user": "u",
+	})
+	if err != nil {
+		panic(err)
+	}
+	return body
+}
+
+// BenchmarkParseCall reads a 300 KB chat body in one pass (parseCall) and as before
+// (parseCallSlow: the body, then the messages, then each content), side by side.
+func BenchmarkParseCall(b *testing.B) {
+	body := benchChatBody()
+	for _, bc := range []struct {
+		name  string
+		parse func(endpoint, []byte) callRequest
+	}{
+		{"single-pass", parseCall},
+		{"before", parseCallSlow},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if c := bc.parse(chatEndpoint, body); c.prompt < 1000 {
+					b.Fatalf("prompt %d", c.prompt)
+				}
+			}
+		})
+	}
 }

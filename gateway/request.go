@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -56,8 +57,255 @@ type contentPart struct {
 // tokensOf is the token estimate of chars characters: ceil(chars / 4).
 func tokensOf(chars int64) int64 { return (chars + 3) / 4 }
 
-// parseCall reads a model call's body.
+// fastChatBody is a chat body decoded in one encoding/json pass: the bodies of long agent
+// conversations are hundreds of KB and every call carries one, so the messages are decoded in
+// place (Content as any: a string, or an array of parts as []any of map[string]any) instead of
+// being copied out raw and unmarshalled again per message and per content.
+type fastChatBody struct {
+	User     json.RawMessage `json:"user"`
+	Metadata json.RawMessage `json:"metadata"`
+	Messages []fastMessage   `json:"messages"`
+}
+
+type fastMessage struct {
+	Role      string          `json:"role"`
+	Content   any             `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+// fastCompletionBody is a completion body decoded in one pass (a prompt string can be long too).
+type fastCompletionBody struct {
+	User     json.RawMessage `json:"user"`
+	Metadata json.RawMessage `json:"metadata"`
+	Prompt   any             `json:"prompt"`
+}
+
+// parseCall reads a model call's body. It decodes the body in one encoding/json pass (each
+// Unmarshal is a validity scan plus a decode scan, and the former path made about six of them
+// over the messages of a body of hundreds of KB); any body the one pass cannot read exactly as
+// parseCallSlow does (a decode error, an odd shape, keys that may repeat) is read by
+// parseCallSlow, so the result is always parseCallSlow's.
 func parseCall(ep endpoint, body []byte) callRequest {
+	if c, ok := parseCallFast(ep, body); ok {
+		return c
+	}
+	return parseCallSlow(ep, body)
+}
+
+// parseCallFast is parseCall's one-pass reading; ok is false when the body needs parseCallSlow.
+func parseCallFast(ep endpoint, body []byte) (callRequest, bool) {
+	var c callRequest
+	switch ep {
+	case chatEndpoint:
+		var b fastChatBody
+		if json.Unmarshal(body, &b) != nil || b.Messages == nil {
+			// nil: no messages key, or messages null; parseCallSlow tells the two apart.
+			return c, false
+		}
+		if !keysSafe(body) {
+			return c, false
+		}
+		c.user, c.metaID = sessionFields(b.User, b.Metadata)
+		var chars int64
+		found := false
+		for _, m := range b.Messages {
+			text, n, ok := fastContentText(m.Content)
+			if !ok {
+				return c, false
+			}
+			chars += int64(n)
+			if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
+				// The calls an assistant made are part of the conversation the next prompt repeats.
+				chars += int64(utf8.RuneCount(m.ToolCalls))
+			}
+			if !found && m.Role == "user" {
+				c.taskText, c.taskChars, found = text, n, true
+			}
+			c.lastRole = m.Role
+		}
+		c.prompt = max(1, tokensOf(chars)+perMessageTokens*int64(len(b.Messages)))
+		return c, true
+	case completionEndpoint:
+		var b fastCompletionBody
+		if json.Unmarshal(body, &b) != nil {
+			return c, false
+		}
+		var text string
+		switch p := b.Prompt.(type) {
+		case string:
+			text = p
+		case []any:
+			// parseCallSlow reads an array of strings (nulls read as ""); anything else, such as
+			// token ids, is left to it.
+			if len(p) == 0 {
+				return c, false
+			}
+			for _, e := range p {
+				if _, ok := e.(string); !ok {
+					return c, false
+				}
+			}
+			text = p[0].(string)
+		default:
+			// nil (no prompt, or null) and other shapes.
+			return c, false
+		}
+		c.user, c.metaID = sessionFields(b.User, b.Metadata)
+		c.taskText, c.taskChars = text, utf8.RuneCountInString(text)
+		c.prompt = max(1, tokensOf(int64(c.taskChars)))
+		return c, true
+	}
+	return c, false
+}
+
+// sessionFields reads user and metadata.session_id as parseCallSlow does, quirks included: the
+// string the user field left is kept when session_id is null.
+func sessionFields(user, metadata json.RawMessage) (u, metaID string) {
+	var s string
+	if json.Unmarshal(user, &s) == nil {
+		u = strings.TrimSpace(s)
+	}
+	var meta struct {
+		SessionID json.RawMessage `json:"session_id"`
+	}
+	if json.Unmarshal(metadata, &meta) == nil && json.Unmarshal(meta.SessionID, &s) == nil {
+		metaID = strings.TrimSpace(s)
+	}
+	return u, metaID
+}
+
+// fastContentText is contentText over a content decoded as any; ok is false for a shape it cannot
+// read exactly as contentText does.
+func fastContentText(content any) (string, int, bool) {
+	switch v := content.(type) {
+	case nil:
+		return "", 0, true
+	case string:
+		return v, utf8.RuneCountInString(v), true
+	case []any:
+		var b strings.Builder
+		for _, e := range v {
+			var text string
+			switch p := e.(type) {
+			case nil: // a null part decodes to an empty contentPart
+				continue
+			case map[string]any:
+				for k, x := range p {
+					switch k {
+					case "text":
+						switch t := x.(type) {
+						case string:
+							text = t
+						case nil:
+							// A null text keeps an earlier duplicate's value in contentPart.
+							return "", 0, false
+						default:
+							return "", 0, true // contentPart fails to decode
+						}
+					case "type":
+						switch x.(type) {
+						case string, nil:
+						default:
+							return "", 0, true
+						}
+					default:
+						if strings.EqualFold(k, "text") || strings.EqualFold(k, "type") {
+							// encoding/json matches struct fields case-insensitively, in document
+							// order, which the map does not keep.
+							return "", 0, false
+						}
+					}
+				}
+			default:
+				return "", 0, true // not an object: []contentPart fails to decode
+			}
+			if text == "" {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(text)
+		}
+		return b.String(), utf8.RuneCountInString(b.String()), true
+	default:
+		return "", 0, true // a number, bool or object: neither a string nor parts
+	}
+}
+
+// keysSafe reports that the body has no object key whose repetition could make the one-pass
+// reading differ from parseCallSlow's: a second top-level "messages" (encoding/json decodes it
+// into the first one's structs, keeping fields the second lacks, where parseCallSlow keeps only
+// the last) and a "text" or "type" key with a value other than a string or null (a map keeps
+// only the last of repeated keys, where contentPart fails on any bad one). It is conservative: it
+// looks at every key anywhere, found by a byte search for colons, much cheaper than a JSON scan.
+// body must be valid JSON.
+func keysSafe(body []byte) bool {
+	messages := 0
+	for i := 0; ; {
+		j := bytes.IndexByte(body[i:], ':')
+		if j < 0 {
+			return true
+		}
+		colon := i + j
+		i = colon + 1
+		// The key's closing quote: the last non-space byte before the colon, not escaped.
+		q := colon - 1
+		for q >= 0 && isSpace(body[q]) {
+			q--
+		}
+		if q < 0 || body[q] != '"' || escaped(body, q) {
+			continue
+		}
+		// The key's opening quote: the previous unescaped quote (no key of interest is longer
+		// than 48 bytes, escapes included).
+		o := q - 1
+		for o >= 0 && q-o <= 49 && (body[o] != '"' || escaped(body, o)) {
+			o--
+		}
+		if o < 0 || q-o > 49 {
+			continue
+		}
+		key := body[o+1 : q]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var s string
+			if json.Unmarshal(body[o:q+1], &s) != nil {
+				return false
+			}
+			key = []byte(s)
+		}
+		if bytes.EqualFold(key, []byte("messages")) {
+			if messages++; messages > 1 {
+				return false
+			}
+		}
+		if bytes.EqualFold(key, []byte("text")) || bytes.EqualFold(key, []byte("type")) {
+			v := colon + 1
+			for v < len(body) && isSpace(body[v]) {
+				v++
+			}
+			if v < len(body) && body[v] != '"' && body[v] != 'n' {
+				return false
+			}
+		}
+	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// escaped reports that body[i] is preceded by an odd number of backslashes.
+func escaped(body []byte, i int) bool {
+	n := 0
+	for i--; i >= 0 && body[i] == '\\'; i-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// parseCallSlow is the former reading of a model call's body, in several passes: the body into
+// raw fields, the messages, then each content. parseCall falls back to it for bodies its one pass
+// does not read exactly, and the tests check that the two agree.
+func parseCallSlow(ep endpoint, body []byte) callRequest {
 	var c callRequest
 	var b callBody
 	if err := json.Unmarshal(body, &b); err != nil {
