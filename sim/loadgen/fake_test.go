@@ -404,6 +404,8 @@ func TestNonStreamingAnswer(t *testing.T) {
 	require.Equal(t, 1, rep.Sessions.Completed)
 	assert.NotNil(t, rep.FirstCallWaitP50)
 	assert.Nil(t, rep.TTFTP50)
+	require.NotNil(t, rep.PrefixHitRate, "the fake reports cached_tokens 0: a hit rate of 0, not unknown")
+	assert.Zero(t, *rep.PrefixHitRate)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	assert.False(t, f.mu.bodies[0].Stream)

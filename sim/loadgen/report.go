@@ -66,6 +66,10 @@ type Report struct {
 	// TTFTP50 is the median over answered streamed calls of the time from sending the answered
 	// attempt to its first token; null without streaming.
 	TTFTP50 *float64 `json:"ttft_p50_s"`
+	// PrefixHitRate is the share of prompt tokens the server reported as cached
+	// (usage.prompt_tokens_details.cached_tokens ÷ usage.prompt_tokens), over the answered calls
+	// that reported both; null when none did.
+	PrefixHitRate *float64 `json:"prefix_hit_rate"`
 	// Retries counts the refused calls sent again.
 	Retries    int             `json:"retries"`
 	PerSession []SessionResult `json:"per_session,omitempty"`
@@ -113,8 +117,9 @@ func (r *runner) report(sessions []*session, cut bool) *Report {
 		Interrupted: cut, Offered: len(sessions),
 	}
 	var (
-		good         int
-		waits, ttfts []float64
+		good             int
+		waits, ttfts     []float64
+		cached, prompted int64
 	)
 	c := &rep.Sessions
 	for _, s := range sessions {
@@ -152,7 +157,16 @@ func (r *runner) report(sessions []*session, cut bool) *Report {
 			if !math.IsNaN(cr.ttft) {
 				ttfts = append(ttfts, cr.ttft)
 			}
+			// A server may count more cached than prompt tokens (SGLang's decode radix cache
+			// double counts under PD); no call is more than wholly cached.
+			if cr.prompt > 0 && cr.cached >= 0 {
+				cached += int64(min(cr.cached, cr.prompt))
+				prompted += int64(cr.prompt)
+			}
 		}
+	}
+	if prompted > 0 {
+		rep.PrefixHitRate = ptr(float64(cached) / float64(prompted))
 	}
 	if r.o.Unloaded != nil {
 		c.Good = &good

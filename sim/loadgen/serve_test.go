@@ -85,6 +85,17 @@ func TestAgainstSimServe(t *testing.T) {
 			w, err := sim.SyntheticWorkload("short")
 			require.NoError(t, err)
 			calls := 0
+			var cached, prompted int
+			for _, s := range rep.PerSession {
+				for _, c := range s.calls {
+					if s.Measured {
+						cached, prompted = cached+min(c.cached, c.prompt), prompted+c.prompt
+					}
+				}
+			}
+			require.NotNil(t, rep.PrefixHitRate)
+			assert.InDelta(t, float64(cached)/float64(prompted), *rep.PrefixHitRate, 1e-12)
+			assert.Greater(t, *rep.PrefixHitRate, 0.5, "an unloaded deployment finds each conversation's earlier prompt")
 			for _, s := range rep.PerSession {
 				// The spec drawn with the simulator's seeding, independently of the run.
 				spec := w.Session(sessionRNG(sc.Seed, 0, s.Index))
