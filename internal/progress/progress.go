@@ -68,3 +68,19 @@ func (b *Bar) Done() {
 		b.mu.drawn = false
 	}
 }
+
+// Clear erases the bar's line, if drawn, so that other output can be written on it; the next Set
+// draws the bar again below that output.
+func (b *Bar) Clear() {
+	if b == nil || b.w == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.drawn {
+		n := len(b.label) + width + 8 // label, " [", the bar, "] ", "100%"
+		fmt.Fprintf(b.w, "\r%s\r", strings.Repeat(" ", n))
+		b.mu.drawn = false
+		b.mu.last = -1
+	}
+}

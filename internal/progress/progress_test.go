@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,4 +32,25 @@ func TestBarDrawsOnlyAfterDelay(t *testing.T) {
 	var nilBar *Bar
 	nilBar.Set(1)
 	nilBar.Done()
+}
+
+func TestBarClear(t *testing.T) {
+	now := time.Unix(0, 0)
+	var out bytes.Buffer
+	b := New(&out, "demo", func() time.Time { return now }, 0)
+	b.Clear()
+	assert.Empty(t, out.String(), "nothing drawn, nothing to clear")
+
+	b.Set(0.3)
+	b.Clear()
+	s := out.String()
+	assert.True(t, strings.HasSuffix(s, "\r"), "the cursor is back at the start of the line: %q", s)
+	blank := s[strings.Index(s, "%")+1:]
+	assert.GreaterOrEqual(t, strings.Count(blank, " "), len("demo [")+width+len("] 30%"), "the whole bar is overwritten")
+
+	b.Set(0.3)
+	assert.Equal(t, 2, strings.Count(out.String(), "30%"), "the same percentage is drawn again after a clear")
+	b.Done()
+	b.Clear()
+	assert.True(t, strings.HasSuffix(out.String(), "\n"), "a finished bar is not cleared")
 }
