@@ -4,87 +4,251 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/internal/demo"
+	"github.com/basin-dev/basin/internal/progress"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
-// runDemo shows the trap on the paper's 1P1D preset: the same sessions with and without a
-// ten-minute +100% spike, simulated in virtual time.
-func runDemo(_ context.Context, env Env, args []string) error {
+// runDemo plays a spike scenario on three simulated deployments at once — without the spike,
+// with it and basin in dry run, with it and basin acting — each behind a real gateway and (two of
+// them) a real daemon on loopback, and prints what the daemons did and a side-by-side table.
+func runDemo(ctx context.Context, env Env, args []string) error {
 	fs := newFlags(env, "demo")
-	scName := fs.String("scenario", "paper-1p1d-h100-spike", "spike scenario (file or preset) to compare with its spike-free twin")
-	policy := fs.String("policy", "", "engine policy (default: the scenario's, else none)")
+	scName := fs.String("scenario", envOr(env, "BASIN_DEMO_SCENARIO", demo.DefaultScenario),
+		"spike scenario (file or preset); env BASIN_DEMO_SCENARIO")
+	speedDef, err := envFloat(env, "BASIN_DEMO_SPEED", demo.DefaultSpeed)
+	if err != nil {
+		return err
+	}
+	speed := fs.Float64("speed", speedDef, "virtual seconds per wall second; env BASIN_DEMO_SPEED")
+	keep := fs.String("dir", env.Getenv("BASIN_DEMO_DIR"),
+		"keep the runs' config files, calibration, audit logs and state here (default: a temporary directory, removed); env BASIN_DEMO_DIR")
+	level := fs.String("log-level", envOr(env, "BASIN_DEMO_LOG_LEVEL", "error"),
+		"the components' log level: debug, info, warn or error; env BASIN_DEMO_LOG_LEVEL")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	sc, err := loadScenario(*scName)
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	sc, err := scenario.Load(*scName)
 	if err != nil {
 		return err
 	}
 	if !sc.HasSpikes() {
 		return fmt.Errorf("%w: scenario %s has no spike to compare", errUsage, sc.Name)
 	}
-	b := bar(env, false, "simulating")
-	spiked, calm, err := scenario.RunPair(sc, *policy, b.Set)
-	b.Done()
-	if err != nil {
+	if !(*speed > 0) {
+		return fmt.Errorf("%w: --speed: must be > 0, got %v", errUsage, *speed)
+	}
+	dir := *keep
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "basin-demo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "%s: %s deployment, %g sessions/min, spikes %s\n\n", sc.Name,
-		sc.Deployment.Preset, sc.Arrivals.RatePerMin, describeSpikes(sc))
-	printSideBySide(env.Stdout, calm, spiked)
-	fmt.Fprintf(env.Stdout, "\nThe spike ended at minute %s; arrivals went back to the rate the deployment served "+
-		"comfortably, yet the spiked run %s.\n", spikeEnd(sc), verdict(calm, spiked))
-	return nil
+
+	out := env.Stdout
+	wall := time.Duration(float64(sc.Duration) / *speed)
+	fmt.Fprintf(out, "basin demo: %s — the %s deployment, %g agent sessions/min, %s\n", sc.Name, sc.Deployment.Preset,
+		sc.Arrivals.RatePerMin, spikeMinutes(sc))
+	fmt.Fprintf(out, "%g minutes of traffic at %g× (%v of wall time); three runs side by side on loopback, each a\n"+
+		"simulated deployment behind a basin gateway:\n", time.Duration(sc.Duration).Minutes(), *speed, wall.Round(time.Second))
+	b := progress.New(env.Stderr, fmt.Sprintf("playing %v", time.Duration(sc.Duration)), time.Now, 0)
+	onEvent := func(e demo.Event) {
+		b.Clear()
+		switch e.Kind {
+		case demo.EventStarted:
+			what := map[string]string{
+				demo.NoSpike: "the same sessions without the spike (the reference)",
+				demo.DryRun:  "the spike; the daemon watches (dry run)",
+				demo.Acting:  "the spike; the daemon acts on the gateway's session budget",
+			}[e.Run]
+			fmt.Fprintf(out, "  %-9s %s\n", e.Run, what)
+			if e.Text != "" {
+				fmt.Fprintf(out, "  %-9s status page: %s\n", "", e.Text)
+			}
+		default:
+			fmt.Fprintf(out, "  %5.1f min  %-8s %s\n", e.At.Minutes(), e.Run, e.Text)
+		}
+	}
+	first := true
+	res, err := demo.Run(ctx, demo.Options{
+		Scenario: sc, Speed: *speed, Dir: dir,
+		OnEvent: func(e demo.Event) {
+			if e.Kind != demo.EventStarted && first {
+				first = false
+				b.Clear()
+				fmt.Fprintln(out, "\nWhat the daemons saw and did (deployment minutes since the load began):")
+			}
+			onEvent(e)
+		},
+		Progress: b.Set,
+		Logger:   slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: lv})),
+	})
+	b.Done()
+	if res != nil {
+		fmt.Fprintln(out)
+		printDemoTable(out, res)
+		fmt.Fprintf(out, "\n%s\n", demoVerdict(res))
+		if *keep != "" {
+			fmt.Fprintf(out, "The runs' configs, calibration, audit logs and state are in %s.\n", dir)
+		}
+		fmt.Fprintf(out, "Took %v.\n", res.Elapsed.Round(time.Second))
+	}
+	return err
 }
 
-func describeSpikes(sc *scenario.Scenario) string {
-	s := ""
-	for _, sp := range sc.Arrivals.Spikes {
-		s += fmt.Sprintf("×%g from %v to %v ", sp.Multiplier, sp.From, sp.To)
+// printDemoTable writes the three runs side by side.
+func printDemoTable(w io.Writer, res *demo.Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "\t")
+	for _, r := range res.Runs {
+		fmt.Fprintf(tw, "%s\t", r.Name)
 	}
-	for _, ex := range sc.Arrivals.Extra {
-		s += fmt.Sprintf("+%g/min %s from %v to %v ", ex.RatePerMin, ex.Workload, ex.From, ex.To)
+	fmt.Fprintln(tw)
+	var ref *float64
+	if len(res.Runs) > 0 && res.Runs[0].Report != nil {
+		ref = res.Runs[0].Report.GoodputPerHour
+	}
+	row := func(name string, f func(r demo.RunResult) string) {
+		fmt.Fprintf(tw, "%s\t", name)
+		for _, r := range res.Runs {
+			v := "–"
+			if r.Report != nil {
+				v = f(r)
+			}
+			fmt.Fprintf(tw, "%s\t", v)
+		}
+		fmt.Fprintln(tw)
+	}
+	row("goodput (sessions/h)", func(r demo.RunResult) string { return num(r.Report.GoodputPerHour, 1) })
+	row("ratio to no spike", func(r demo.RunResult) string {
+		if ref == nil || *ref == 0 || r.Report.GoodputPerHour == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", *r.Report.GoodputPerHour / *ref)
+	})
+	row("prefix hit rate", func(r demo.RunResult) string { return num(r.Report.PrefixHitRate, 3) })
+	row("first-call wait p50 (s)", func(r demo.RunResult) string { return num(r.Report.FirstCallWaitP50, 1) })
+	row("sessions completed", func(r demo.RunResult) string {
+		return fmt.Sprintf("%d/%d", r.Report.Sessions.Completed, r.Report.Sessions.Arrived)
+	})
+	row("detector at the end", func(r demo.RunResult) string { return orDash(r.FinalState) })
+	row("daemon actions", func(r demo.RunResult) string {
+		if r.StatusURL == "" {
+			return "–"
+		}
+		return strconv.Itoa(r.Actions)
+	})
+	row("session budget at the end", func(r demo.RunResult) string {
+		switch {
+		case r.Budget < 0:
+			return "?"
+		case r.Budget >= 1e11:
+			return "∞"
+		}
+		return fmt.Sprintf("%dK", r.Budget/1000)
+	})
+	tw.Flush()
+	fmt.Fprintf(w, "\nSessions are counted if they arrived in minutes %g–%g; goodput counts those finished within their\n"+
+		"SLO by the end, the hit rate is the share of their prompt tokens the engine served from cache.\n",
+		measureFrom(res), measureTo(res))
+}
+
+func measureFrom(res *demo.Result) float64 {
+	for _, r := range res.Runs {
+		if r.Report != nil {
+			return r.Report.MeasureFromMin
+		}
+	}
+	return 0
+}
+
+func measureTo(res *demo.Result) float64 {
+	for _, r := range res.Runs {
+		if r.Report != nil {
+			return r.Report.MeasureToMin
+		}
+	}
+	return 0
+}
+
+// demoVerdict says in a sentence what the table shows, from the numbers: it does not assume the
+// trap closed or that basin avoided it.
+func demoVerdict(res *demo.Result) string {
+	get := func(name string) *float64 {
+		for _, r := range res.Runs {
+			if r.Name == name && r.Report != nil {
+				return r.Report.GoodputPerHour
+			}
+		}
+		return nil
+	}
+	ref, dry, act := get(demo.NoSpike), get(demo.DryRun), get(demo.Acting)
+	if ref == nil || dry == nil || act == nil || *ref == 0 {
+		return "The runs did not all finish: no verdict."
+	}
+	rd, ra := *dry / *ref, *act / *ref
+	switch {
+	case rd < 0.5 && ra >= 0.9:
+		return fmt.Sprintf("Without basin acting, the spike left the deployment in the trap (%.0f%% of its no-spike goodput);\n"+
+			"with basin acting on the gateway's session budget it kept %.0f%%.", 100*rd, 100*ra)
+	case rd < 0.5:
+		return fmt.Sprintf("The spike trapped the dry run (%.0f%% of no-spike goodput); basin acting kept %.0f%%.", 100*rd, 100*ra)
+	default:
+		return fmt.Sprintf("On this run the spike did not trap the deployment (dry run %.0f%% of no-spike goodput, acting %.0f%%):\n"+
+			"the trap is stochastic; try another --speed, or a scenario with a larger spike.", 100*rd, 100*ra)
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
 	}
 	return s
 }
 
-func spikeEnd(sc *scenario.Scenario) string {
-	var end scenario.Duration
+// spikeMinutes describes the scenario's spikes in minutes: "arrivals ×2 in minutes 15–25".
+func spikeMinutes(sc *scenario.Scenario) string {
+	var parts []string
 	for _, sp := range sc.Arrivals.Spikes {
-		end = max(end, sp.To)
+		parts = append(parts, fmt.Sprintf("arrivals ×%g in minutes %g–%g", sp.Multiplier,
+			time.Duration(sp.From).Minutes(), time.Duration(sp.To).Minutes()))
 	}
 	for _, ex := range sc.Arrivals.Extra {
-		end = max(end, ex.To)
+		parts = append(parts, fmt.Sprintf("+%g %s sessions/min in minutes %g–%g", ex.RatePerMin, ex.Workload,
+			time.Duration(ex.From).Minutes(), time.Duration(ex.To).Minutes()))
 	}
-	return fmt.Sprintf("%g", time.Duration(end).Minutes())
+	return strings.Join(parts, ", ")
 }
 
-func verdict(calm, spiked *sim.Result) string {
-	if spiked.HitRateEnd != nil && calm.HitRateEnd != nil && *spiked.HitRateEnd < 0.5 && *calm.HitRateEnd > 0.8 {
-		return fmt.Sprintf("was still stuck at the end: hit rate %.2f against %.2f, %d live sessions against %d",
-			*spiked.HitRateEnd, *calm.HitRateEnd, spiked.LiveSessionsEnd, calm.LiveSessionsEnd)
+func envOr(env Env, key, def string) string {
+	if v := env.Getenv(key); v != "" {
+		return v
 	}
-	return "recovered on this seed (the trap is stochastic: try --scenario with another seed)"
+	return def
 }
 
-func printSideBySide(w io.Writer, calm, spiked *sim.Result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tno spike\t+spike\t")
-	row := func(name, a, b string) { fmt.Fprintf(tw, "%s\t%s\t%s\t\n", name, a, b) }
-	f := func(v float64) *float64 { return &v }
-	row("goodput (sessions/h)", num(f(calm.GoodputPerHour), 1), num(f(spiked.GoodputPerHour), 1))
-	row("ratio to no spike", "1.00", num(spiked.GoodputRatio, 2))
-	row("prefix hit rate (window)", num(calm.HitRateMeanWindow, 3), num(spiked.HitRateMeanWindow, 3))
-	row("prefix hit rate (last 5 min)", num(calm.HitRateEnd, 3), num(spiked.HitRateEnd, 3))
-	row("TTFT p50 (s)", num(calm.TTFTP50Window, 2), num(spiked.TTFTP50Window, 2))
-	row("first-call wait p50 (s)", num(calm.FirstCallWaitP50, 1), num(spiked.FirstCallWaitP50, 1))
-	row("prefill busy (window)", num(calm.PrefillBusyWindow, 3), num(spiked.PrefillBusyWindow, 3))
-	row("live sessions at the end", fmt.Sprint(calm.LiveSessionsEnd), fmt.Sprint(spiked.LiveSessionsEnd))
-	row("working set / cache at the end", fmt.Sprintf("%.2f", float64(calm.WorkingSetEnd)/float64(calm.CacheCapacityEnd)),
-		fmt.Sprintf("%.2f", float64(spiked.WorkingSetEnd)/float64(spiked.CacheCapacityEnd)))
-	tw.Flush()
+func envFloat(env Env, key string, def float64) (float64, error) {
+	v := env.Getenv(key)
+	if v == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %q is not a number", errUsage, key, v)
+	}
+	return f, nil
 }

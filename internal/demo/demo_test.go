@@ -1,0 +1,220 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/sim/scenario"
+)
+
+// shortScenario is the paper's 1P1D spike scenario cut to 24 minutes (spike at 5–12, ×3), so a
+// test plays it in seconds.
+func shortScenario(t *testing.T) *scenario.Scenario {
+	t.Helper()
+	sc, err := scenario.Load(DefaultScenario)
+	require.NoError(t, err)
+	m := func(v int) scenario.Duration { return scenario.Duration(time.Duration(v) * time.Minute) }
+	sc.Duration = m(24)
+	sc.Measure = scenario.Window{From: m(10), To: m(24)}
+	sc.Arrivals.Spikes = []scenario.Spike{{From: m(5), To: m(12), Multiplier: 3}}
+	return sc
+}
+
+func TestOptionsNameTheBadField(t *testing.T) {
+	calm, err := scenario.Load("paper-1p1d-h100")
+	require.NoError(t, err)
+	spiked, err := scenario.Load(DefaultScenario)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no scenario", Options{Dir: dir}, "scenario: required"},
+		{"no spike", Options{Scenario: calm, Dir: dir}, "scenario: paper-1p1d-h100 has no spike"},
+		{"negative speed", Options{Scenario: spiked, Dir: dir, Speed: -1}, "speed: must be a finite number > 0"},
+		{"negative interval", Options{Scenario: spiked, Dir: dir, Interval: -time.Second}, "interval: must be > 0"},
+		{"negative queue wait", Options{Scenario: spiked, Dir: dir, QueueWait: -time.Second}, "queue_wait: must be > 0"},
+		{"no dir", Options{Scenario: spiked}, "dir: required"},
+		{"dir missing", Options{Scenario: spiked, Dir: filepath.Join(dir, "nope")}, "is not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Run(t.Context(), tc.o)
+			require.ErrorContains(t, err, tc.want)
+			assert.Nil(t, res)
+		})
+	}
+}
+
+// TestRun plays a short spike on the three runs and checks what a user of `basin demo` relies
+// on: every run reports, the dry run's daemon only records what it would do and its gateway's
+// budget is untouched, the acting daemon changes the budget through the admin API, and nothing
+// is left running afterwards.
+func TestRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays 24 simulated minutes on three deployments (about 8 s)")
+	}
+	if raceEnabled {
+		t.Skip("wall-clock run: under the race detector the simulated deployments answer too slowly")
+	}
+	before := runtime.NumGoroutine()
+	dir := t.TempDir()
+	var (
+		mu     sync.Mutex
+		events []Event
+	)
+	var progress []float64
+	res, err := Run(t.Context(), Options{
+		Scenario: shortScenario(t), Speed: 180, Dir: dir,
+		OnEvent:  func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() },
+		Progress: func(f float64) { mu.Lock(); progress = append(progress, f); mu.Unlock() },
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 3)
+
+	for i, name := range []string{NoSpike, DryRun, Acting} {
+		r := res.Runs[i]
+		assert.Equal(t, name, r.Name)
+		require.NotNil(t, r.Report, name)
+		assert.Positive(t, r.Report.Sessions.Arrived, "%s: sessions arrived in the window", name)
+		assert.NotNil(t, r.Report.GoodputPerHour, "%s: goodput is known (the scenario's deployment gives deadlines)", name)
+		if r.Report.Sessions.Completed > 0 {
+			assert.NotNil(t, r.Report.PrefixHitRate, "%s: the simulator reports cached tokens", name)
+		}
+		assert.Equal(t, name != NoSpike, r.StatusURL != "", "%s: a status page exactly when there is a daemon", name)
+	}
+	assert.Greater(t, res.Runs[1].Report.Offered, res.Runs[0].Report.Offered, "the spiked runs offer more sessions")
+	// Both spiked runs offer the same sessions, but for the last moment: the load is cut at the
+	// scenario's end on the wall clock, and a session due just then starts in one run or not.
+	assert.InDelta(t, res.Runs[1].Report.Offered, res.Runs[2].Report.Offered, 2, "both spiked runs offer the same sessions")
+
+	// The dry run decided but did nothing: its audit log has only dry-run records, its gateway's
+	// budget is still out of reach.
+	dry := readAudit(t, filepath.Join(dir, "dryrun", "data", "audit.jsonl"))
+	would := 0
+	for _, r := range dry {
+		assert.NotEqual(t, remediate.PhaseDone, r.Phase, "a dry run takes no action: %+v", r)
+		if r.Phase == remediate.PhaseDryRun {
+			would++
+		}
+	}
+	assert.Positive(t, would, "the dry run's daemon records what it would have done")
+	assert.GreaterOrEqual(t, res.Runs[1].Budget, int64(1e11), "the dry run's gateway budget is untouched")
+	assert.Equal(t, would, res.Runs[1].Actions, "every dry-run record was reported")
+
+	// The acting daemon set the budget through the gateway's admin API.
+	act := readAudit(t, filepath.Join(dir, "acting", "data", "audit.jsonl"))
+	done := 0
+	for _, r := range act {
+		if r.Phase == remediate.PhaseDone && r.Budget != nil {
+			done++
+		}
+	}
+	assert.Positive(t, done, "the acting daemon changed the budget")
+	assert.Less(t, res.Runs[2].Budget, int64(1e11), "the acting gateway's budget was set")
+	assert.Positive(t, res.Runs[2].Actions)
+
+	mu.Lock()
+	defer mu.Unlock()
+	started := map[string]string{}
+	for _, e := range events {
+		switch e.Kind {
+		case EventStarted:
+			started[e.Run] = e.Text
+		case EventState, EventAction:
+			assert.Contains(t, started, e.Run, "events come after their run started")
+			assert.NotEmpty(t, e.Text)
+			assert.LessOrEqual(t, e.At, 24*time.Minute+time.Minute, "event times are in the scenario's minutes: %+v", e)
+		}
+	}
+	assert.Len(t, started, 3)
+	require.NotEmpty(t, progress)
+	assert.Equal(t, 1.0, progress[len(progress)-1], "progress ends at 1")
+
+	// Nothing is left running: the status pages are gone, and so are the goroutines.
+	for _, r := range res.Runs[1:] {
+		_, err := http.Get(r.StatusURL)
+		assert.Error(t, err, "%s: the daemon's listener is closed", r.Name)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	assertGoroutinesBack(t, before)
+}
+
+// TestRunInterrupted cancels the demo early: Run says so, returns what it measured and stops
+// everything.
+func TestRunInterrupted(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("wall-clock run")
+	}
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan struct{}, 3)
+	go func() {
+		for range 3 {
+			<-started
+		}
+		time.Sleep(500 * time.Millisecond)
+		cancel()
+	}()
+	res, err := Run(ctx, Options{Scenario: shortScenario(t), Speed: 180, Dir: t.TempDir(),
+		OnEvent: func(e Event) {
+			if e.Kind == EventStarted {
+				started <- struct{}{}
+			}
+		}})
+	require.ErrorContains(t, err, "interrupted after")
+	require.NotNil(t, res)
+	for _, r := range res.Runs {
+		require.NotNil(t, r.Report, r.Name)
+		assert.True(t, r.Report.Interrupted, r.Name)
+	}
+	assertGoroutinesBack(t, before)
+}
+
+func readAudit(t *testing.T, path string) []remediate.Record {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var recs []remediate.Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "" {
+			continue
+		}
+		var r remediate.Record
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r), sc.Text())
+		recs = append(recs, r)
+	}
+	require.NoError(t, sc.Err())
+	return recs
+}
+
+// assertGoroutinesBack waits a moment for goroutines to wind down (idle HTTP connections close
+// asynchronously) and fails if more remain than before the run.
+func assertGoroutinesBack(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines after the run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
