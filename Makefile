@@ -32,11 +32,11 @@ lint:
 demo: build
 	./$(BIN) demo
 
-# Go benchmarks (simulator speed) and the policy comparison on the presets.
+# Regenerates docs/benchmarks.md: the Go benchmarks (gateway vs a bare proxy, body parsing,
+# admission, collector vs raw parse, detector, simulator, the daemon at 10k and 100k sessions) and
+# the policy comparison, with the machine and every command line (about 3 minutes).
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./sim/...
-	./$(BIN) sim compare --scenario paper-1p1d-h100-spike
-	./$(BIN) sim compare --scenario paper-1p3d-h200
+	$(GO) run ./internal/benchreport -count 3 -o docs/benchmarks.md
 
 # Regenerates docs/fidelity.md: the paper's observations (a)–(e) over ten seeds.
 fidelity: build
