@@ -69,8 +69,8 @@ var conventional = []string{"EngineKVCacheUsageHigh", "EngineQueueLong"}
 // alert on. A dry run is also how the README introduces basin to a deployment.
 //
 // A trapped deployment does not recover by itself — that is the trap: an hour after the spike
-// the simulator's spiked run is still stuck (README, `make demo`) — and with basin only
-// watching nothing pushes it out. So (d) ends the trap the way an operator would without
+// the simulator's spiked run is still stuck (`basin sim run --scenario paper-1p1d-h100-spike`,
+// and the dry run of `make demo`) — and with basin only watching nothing pushes it out. So (d) ends the trap the way an operator would without
 // basin: the load stops (its calls in flight are aborted), every session still live at the
 // gateway is ended through the gateway's API (and at the simulator, the engines' side), and the
 // workload starts again at its normal rate, which the deployment serves on its plateau. The
