@@ -79,10 +79,12 @@ type Config struct {
 	// StateFile keeps the live sessions (and the runtime budget and affinity) across restarts;
 	// empty: nothing is kept.
 	StateFile string `yaml:"state_file"`
-	// WebConfigFile and AdminWebConfigFile are Prometheus exporter-toolkit web configuration files
-	// (TLS, basic auth) for the OpenAI-compatible and the admin listener; empty: plain HTTP. Basic
-	// auth on the OpenAI listener would ask agents for it on every call: use that file for TLS.
-	WebConfigFile      string `yaml:"web_config_file"`
+	// WebConfigFile is a Prometheus exporter-toolkit web configuration file (TLS, basic auth) for
+	// the OpenAI-compatible listener; empty: plain HTTP. Basic auth there would ask agents for it on
+	// every call: use this file for TLS.
+	WebConfigFile string `yaml:"web_config_file"`
+	// AdminWebConfigFile is a Prometheus exporter-toolkit web configuration file (TLS, basic auth)
+	// for the admin listener; empty: plain HTTP.
 	AdminWebConfigFile string `yaml:"admin_web_config_file"`
 }
 

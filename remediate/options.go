@@ -53,21 +53,38 @@ const (
 // Options configure a Policy. Zero fields take the defaults; invalid values are errors naming the
 // field.
 type Options struct {
-	ReferenceFraction float64       `yaml:"reference_fraction"`
-	Step              float64       `yaml:"step"`
-	StepInterval      time.Duration `yaml:"step_interval"`
-	MinFraction       float64       `yaml:"min_fraction"`
-	MaxFraction       float64       `yaml:"max_fraction"`
-	IncidentFraction  float64       `yaml:"incident_fraction"`
-	RestoreStep       float64       `yaml:"restore_step"`
-	RestoreInterval   time.Duration `yaml:"restore_interval"`
-	PlateauTolerance  float64       `yaml:"plateau_tolerance"`
-	LeaveDrop         float64       `yaml:"leave_drop"`
+	// ReferenceFraction sets the reference budget B_ref = min(ReferenceFraction × knee·C, C),
+	// in (0, 1].
+	ReferenceFraction float64 `yaml:"reference_fraction"`
+	// Step is how far B moves at a time in normal operation, as a fraction of B_ref, in (0, 0.5].
+	Step float64 `yaml:"step"`
+	// StepInterval is the least time between two normal-mode steps.
+	StepInterval time.Duration `yaml:"step_interval"`
+	// MinFraction is the lowest B in normal operation, as a fraction of B_ref.
+	MinFraction float64 `yaml:"min_fraction"`
+	// MaxFraction is the highest B in normal operation, as a fraction of B_ref (≥ 1).
+	MaxFraction float64 `yaml:"max_fraction"`
+	// IncidentFraction is where B drops at once in an incident, as a fraction of B_ref (not below
+	// MinFraction).
+	IncidentFraction float64 `yaml:"incident_fraction"`
+	// RestoreStep is how far B comes back at a time after an incident, as a fraction of B_ref.
+	RestoreStep float64 `yaml:"restore_step"`
+	// RestoreInterval is the least time between two restoring steps.
+	RestoreInterval time.Duration `yaml:"restore_interval"`
+	// PlateauTolerance: the hit rate is on its plateau when within this of it (below LeaveDrop).
+	PlateauTolerance float64 `yaml:"plateau_tolerance"`
+	// LeaveDrop: the hit rate has left its plateau when this far under it.
+	LeaveDrop float64 `yaml:"leave_drop"`
 	// DisableShedding turns the shedding rule off; the budget still holds sessions back.
-	DisableShedding bool          `yaml:"disable_shedding"`
-	ShedHeadWait    time.Duration `yaml:"shed_head_wait"`
-	ShedWindow      time.Duration `yaml:"shed_window"`
-	ShedInterval    time.Duration `yaml:"shed_interval"`
+	DisableShedding bool `yaml:"disable_shedding"`
+	// ShedHeadWait is how long the head of the gateway's queue must have waited before a session
+	// is shed (with the long-run arrival rate above the peak completion rate).
+	ShedHeadWait time.Duration `yaml:"shed_head_wait"`
+	// ShedWindow is the time constant of the long-run arrival rate the shedding rule compares with
+	// the peak completion rate.
+	ShedWindow time.Duration `yaml:"shed_window"`
+	// ShedInterval is the least time between two sheds.
+	ShedInterval time.Duration `yaml:"shed_interval"`
 }
 
 // WithDefaults fills zero fields with the defaults.

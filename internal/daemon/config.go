@@ -82,10 +82,18 @@ type Config struct {
 
 // CollectorConfig is the scrape configuration (see package collector).
 type CollectorConfig struct {
-	Targets    []collector.Target `yaml:"targets"`
-	TargetFile string             `yaml:"target_file"`
-	Timeout    Duration           `yaml:"timeout"`
-	Window     Duration           `yaml:"window"`
+	// Targets are the /metrics endpoints scraped every interval: the engines' and the gateway's
+	// (required unless TargetFile gives them).
+	Targets []collector.Target `yaml:"targets"`
+	// TargetFile is a Prometheus file_sd file (JSON, or YAML when it ends in .yml or .yaml) with
+	// more targets, re-read whenever it changes.
+	TargetFile string `yaml:"target_file"`
+	// Timeout bounds one scrape, body included (default: the collector's, capped at the daemon's
+	// interval).
+	Timeout Duration `yaml:"timeout"`
+	// Window is the span of rates and quantiles (default: the collector's, at least two
+	// intervals).
+	Window Duration `yaml:"window"`
 }
 
 // GatewayConfig reaches the gateway's admin listener.
@@ -100,9 +108,11 @@ type GatewayConfig struct {
 type LendingConfig struct {
 	// Backend is where lending decisions go; an empty kind disables lending control.
 	Backend lender.BackendConfig `yaml:"backend"`
-	// MaxFraction caps what each decode instance lends (lender default 0.5).
+	// MaxFraction caps what each decode instance lends, as a fraction of its KV capacity (0: the
+	// lender's default).
 	MaxFraction float64 `yaml:"max_fraction"`
-	// MinDwell is the minimum time between toggles (lender default).
+	// MinDwell is the minimum time between toggles, except a reclaim for memory pressure (0: the
+	// lender's default).
 	MinDwell Duration `yaml:"min_dwell"`
 }
 
@@ -111,26 +121,39 @@ type AlertsConfig struct {
 	// Matchers are the alerts that put basin in incident mode (default: BasinMetastableDrift,
 	// BasinTrapped, BasinHitRateCollapsed).
 	Matchers []alerts.Matcher `yaml:"matchers"`
-	// BasicUser and BasicPasswordFile allow basic auth besides the token (Alertmanager's
-	// http_config.basic_auth).
-	BasicUser         string `yaml:"basic_user"`
+	// BasicUser is the user name of the HTTP basic auth accepted besides the token (Alertmanager's
+	// http_config.basic_auth); set it with BasicPasswordFile.
+	BasicUser string `yaml:"basic_user"`
+	// BasicPasswordFile holds the password of BasicUser.
 	BasicPasswordFile string `yaml:"basic_password_file"`
 }
 
 // SlackConfig is the Slack outlet: a bot token and channel, or an incoming webhook.
 type SlackConfig struct {
-	BotTokenFile   string `yaml:"bot_token_file"`
-	Channel        string `yaml:"channel"`
+	// BotTokenFile holds a Slack bot token (xoxb-…, chat:write); else SlackTokenEnv. Needs Channel.
+	BotTokenFile string `yaml:"bot_token_file"`
+	// Channel is the channel ID (C…) or name the bot posts to; the bot must be a member.
+	Channel string `yaml:"channel"`
+	// WebhookURLFile holds an incoming-webhook URL, instead of a bot token and channel; else
+	// SlackWebhookEnv.
 	WebhookURLFile string `yaml:"webhook_url_file"`
 	// APIURL overrides Slack's API (tests, proxies).
-	APIURL       string `yaml:"api_url"`
+	APIURL string `yaml:"api_url"`
+	// DashboardURL is linked from every message; "{deployment}" in it is replaced by the
+	// deployment, query-escaped.
 	DashboardURL string `yaml:"dashboard_url"`
-	StatusURL    string `yaml:"status_url"`
+	// StatusURL is linked from every message, like DashboardURL: typically the daemon's status
+	// page.
+	StatusURL string `yaml:"status_url"`
 }
 
 // CronConfig schedules the periodic jobs; "-" disables one.
 type CronConfig struct {
-	DailySummary   string `yaml:"daily_summary"`
+	// DailySummary posts the summary of the period to Slack and starts a new period; "-" disables
+	// it.
+	DailySummary string `yaml:"daily_summary"`
+	// KneeReestimate refits the knee on what the daemon observed and, when it moved, writes it back
+	// to the calibration file (nothing to do without one); "-" disables it.
 	KneeReestimate string `yaml:"knee_reestimate"`
 }
 

@@ -40,8 +40,11 @@ func DefaultMatchers() []Matcher {
 // an empty value asks for the label to be absent, as in Prometheus, where an empty label is no
 // label.
 type Matcher struct {
+	// AlertName is the alertname the alert must have; empty: any.
 	AlertName string
-	Labels    map[string]string
+	// Labels must each equal the alert's label of that name; an empty value asks for the label to
+	// be absent.
+	Labels map[string]string
 }
 
 // Matches reports whether an alert with these labels is selected.
