@@ -65,6 +65,8 @@ type Daemon struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// unlock releases the data directory's lock (see lockDataDir).
+	unlock func() error
 	log       *slog.Logger
 	now       func() time.Time
 	token     string
@@ -153,6 +155,15 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data_dir: %w", err)
 	}
+	if d.unlock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	built := false
+	defer func() {
+		if !built {
+			_ = d.unlock()
+		}
+	}()
 	if cfg.Calibration != "" {
 		if d.cal, err = detector.LoadCalibration(cfg.Calibration); err != nil {
 			return nil, fmt.Errorf("calibration: %w", err)
@@ -254,7 +265,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if err := d.restore(); err != nil {
 		return nil, err
 	}
-	ok = true
+	ok, built = true, true
 	return d, nil
 }
 
@@ -439,10 +450,10 @@ loop:
 	return errors.Join(loopErr, d.Close())
 }
 
-// Close releases the audit log. Serve closes it on return; a daemon built with New and never
-// served must be closed by its owner.
+// Close releases the audit log and the data directory's lock. Serve closes it on return; a daemon
+// built with New and never served must be closed by its owner.
 func (d *Daemon) Close() error {
-	d.closeOnce.Do(func() { d.closeErr = d.audit.Close() })
+	d.closeOnce.Do(func() { d.closeErr = errors.Join(d.audit.Close(), d.unlock()) })
 	return d.closeErr
 }
 

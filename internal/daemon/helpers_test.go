@@ -263,6 +263,8 @@ type env struct {
 	clock *clock
 	gw    *fakeGateway
 	dep   *exposition
+	// made are the daemons built on dir, in order.
+	made []*Daemon
 }
 
 // testCalibration is the synthetic deployment's calibration: knee 1.9, plateau 0.95.
@@ -308,8 +310,14 @@ func newEnv(t *testing.T, extra string) *env {
 // daemon builds a daemon on the env (a restart when one was built before).
 func (e *env) daemon() *Daemon {
 	e.t.Helper()
+	// A new daemon on the env's data directory is a restart: the earlier ones are dead, and a dead
+	// process holds no lock (the restart tests "kill" a daemon by never using it again).
+	for _, old := range e.made {
+		require.NoError(e.t, old.unlock())
+	}
 	d, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw, Logger: testLogger(e.t)})
 	require.NoError(e.t, err)
+	e.made = append(e.made, d)
 	return d
 }
 
