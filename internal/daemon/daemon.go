@@ -67,9 +67,9 @@ type Daemon struct {
 	closeErr  error
 	// unlock releases the data directory's lock (see lockDataDir).
 	unlock func() error
-	log       *slog.Logger
-	now       func() time.Time
-	token     string
+	log    *slog.Logger
+	now    func() time.Time
+	token  string
 
 	col    *collector.Collector
 	det    *detector.Detector
