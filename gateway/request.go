@@ -106,24 +106,15 @@ func parseCallFast(ep endpoint, body []byte) (callRequest, bool) {
 			return c, false
 		}
 		c.user, c.metaID = sessionFields(b.User, b.Metadata)
-		var chars int64
-		found := false
+		var size callSize
 		for _, m := range b.Messages {
 			text, n, ok := fastContentText(m.Content)
 			if !ok {
 				return c, false
 			}
-			chars += int64(n)
-			if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
-				// The calls an assistant made are part of the conversation the next prompt repeats.
-				chars += int64(utf8.RuneCount(m.ToolCalls))
-			}
-			if !found && m.Role == "user" {
-				c.taskText, c.taskChars, found = text, n, true
-			}
-			c.lastRole = m.Role
+			size.add(&c, m.Role, text, n, m.ToolCalls)
 		}
-		c.prompt = max(1, tokensOf(chars)+perMessageTokens*int64(len(b.Messages)))
+		size.finish(&c)
 		return c, true
 	case completionEndpoint:
 		var b fastCompletionBody
@@ -329,21 +320,12 @@ func parseCallSlow(ep endpoint, body []byte) callRequest {
 			c.prompt = max(1, tokensOf(int64(len(body))))
 			return c
 		}
-		var chars int64
-		found := false
+		var size callSize
 		for _, m := range msgs {
 			text, n := contentText(m.Content)
-			chars += int64(n)
-			if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
-				// The calls an assistant made are part of the conversation the next prompt repeats.
-				chars += int64(utf8.RuneCount(m.ToolCalls))
-			}
-			if !found && m.Role == "user" {
-				c.taskText, c.taskChars, found = text, n, true
-			}
-			c.lastRole = m.Role
+			size.add(&c, m.Role, text, n, m.ToolCalls)
 		}
-		c.prompt = max(1, tokensOf(chars)+perMessageTokens*int64(len(msgs)))
+		size.finish(&c)
 	case completionEndpoint:
 		var text string
 		var texts []string
@@ -363,6 +345,31 @@ func parseCallSlow(ep endpoint, body []byte) callRequest {
 		c.prompt = max(1, tokensOf(int64(c.taskChars)))
 	}
 	return c
+}
+
+// callSize sizes a chat call message by message, for both readings of a body: every message's
+// characters (its content's, and its tool calls' raw JSON: the calls an assistant made are part
+// of the conversation the next prompt repeats), the first user message (the task) and the last
+// role.
+type callSize struct {
+	chars, msgs int64
+	found       bool
+}
+
+func (z *callSize) add(c *callRequest, role, text string, n int, toolCalls json.RawMessage) {
+	z.chars += int64(n)
+	z.msgs++
+	if len(toolCalls) > 0 && string(toolCalls) != "null" {
+		z.chars += int64(utf8.RuneCount(toolCalls))
+	}
+	if !z.found && role == "user" {
+		c.taskText, c.taskChars, z.found = text, n, true
+	}
+	c.lastRole = role
+}
+
+func (z *callSize) finish(c *callRequest) {
+	c.prompt = max(1, tokensOf(z.chars)+perMessageTokens*z.msgs)
 }
 
 // contentText gives a message content's text and its length in characters: a string, or the text

@@ -295,8 +295,7 @@ func chatTokens(raw json.RawMessage) (prompt, shared int, _ *apiError) {
 	if len(items) == 0 {
 		return 0, 0, invalid("messages", "messages: must not be empty")
 	}
-	chars, sharedChars, sharedMsgs := 0, 0, 0
-	leading := true
+	var size promptSize
 	for i, item := range items {
 		var m chatMessage
 		if err := json.Unmarshal(item, &m); err != nil {
@@ -314,23 +313,42 @@ func chatTokens(raw json.RawMessage) (prompt, shared int, _ *apiError) {
 		if apiErr != nil {
 			return 0, 0, apiErr
 		}
-		if !isNull(m.ToolCalls) {
-			// The calls an assistant made are part of the conversation the next prompt repeats.
-			n += utf8.RuneCount(m.ToolCalls)
-		}
-		chars += n
-		if leading && (m.Role == "system" || m.Role == "developer") {
-			sharedChars += n
-			sharedMsgs++
-		} else {
-			leading = false
-		}
+		size.add(m.Role, n, isNull(m.ToolCalls), m.ToolCalls)
 	}
-	prompt = tokens(chars) + perMessageTokens*len(items)
-	if sharedMsgs > 0 {
-		shared = tokens(sharedChars) + perMessageTokens*sharedMsgs
+	c := size.counts()
+	return c.prompt, c.shared, nil
+}
+
+// promptSize sizes a chat prompt message by message, for both parsers: every message's characters
+// (its content's, and its tool calls' raw JSON: the calls an assistant made are part of the
+// conversation the next prompt repeats), and apart those of the leading system and developer
+// messages, the prefix every session of an agent shares.
+type promptSize struct {
+	chars, sharedChars, msgs, sharedMsgs int
+	past                                 bool // past the leading system and developer messages
+}
+
+func (p *promptSize) add(role string, contentChars int, noToolCalls bool, toolCalls []byte) {
+	n := contentChars
+	if !noToolCalls {
+		n += utf8.RuneCount(toolCalls)
 	}
-	return prompt, shared, nil
+	p.chars += n
+	p.msgs++
+	if !p.past && (role == "system" || role == "developer") {
+		p.sharedChars += n
+		p.sharedMsgs++
+	} else {
+		p.past = true
+	}
+}
+
+func (p *promptSize) counts() promptCounts {
+	c := promptCounts{prompt: tokens(p.chars) + perMessageTokens*p.msgs}
+	if p.sharedMsgs > 0 {
+		c.shared = tokens(p.sharedChars) + perMessageTokens*p.sharedMsgs
+	}
+	return c
 }
 
 // contentChars counts the characters of one message's content: a string, an array of text parts,
@@ -380,8 +398,7 @@ func parseChatFast(body []byte) (b chatBodyFast, counts promptCounts, ok bool) {
 	if err := json.Unmarshal(body, &b); err != nil || len(b.Messages) == 0 {
 		return b, counts, false
 	}
-	chars, sharedChars, sharedMsgs := 0, 0, 0
-	leading := true
+	var size promptSize
 	for i := range b.Messages {
 		m := &b.Messages[i]
 		if m.Role == "" {
@@ -391,27 +408,14 @@ func parseChatFast(body []byte) (b chatBodyFast, counts promptCounts, ok bool) {
 		if !ok {
 			return b, counts, false
 		}
-		if !isNullBytes(m.ToolCalls) {
-			n += utf8.RuneCount(m.ToolCalls)
-		}
-		chars += n
-		if leading && (m.Role == "system" || m.Role == "developer") {
-			sharedChars += n
-			sharedMsgs++
-		} else {
-			leading = false
-		}
+		size.add(m.Role, n, isNullBytes(m.ToolCalls), m.ToolCalls)
 	}
 	// A second "messages" key decodes into the elements the first one left, so a field the
 	// second omits would keep the first's value, where the slow path sees only the second.
 	if messagesKeyRepeated(body) {
 		return b, counts, false
 	}
-	counts.prompt = tokens(chars) + perMessageTokens*len(b.Messages)
-	if sharedMsgs > 0 {
-		counts.shared = tokens(sharedChars) + perMessageTokens*sharedMsgs
-	}
-	return b, counts, true
+	return b, size.counts(), true
 }
 
 // contentCharsFast is contentChars for content decoded as part of a valid body: a string's
