@@ -5,7 +5,7 @@ BIN     := bin/basin
 RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
 	./sim/trace/... ./sim/loadgen/...
 
-.PHONY: build test lint demo bench fidelity results fuzz clean dashboards
+.PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
 
 build:
 	$(GO) build -o $(BIN) ./cmd/basin
@@ -67,3 +67,8 @@ clean:
 # Regenerates the Grafana dashboards (dashboards/json/*.json) from dashboards/*.go; check them in.
 dashboards:
 	$(GO) run ./dashboards/cmd/gen -o dashboards/json
+
+# Regenerates docs/configuration.md (every key of the gateway's and the daemon's config files, with
+# its type, default and meaning) from the config structs; a test fails when it is out of date.
+config-reference:
+	$(GO) run ./internal/confref/cmd/confref

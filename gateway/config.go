@@ -59,8 +59,8 @@ type Config struct {
 	// RejectAnonymous answers 400 to a call with no session id instead of treating it as a
 	// one-call session.
 	RejectAnonymous bool `yaml:"reject_anonymous"`
-	// TenantHeader names the header that carries the tenant; when empty or absent on a request the
-	// tenant is a hash of the bearer API key, else "".
+	// TenantHeader names the header that carries the tenant; when it is empty or absent on a
+	// request, the tenant is a hash of the bearer API key, or "" without one.
 	TenantHeader string `yaml:"tenant_header"`
 	// IdleTimeout ends a live session with no call in flight for this long (DefaultIdleTimeout).
 	IdleTimeout Duration `yaml:"idle_timeout"`

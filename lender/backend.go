@@ -55,7 +55,7 @@ type BackendConfig struct {
 	TokenFile string `yaml:"token_file"`
 	// Command is the program and its arguments, run without a shell (exec).
 	Command []string `yaml:"command"`
-	// Timeout bounds one apply ("5s"; DefaultHTTPTimeout for http and affinity,
+	// Timeout bounds one apply, written "5s" (default DefaultHTTPTimeout for http and affinity,
 	// DefaultExecTimeout for exec; sim takes none).
 	Timeout time.Duration `yaml:"timeout"`
 

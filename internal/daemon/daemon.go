@@ -130,6 +130,13 @@ type persisted struct {
 
 const stateVersion = 1
 
+// CollectorDefaults are collector.timeout and collector.window when unset, for a loop interval,
+// derived as the collector derives its own: a scrape times out within one interval, and a rate
+// window holds at least two scrapes.
+func CollectorDefaults(interval time.Duration) (timeout, window time.Duration) {
+	return min(collector.DefaultTimeout, interval), max(collector.DefaultWindow, 2*interval)
+}
+
 // New builds the daemon from a validated configuration: it reads the secrets, the calibration,
 // the audit log and the state, and fails on anything it cannot use rather than start half-blind.
 func New(cfg *Config, o Options) (*Daemon, error) {
@@ -178,11 +185,12 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	// deployment's time, then converted.
 	interval := time.Duration(cfg.Interval)
 	timeout, window := time.Duration(cfg.Collector.Timeout), time.Duration(cfg.Collector.Window)
+	dt, dw := CollectorDefaults(interval)
 	if timeout == 0 {
-		timeout = min(collector.DefaultTimeout, interval)
+		timeout = dt
 	}
 	if window == 0 {
-		window = max(collector.DefaultWindow, 2*interval)
+		window = dw
 	}
 	wall := func(v time.Duration) time.Duration { return time.Duration(float64(v) / cfg.ClockSpeed) }
 	d.start = d.now()

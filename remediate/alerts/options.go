@@ -41,10 +41,10 @@ func DefaultMatchers() []Matcher {
 // label.
 type Matcher struct {
 	// AlertName is the alertname the alert must have; empty: any.
-	AlertName string
+	AlertName string `yaml:"alertname"`
 	// Labels must each equal the alert's label of that name; an empty value asks for the label to
 	// be absent.
-	Labels map[string]string
+	Labels map[string]string `yaml:"labels"`
 }
 
 // Matches reports whether an alert with these labels is selected.
