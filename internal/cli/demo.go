@@ -100,6 +100,9 @@ func runDemo(ctx context.Context, env Env, args []string) error {
 	b.Done()
 	if res != nil {
 		fmt.Fprintln(out)
+		if ctx.Err() != nil {
+			fmt.Fprintln(out, "Interrupted: what was measured until then.")
+		}
 		printDemoTable(out, res)
 		fmt.Fprintf(out, "\n%s\n", demoVerdict(res))
 		if *keep != "" {
@@ -125,7 +128,7 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 	row := func(name string, f func(r demo.RunResult) string) {
 		fmt.Fprintf(tw, "%s\t", name)
 		for _, r := range res.Runs {
-			v := "–"
+			v := "—"
 			if r.Report != nil {
 				v = f(r)
 			}
@@ -136,7 +139,7 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 	row("goodput (sessions/h)", func(r demo.RunResult) string { return num(r.Report.GoodputPerHour, 1) })
 	row("ratio to no spike", func(r demo.RunResult) string {
 		if ref == nil || *ref == 0 || r.Report.GoodputPerHour == nil {
-			return "–"
+			return "—"
 		}
 		return fmt.Sprintf("%.2f", *r.Report.GoodputPerHour / *ref)
 	})
@@ -148,7 +151,7 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 	row("detector at the end", func(r demo.RunResult) string { return orDash(r.FinalState) })
 	row("daemon actions", func(r demo.RunResult) string {
 		if r.StatusURL == "" {
-			return "–"
+			return "—"
 		}
 		return strconv.Itoa(r.Actions)
 	})
@@ -215,7 +218,7 @@ func demoVerdict(res *demo.Result) string {
 
 func orDash(s string) string {
 	if s == "" {
-		return "–"
+		return "—"
 	}
 	return s
 }

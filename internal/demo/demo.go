@@ -266,7 +266,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		})
 	}
 	wg.Wait()
-	if o.Progress != nil {
+	if o.Progress != nil && ctx.Err() == nil {
 		o.Progress(1)
 	}
 	// One last look at each daemon before stopping them, so the final state is the end's.

@@ -170,13 +170,21 @@ func TestRunInterrupted(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		cancel()
 	}()
+	var (
+		mu   sync.Mutex
+		last float64
+	)
 	res, err := Run(ctx, Options{Scenario: shortScenario(t), Speed: 180, Dir: t.TempDir(),
 		OnEvent: func(e Event) {
 			if e.Kind == EventStarted {
 				started <- struct{}{}
 			}
-		}})
+		},
+		Progress: func(f float64) { mu.Lock(); last = f; mu.Unlock() }})
 	require.ErrorContains(t, err, "interrupted after")
+	mu.Lock()
+	assert.Less(t, last, 1.0, "an interrupted run does not report itself done")
+	mu.Unlock()
 	require.NotNil(t, res)
 	for _, r := range res.Runs {
 		require.NotNil(t, r.Report, r.Name)

@@ -572,3 +572,21 @@ func TestMeasurementWindow(t *testing.T) {
 	assert.Equal(t, 3.0, rep.MeasureFromMin)
 	assert.Equal(t, 6.0, rep.MeasureToMin)
 }
+
+// TestCutBeforeTheWindow: a run cancelled before any session arrived in the window measured
+// nothing, so its goodput is unknown (null), not zero.
+func TestCutBeforeTheWindow(t *testing.T) {
+	f := newFake(func(string, int) reply { return reply{} })
+	ts := httptest.NewServer(f)
+	defer ts.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep, err := Run(ctx, Options{Target: ts.URL, Scenario: oneSessionScenario(t), Speed: 600, HTTPClient: ts.Client(),
+		Unloaded: func(sim.SessionSpec) time.Duration { return time.Minute }})
+	require.NoError(t, err)
+	assert.True(t, rep.Interrupted)
+	assert.Zero(t, rep.Sessions.Arrived)
+	assert.Nil(t, rep.GoodputPerHour, "nothing arrived in the window: goodput unknown")
+	require.NotNil(t, rep.Sessions.Good)
+	assert.Zero(t, *rep.Sessions.Good)
+}

@@ -55,7 +55,8 @@ type Report struct {
 	// Offered is how many sessions arrived in the whole run, in the window or not.
 	Offered  int    `json:"offered"`
 	Sessions Counts `json:"sessions"`
-	// GoodputPerHour is good sessions per hour of window; null without Unloaded.
+	// GoodputPerHour is good sessions per hour of window; null without Unloaded, or when no
+	// session arrived in the window.
 	GoodputPerHour *float64 `json:"goodput_per_hour"`
 	// CompletionRate is completed / arrived.
 	CompletionRate *float64 `json:"completion_rate"`
@@ -170,7 +171,11 @@ func (r *runner) report(sessions []*session, cut bool) *Report {
 	}
 	if r.o.Unloaded != nil {
 		c.Good = &good
-		rep.GoodputPerHour = ptr(float64(good) / (so.MeasureTo - so.MeasureFrom).Hours())
+		// With no session in the window (a run cut off before it) there is nothing to measure:
+		// null, not a goodput of zero.
+		if c.Arrived > 0 {
+			rep.GoodputPerHour = ptr(float64(good) / (so.MeasureTo - so.MeasureFrom).Hours())
+		}
 	}
 	if c.Arrived > 0 {
 		rep.CompletionRate = ptr(float64(c.Completed) / float64(c.Arrived))
