@@ -3,6 +3,7 @@ package detector
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -218,6 +219,29 @@ func (d *Detector) Resume(s State, since time.Time) error {
 		return fmt.Errorf("resume: the detector has already stepped")
 	}
 	d.mu.state, d.mu.since = s, since
+	return nil
+}
+
+// Recalibrate replaces the calibration while the detector runs, from the next Step on: the
+// daemon's passive re-estimation refits the knee from what it observed and hands the result here
+// rather than waiting for a restart. The learnt completion curve is kept (it was seeded by the
+// first calibration and has learnt since). It is an error for a detector built without a
+// calibration (its knee is learnt all along) or for a calibration that does not validate.
+func (d *Detector) Recalibrate(c *Calibration) error {
+	if c == nil {
+		return errors.New("recalibrate: no calibration")
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("recalibrate: %w", err)
+	}
+	cc := *c // the caller keeps theirs
+	cc.Points = slices.Clone(c.Points)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.o.Calibration == nil {
+		return errors.New("recalibrate: the detector runs without a calibration; its knee is learnt")
+	}
+	d.o.Calibration = &cc
 	return nil
 }
 

@@ -561,3 +561,32 @@ func TestResume(t *testing.T) {
 	assert.Nil(t, a.Transition)
 	require.Error(t, d.Resume(Healthy, t0), "only before the first step")
 }
+
+// TestRecalibrate: a calibration handed to a running detector is the knee of its next steps; W/C
+// 1.5 is under pressure's entry with knee 1.9 (1.52) and over it with knee 1.7 (1.36).
+func TestRecalibrate(t *testing.T) {
+	cal := testCalibration(t)
+	cal.KneeRatio = 1.9
+	o := scriptOptions()
+	o.Calibration = cal
+	d := newDetector(t, o)
+	as := runScript(t, d, 0, 2*time.Minute, func(time.Duration) sample { return sample{wc: 1.5, hit: 0.96} })
+	last := as[len(as)-1]
+	assert.Equal(t, Healthy, last.State)
+	assert.Equal(t, 1.9, last.Knee.Ratio)
+
+	moved := *cal
+	moved.KneeRatio = 1.7
+	require.NoError(t, d.Recalibrate(&moved))
+	moved.KneeRatio = 9 // the detector keeps its own copy
+	as = runScript(t, d, 2*time.Minute, 4*time.Minute, func(time.Duration) sample { return sample{wc: 1.5, hit: 0.96} })
+	last = as[len(as)-1]
+	assert.Equal(t, 1.7, last.Knee.Ratio)
+	assert.Equal(t, Pressure, last.State, "the new knee puts W/C 1.5 in the pressure band")
+
+	for name, c := range map[string]*Calibration{"nil": nil, "invalid": {KneeRatio: -1}} {
+		assert.Error(t, d.Recalibrate(c), name)
+	}
+	learnt := newDetector(t, scriptOptions())
+	assert.ErrorContains(t, learnt.Recalibrate(cal), "without a calibration")
+}

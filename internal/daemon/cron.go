@@ -119,6 +119,12 @@ func (d *Daemon) ReestimateKnee() {
 		d.log.Info("knee re-estimation: not enough of the curve seen yet", "err", err)
 		return
 	}
+	d.adoptKnee(k)
+}
+
+// adoptKnee writes a re-estimated knee that moved by 0.05 or more to the calibration file and
+// hands it to the running detector, so the next step judges pressure, drift and B_ref by it.
+func (d *Daemon) adoptKnee(k detector.Knee) {
 	if diff := k.Ratio - d.cal.KneeRatio; diff < 0.05 && diff > -0.05 {
 		return
 	}
@@ -134,6 +140,10 @@ func (d *Daemon) ReestimateKnee() {
 		d.log.Warn("knee re-estimation", "err", err)
 		return
 	}
-	d.log.Info("knee re-estimated", "from", d.cal.KneeRatio, "to", k.Ratio, "file", d.cfg.Calibration)
+	if err := d.det.Recalibrate(&c); err != nil {
+		d.log.Warn("knee re-estimation: saved but not applied until a restart", "err", err)
+	} else {
+		d.log.Info("knee re-estimated", "from", d.cal.KneeRatio, "to", k.Ratio, "file", d.cfg.Calibration)
+	}
 	d.cal = &c
 }
