@@ -153,6 +153,9 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 		r.Kind, r.Lending = "lending", p.Lending
 		intents = append(intents, r)
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("execute plan %d: %w (nothing done)", p.Seq, err)
+	}
 	phase := PhaseIntent
 	if e.o.DryRun {
 		phase = PhaseDryRun
@@ -176,7 +179,14 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 		return nil
 	}
 	var errs []error
-	for _, r := range intents {
+	for i, r := range intents {
+		if ctx.Err() != nil {
+			// Shutting down: the intents not yet begun stay in the log without an outcome, and
+			// the next start reconciles them against the world.
+			left := len(intents) - i
+			e.log.Warn("stopping before acting; the rest of the plan is left to reconciliation", "seq", p.Seq, "actions", left)
+			return errors.Join(append(errs, fmt.Errorf("execute plan %d: %d action(s) not begun: %w", p.Seq, left, ctx.Err()))...)
+		}
 		if err := e.act(ctx, r, false); err != nil {
 			errs = append(errs, err)
 		}
@@ -184,9 +194,12 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 	return errors.Join(errs...)
 }
 
-// act takes one recorded intent and records its outcome.
+// act takes one recorded intent and records its outcome. An action once begun is carried to its
+// end (bounded by Timeout) even when ctx is cancelled — a daemon shutting down mid-call would
+// otherwise record as failed a change the gateway may well have applied, and the log that says
+// what was done would be wrong.
 func (e *Executor) act(ctx context.Context, r Record, reconciled bool) error {
-	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.Timeout)
 	defer cancel()
 	reason := fmt.Sprintf("basin plan %d (%s, %s)", r.Seq, r.State, r.Mode)
 	if len(r.Reasons) > 0 {

@@ -236,3 +236,47 @@ func TestOpenAudit(t *testing.T) {
 		})
 	}
 }
+
+// cancellingGateway cancels the executor's context from inside the budget call, as a shutdown
+// arriving while the call is in flight does, and reports whether its own context survived.
+type cancellingGateway struct {
+	fakeGateway
+	cancel       context.CancelFunc
+	ctxCancelled bool
+}
+
+func (g *cancellingGateway) SetBudget(ctx context.Context, tokens, ref int64, reason string) error {
+	g.cancel()
+	g.ctxCancelled = ctx.Err() != nil
+	return g.fakeGateway.SetBudget(ctx, tokens, ref, reason)
+}
+
+// TestShutdownMidPlan: an action begun when the daemon is told to stop is carried to its end and
+// recorded as done (the gateway applied it); the plan's actions not yet begun stay as intents for
+// the next start to reconcile; a plan arriving after the stop records nothing.
+func TestShutdownMidPlan(t *testing.T) {
+	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &cancellingGateway{fakeGateway: fakeGateway{t: t, audit: a, budget: 1_000_000, queued: map[string]bool{"s1": true}}, cancel: cancel}
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: &g.fakeGateway})
+	require.NoError(t, err)
+	p := budgetPlan(1, 1_000_000, 700_000)
+	p.Shed = &ShedAction{IDs: []string{"s1"}}
+	err = e.Execute(ctx, p, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "1 action(s) not begun")
+	assert.False(t, g.ctxCancelled, "the call in flight keeps its context")
+	assert.Equal(t, []string{"budget"}, g.calls, "the shed was not begun")
+	var phases []string
+	for _, r := range a.Records(0) {
+		phases = append(phases, r.Kind+" "+string(r.Phase))
+	}
+	assert.Equal(t, []string{"budget intent", "shed intent", "budget done"}, phases)
+	pending := a.Pending()
+	require.Len(t, pending, 1)
+	assert.Equal(t, "shed", pending[0].Kind, "left for reconciliation")
+
+	n := len(a.Records(0))
+	require.ErrorIs(t, e.Execute(ctx, budgetPlan(2, 700_000, 650_000), nil), context.Canceled)
+	assert.Len(t, a.Records(0), n, "a plan after the stop records nothing")
+}

@@ -317,7 +317,11 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 	assert.Zero(t, intents["shed"], "shedding is off")
 	budgetsDone := done(recs, "budget")
 	require.NotEmpty(t, budgetsDone)
-	assert.Equal(t, gwState().Budget, budgetsDone[len(budgetsDone)-1].Budget.To, "the gateway has the last budget set")
+	if !assert.Equal(t, gwState().Budget, budgetsDone[len(budgetsDone)-1].Budget.To, "the gateway has the last budget set") {
+		for _, r := range recs[max(0, len(recs)-6):] {
+			t.Logf("audit: %+v budget %+v", r, r.Budget)
+		}
+	}
 	assert.EqualValues(t, 1_000_000_000_000, budgetsDone[0].Budget.From, "the first action takes the budget over")
 	for _, p := range posts.got() {
 		t.Logf("slack: %s", p)
