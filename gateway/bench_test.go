@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/agentbody"
 )
 
 // Streamed body of the throughput benchmark: 4 MiB of SSE in 4 KiB events, each written and
@@ -112,50 +112,8 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	b.Run("gateway", func(b *testing.B) { run(b, h.ts.URL) })
 }
 
-// benchChatBody is a realistic body of a long agent conversation, about 300 KB: a system prompt
-// and 40 alternating user and assistant messages, the assistant's with tool calls, the user's
-// with the tools' long outputs.
-func benchChatBody() []byte {
-	type fn struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	}
-	type toolCall struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function fn     `json:"function"`
-	}
-	type msg struct {
-		Role      string     `json:"role"`
-		Content   any        `json:"content"`
-		ToolCalls []toolCall `json:"tool_calls,omitempty"`
-	}
-	para := "The quick brown fox jumps over the lazy dog; \"quoted\" text, a tab\t, unicode é ✓ and code: " +
-		"func f(x int) int { return x * 2 }\n"
-	msgs := []msg{{Role: "system", Content: strings.Repeat("You are a careful coding agent. ", 200)}}
-	for i := range 40 {
-		if i%2 == 0 {
-			msgs = append(msgs, msg{Role: "user", Content: fmt.Sprintf("step %d output:\n%s", i, strings.Repeat(para, 100))})
-			continue
-		}
-		msgs = append(msgs, msg{
-			Role:    "assistant",
-			Content: strings.Repeat("Let me look at the next file. ", 20),
-			ToolCalls: []toolCall{{ID: fmt.Sprintf("call_%d", i), Type: "function", Function: fn{
-				Name:      "read_file",
-				Arguments: fmt.Sprintf(`{"path":"src/pkg/file%d.go","offset":%d,"limit":400}`, i, i*100),
-			}}},
-		})
-	}
-	body, err := json.Marshal(map[string]any{
-		"model": "m", "stream": true, "messages": msgs,
-		"metadata": map[string]string{"session_id": "bench"}, "user": "u",
-	})
-	if err != nil {
-		panic(err)
-	}
-	return body
-}
+// benchChatBody is the benchmarks' long agent conversation, 300 KB.
+func benchChatBody() []byte { return agentbody.Chat(300 << 10) }
 
 // BenchmarkParseCall reads a 300 KB chat body in one pass (parseCall) and as before
 // (parseCallSlow: the body, then the messages, then each content), side by side.

@@ -167,7 +167,7 @@ func gatewaySection(b *strings.Builder, r *Report) {
 	}
 
 	pairRows(t, gw, "BenchmarkParseCall/single-pass", "BenchmarkParseCall/before",
-		"parsing a call's body in the gateway (290 KB of chat), single pass", "parsing a call's body (`BenchmarkParseCall`)")
+		"parsing a call's body in the gateway (300 KB of chat), single pass", "parsing a call's body (`BenchmarkParseCall`)")
 
 	ap := r.AdmissionPredictor
 	const arrive = "BenchmarkArriveWith10kQueued"
@@ -317,7 +317,7 @@ func simSection(b *strings.Builder, r *Report) {
 	sv := r.Serve
 	t.rest(s)
 	pairRows(t, sv, "BenchmarkParseGenerate/fast", "BenchmarkParseGenerate/slow",
-		"parsing a chat body in `basin sim serve` (309 KB), single pass",
+		"parsing a chat body in `basin sim serve` (300 KB), single pass",
 		"parsing a generate request in `basin sim serve` (`BenchmarkParseGenerate`)")
 	if sv != nil {
 		t.rest(sv)

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/internal/agentbody"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -170,49 +170,9 @@ func FuzzParseGenerateEquivalence(f *testing.F) {
 	})
 }
 
-// benchChatBody is a long agent conversation of about size bytes: a system prompt, then rounds of
-// user text, assistant tool calls and tool results with code, newlines, quotes and some Unicode.
-func benchChatBody(size int) []byte {
-	type fn struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	}
-	type toolCall struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function fn     `json:"function"`
-	}
-	type msg struct {
-		Role       string     `json:"role"`
-		Content    any        `json:"content"`
-		ToolCalls  []toolCall `json:"tool_calls,omitempty"`
-		ToolCallID string     `json:"tool_call_id,omitempty"`
-	}
-	code := "func main() {\n\tfmt.Println(\"héllo, wörld\")\n\tfor i := 0; i < 10; i++ {\n\t\tx[i] = \"\\t\" + y\n\t}\n}\n"
-	msgs := []msg{{Role: "system", Content: strings.Repeat("You are a careful coding agent. Follow the rules.\n", 300)}}
-	body := func() []byte {
-		b, err := json.Marshal(map[string]any{"model": "sim", "stream": true, "max_tokens": 512,
-			"metadata": map[string]string{"session_id": "bench"}, "messages": msgs})
-		if err != nil {
-			panic(err)
-		}
-		return b
-	}
-	for i := 0; len(body()) < size; i++ {
-		id := fmt.Sprintf("call_%d", i)
-		msgs = append(msgs,
-			msg{Role: "user", Content: []map[string]string{{"type": "text", "text": "Please fix the bug in main.go → step " + id}}},
-			msg{Role: "assistant", Content: "Let me look at the file first.", ToolCalls: []toolCall{{ID: id, Type: "function",
-				Function: fn{Name: "read_file", Arguments: `{"path":"main.go","lines":[1,200]}`}}}},
-			msg{Role: "tool", ToolCallID: id, Content: strings.Repeat(code, 20)},
-			msg{Role: "assistant", Content: "I see the problem: the loop bound is wrong. 🎯 Fixing it now."})
-	}
-	return body()
-}
-
 func BenchmarkParseGenerate(b *testing.B) {
 	s := parseTestServer(b)
-	body := benchChatBody(300 << 10)
+	body := agentbody.Chat(300 << 10)
 	h := http.Header{}
 	for _, p := range []struct {
 		name  string
