@@ -81,11 +81,7 @@ func (g *Generator) Rows(f File) ([]Row, error) {
 		return nil, err
 	}
 	w := walker{g: g, f: f, required: required}
-	v := reflect.ValueOf(cfg)
-	for v.Kind() == reflect.Pointer {
-		v = v.Elem()
-	}
-	w.walk(v.Type(), v, "")
+	yamlconf.Walk(cfg, w.visit)
 	return w.rows, w.err
 }
 
@@ -99,40 +95,13 @@ type walker struct {
 
 var durationTypes = map[reflect.Type]bool{reflect.TypeFor[time.Duration](): true, reflect.TypeFor[yamlconf.Duration](): true}
 
-// walk follows yamlconf.Keys: exported fields, yaml names (lower-cased Go name when untagged),
-// inline structs flattened, list and map elements as key[].
-func (w *walker) walk(t reflect.Type, v reflect.Value, prefix string) {
-	for i := range t.NumField() {
-		sf := t.Field(i)
-		name, opts, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
-		var fv reflect.Value
-		if v.IsValid() {
-			fv = v.Field(i)
-		}
-		if strings.Contains(opts, "inline") && (sf.IsExported() || sf.Anonymous) {
-			w.walk(sf.Type, fv, prefix)
-			continue
-		}
-		if !sf.IsExported() || name == "-" {
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(sf.Name)
-		}
-		key := prefix + name
-		meaning, err := w.g.meaning(t, sf, w.f.Provenance[key])
-		if err != nil && w.err == nil {
-			w.err = err
-		}
-		w.rows = append(w.rows, Row{Key: key, Type: TypeName(sf.Type), Default: w.def(key, fv), Meaning: meaning})
-		ft := sf.Type
-		switch {
-		case ft.Kind() == reflect.Struct && !durationTypes[ft]:
-			w.walk(ft, fv, key+".")
-		case (ft.Kind() == reflect.Slice || ft.Kind() == reflect.Map) && ft.Elem().Kind() == reflect.Struct:
-			w.walk(ft.Elem(), reflect.Value{}, key+"[].")
-		}
+// visit is one key's row.
+func (w *walker) visit(f yamlconf.Field) {
+	meaning, err := w.g.meaning(f.Parent, f.StructField, w.f.Provenance[f.Key])
+	if err != nil && w.err == nil {
+		w.err = err
 	}
+	w.rows = append(w.rows, Row{Key: f.Key, Type: TypeName(f.StructField.Type), Default: w.def(f.Key, f.Value), Meaning: meaning})
 }
 
 // def renders a key's default: an override, "required", or the parsed value.

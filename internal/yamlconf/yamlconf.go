@@ -202,29 +202,52 @@ func (p *Problems) Len() int { return len(p.errs) }
 // Err joins the problems, nil without any.
 func (p *Problems) Err() error { return errors.Join(p.errs...) }
 
-// Keys lists the YAML key paths of a configuration struct ("admission.budget_tokens"), from its
-// yaml tags, recursing into structs and slices or maps of structs (a slice's elements as
-// "targets[].name"). Fields tagged "-" are skipped, ",inline" ones flattened. Tests use it to keep
-// a documented example complete: every key the code reads appears in it.
+// Keys lists the YAML key paths of a configuration struct ("admission.budget_tokens"), in the
+// order Walk visits them. Tests use it to keep a documented example complete: every key the code
+// reads appears in it.
 func Keys(v any) []string {
 	var out []string
-	var walk func(t reflect.Type, prefix string)
-	walk = func(t reflect.Type, prefix string) {
+	Walk(v, func(f Field) { out = append(out, f.Key) })
+	return out
+}
+
+// Field is one configuration key Walk visits.
+type Field struct {
+	// Key is the YAML key path: "admission.budget_tokens", "targets[].name".
+	Key string
+	// Parent is the struct that declares the field, and StructField the field.
+	Parent      reflect.Type
+	StructField reflect.StructField
+	// Value is the field's value in the walked configuration; invalid inside list and map
+	// elements (their keys exist for any element) and when Walk was given a type's zero pointer.
+	Value reflect.Value
+}
+
+// Walk visits the YAML keys of a configuration struct (v, or a pointer to one) from their yaml
+// tags, depth first in declaration order, recursing into structs and slices or maps of structs (a
+// slice's elements as "targets[].name"). Fields tagged "-" and unexported ones are skipped,
+// ",inline" ones flattened; an untagged field's key is its lower-cased name, as yaml.v3 does.
+func Walk(v any, fn func(Field)) {
+	var walk func(t reflect.Type, val reflect.Value, prefix string)
+	walk = func(t reflect.Type, val reflect.Value, prefix string) {
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
+			if val.IsValid() {
+				val = val.Elem()
+			}
 		}
 		if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
 			return
 		}
 		for i := range t.NumField() {
 			f := t.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			ft := f.Type
-			for ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
+			var fv reflect.Value
+			if val.IsValid() {
+				fv = val.Field(i)
 			}
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			if strings.Contains(opts, "inline") && (f.IsExported() || f.Anonymous) {
-				walk(ft, prefix)
+				walk(f.Type, fv, prefix)
 				continue
 			}
 			if !f.IsExported() || name == "-" {
@@ -233,18 +256,25 @@ func Keys(v any) []string {
 			if name == "" {
 				name = strings.ToLower(f.Name)
 			}
-			path := prefix + name
-			out = append(out, path)
+			key := prefix + name
+			fn(Field{Key: key, Parent: t, StructField: f, Value: fv})
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
 			switch ft.Kind() {
 			case reflect.Struct:
-				walk(ft, path+".")
+				walk(f.Type, fv, key+".")
 			case reflect.Slice, reflect.Map:
-				walk(ft.Elem(), path+"[].")
+				walk(ft.Elem(), reflect.Value{}, key+"[].")
 			}
 		}
 	}
-	walk(reflect.TypeOf(v), "")
-	return out
+	val := reflect.ValueOf(v)
+	if val.Kind() == reflect.Pointer && val.IsNil() {
+		val = reflect.Value{}
+	}
+	walk(reflect.TypeOf(v), val, "")
 }
 
 // Load reads a configuration file with parse, naming the file in errors, and resolves the

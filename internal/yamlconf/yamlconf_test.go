@@ -76,4 +76,17 @@ func TestKeys(t *testing.T) {
 		Plain    bool
 	}
 	assert.Equal(t, []string{"a", "inner", "inner.b", "items", "items[].name", "e", "plain"}, Keys(cfg{}))
+	assert.Equal(t, Keys(cfg{}), Keys((*cfg)(nil)), "a nil pointer names the same keys")
+
+	// Walk hands each key's value, except inside list elements.
+	vals := map[string]any{}
+	Walk(&cfg{A: 1, In: inner{B: 2}, Items: []item{{N: "x"}}, embedded: embedded{E: 3}, Plain: true}, func(f Field) {
+		if f.Value.IsValid() {
+			vals[f.Key] = f.Value.Interface()
+		} else {
+			vals[f.Key] = nil
+		}
+	})
+	assert.Equal(t, map[string]any{"a": 1, "inner": inner{B: 2}, "inner.b": 2, "items": []item{{N: "x"}},
+		"items[].name": nil, "e": 3, "plain": true}, vals)
 }
