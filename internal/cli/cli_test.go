@@ -147,7 +147,7 @@ slo: {slowdown: 4, tpot_ms: 50, tpot_fraction: 0.95}
 		"basin demo: short-spike", "arrivals ×3 in minutes 5–12", "24 minutes of traffic at 180× (8s of wall time)",
 		"status page: http://127.0.0.1:", "What the daemons saw and did", "set the session budget",
 		"no spike", "dry run", "acting", "goodput (sessions/h)", "ratio to no spike", "prefix hit rate",
-		"first-call wait p50 (s)", "The runs' configs, calibration, audit logs and state are in " + keep,
+		"first answer p50 (s)", "The runs' configs, calibration, audit logs and state are in " + keep,
 	} {
 		assert.Contains(t, stdout, want)
 	}

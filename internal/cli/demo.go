@@ -144,7 +144,7 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 		return fmt.Sprintf("%.2f", *r.Report.GoodputPerHour / *ref)
 	})
 	row("prefix hit rate", func(r demo.RunResult) string { return num(r.Report.PrefixHitRate, 3) })
-	row("first-call wait p50 (s)", func(r demo.RunResult) string { return num(r.Report.FirstCallWaitP50, 1) })
+	row("first answer p50 (s)", func(r demo.RunResult) string { return num(r.Report.FirstCallWaitP50, 1) })
 	row("sessions completed", func(r demo.RunResult) string {
 		return fmt.Sprintf("%d/%d", r.Report.Sessions.Completed, r.Report.Sessions.Arrived)
 	})
@@ -166,7 +166,8 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 	})
 	tw.Flush()
 	fmt.Fprintf(w, "\nSessions are counted if they arrived in minutes %g–%g; goodput counts those finished within their\n"+
-		"SLO by the end, the hit rate is the share of their prompt tokens the engine served from cache.\n",
+		"SLO by the end, the hit rate is the share of their prompt tokens the engine served from cache, the\n"+
+		"first answer is the time from a session's start to its first call's whole answer, queueing included.\n",
 		measureFrom(res), measureTo(res))
 }
 
