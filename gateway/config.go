@@ -66,6 +66,12 @@ type Config struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxQueueWait is how long a queued first call is held before 503 (DefaultMaxQueueWait).
 	MaxQueueWait Duration `yaml:"max_queue_wait"`
+	// UpstreamTimeout bounds each proxied call from sending it upstream to the end of its answer;
+	// 0 (the default): no bound but the client's own. A call that runs out is answered 504
+	// upstream_timeout if its response had not begun, else its stream is cut as on an upstream
+	// failure. Without streaming an answer arrives only once generated, so set it above the
+	// longest generation served.
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// MaxBodyBytes bounds request bodies; larger ones get 413 (DefaultMaxBodyBytes).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// Admission is the admission policy.

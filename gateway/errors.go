@@ -10,14 +10,15 @@ import (
 
 // Refusal reasons, sent in the x-basin-reason header and as the error code.
 const (
-	reasonQueueTimeout  = "queue_timeout"
-	reasonTenantQuota   = "tenant_quota"
-	reasonShed          = "shed"
-	reasonShuttingDown  = "shutting_down"
-	reasonNoSession     = "no_session_id"
-	reasonBodyTooLarge  = "body_too_large"
-	reasonBadRequest    = "invalid_request"
-	reasonUpstreamError = "upstream_error"
+	reasonQueueTimeout    = "queue_timeout"
+	reasonTenantQuota     = "tenant_quota"
+	reasonShed            = "shed"
+	reasonShuttingDown    = "shutting_down"
+	reasonNoSession       = "no_session_id"
+	reasonBodyTooLarge    = "body_too_large"
+	reasonBadRequest      = "invalid_request"
+	reasonUpstreamError   = "upstream_error"
+	reasonUpstreamTimeout = "upstream_timeout"
 )
 
 // ReasonHeader carries the reason of every response the gateway makes itself.

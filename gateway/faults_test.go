@@ -232,9 +232,9 @@ func TestFaultUpstream5xxPassesThroughAndFreesTheBudget(t *testing.T) {
 }
 
 func TestFaultUpstreamTimeoutIsBoundedByTheClient(t *testing.T) {
-	// The gateway sets no deadline of its own on the upstream (no ResponseHeaderTimeout): a call
-	// to an upstream that never answers lasts until the client gives up. These cases check that
-	// giving up releases everything.
+	// By default (upstream_timeout 0) the gateway sets no deadline of its own on the upstream: a
+	// call to an upstream that never answers lasts until the client gives up. These cases check
+	// that giving up releases everything.
 	type variant struct {
 		name string
 		url  func(t *testing.T, cancelled chan<- string) string
@@ -942,4 +942,77 @@ func TestFaultAdminRacingAdmissions(t *testing.T) {
 	h.g.mu.Unlock()
 	t.Logf("%d sessions × %d calls, %d admin calls: %d admitted (%d at once, %d from the queue), %d queue timeouts, %d shed",
 		sessions, callsPer, adminCalls.Load(), admitted, c.AdmittedAtOnce, c.AdmittedFromQueue, timedOut, shed)
+}
+
+// TestFaultUpstreamTimeoutConfigured: with upstream_timeout set, a call to an upstream that
+// never answers is answered 504 upstream_timeout once it runs out, with the same accounting as a
+// failed call (a first call frees its session, a later one keeps its context); a stream that
+// stops mid-way is cut, as on an upstream failure.
+func TestFaultUpstreamTimeoutConfigured(t *testing.T) {
+	cancelled := make(chan string, 4)
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("x-session-id")
+		switch r.Header.Get("x-hang") {
+		case "before":
+			<-r.Context().Done()
+			cancelled <- id
+			return
+		case "mid-stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n")
+			http.NewResponseController(w).Flush()
+			<-r.Context().Done()
+			cancelled <- id
+			return
+		}
+		okJSON(100, 10)(w, r)
+	})
+	const limit = 200 * time.Millisecond
+	h := start(t, baseConfig(t, []string{up.URL}, func(c *Config) {
+		c.Admission.BudgetTokens = 1
+		c.UpstreamTimeout = Duration(limit)
+	}), nil)
+
+	// A first call that times out: 504 with its reason; the session never started, so it is gone.
+	t0 := time.Now()
+	r := callSession(h, context.Background(), "hung-first", chatBody(5), map[string]string{"x-hang": "before"})
+	assert.Equal(t, http.StatusGatewayTimeout, r.status, "%s", r)
+	assert.Equal(t, "upstream_timeout", r.header.Get(ReasonHeader))
+	assert.Contains(t, string(r.body), `"code":"upstream_timeout"`)
+	assert.Contains(t, string(r.body), "upstream_timeout")
+	assert.GreaterOrEqual(t, time.Since(t0), limit)
+	assert.Less(t, time.Since(t0), 3*time.Second)
+	assert.Equal(t, "hung-first", <-cancelled, "the upstream call was cancelled")
+	h.settle()
+	assert.False(t, h.g.core.Live("hung-first"))
+	checkBooks(t, h, 0, 0)
+
+	// A later call that times out: 504, the session stays live with the context it had.
+	decodeCompletion(t, h.chat("later", 5, nil))
+	r = callSession(h, context.Background(), "later", chatBody(5), map[string]string{"x-hang": "before"})
+	assert.Equal(t, http.StatusGatewayTimeout, r.status, "%s", r)
+	assert.Equal(t, "later", <-cancelled)
+	h.settle()
+	s := checkBooks(t, h, 1, 0)
+	assert.Equal(t, int64(110), s.Reserved, "the timed-out call leaves the context as it was")
+
+	// A stream that stops after its first event is cut when the limit runs out.
+	hdr := map[string]string{"Content-Type": "application/json", "x-session-id": "later", "x-hang": "mid-stream"}
+	_, err := h.do(context.Background(), http.MethodPost, "/v1/chat/completions", hdr, chatBody(5))
+	assert.Error(t, err, "the client sees the stream broken off, not a complete answer")
+	assert.Equal(t, "later", <-cancelled)
+	h.settle()
+	checkBooks(t, h, 1, 0)
+
+	// Calls that answer in time are untouched.
+	decodeCompletion(t, h.chat("later", 5, nil))
+}
+
+func TestUpstreamTimeoutConfig(t *testing.T) {
+	_, err := ParseConfig([]byte("upstreams: [http://127.0.0.1:1]\nadmission: {budget_tokens: 10}\nupstream_timeout: -1s\n"))
+	assert.ErrorContains(t, err, `line 3: upstream_timeout: duration "-1s": must not be negative`)
+	c, err := ParseConfig([]byte("upstreams: [http://127.0.0.1:1]\nadmission: {budget_tokens: 10}\n"))
+	require.NoError(t, err)
+	assert.Zero(t, c.UpstreamTimeout, "no bound unless configured")
 }

@@ -39,6 +39,9 @@ type call struct {
 	endAfter  bool // x-session-end, or a one-call session
 	first     bool // this call started the session (admitted it)
 	anonymous bool
+	// client is the client's request context: the upstream call's may end sooner
+	// (upstream_timeout).
+	client context.Context
 }
 
 // newProxy is the reverse proxy to one upstream: it flushes every write (FlushInterval -1), so
@@ -73,10 +76,21 @@ func routingKey(id string) string {
 	return id
 }
 
-// proxyError answers a call the upstream did not: 502, unless the client is gone.
+// proxyError answers a call the upstream did not: 504 when upstream_timeout ran out, else 502,
+// unless the client is gone.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
+	client := r.Context()
+	if c, ok := r.Context().Value(callKey{}).(*call); ok && c.client != nil {
+		client = c.client
+	}
+	if client.Err() != nil {
 		return // the client went away: nobody to answer
+	}
+	if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+		g.log.Warn("upstream call timed out", "path", r.URL.Path, "upstream_timeout", time.Duration(g.cfg.UpstreamTimeout))
+		g.refuse(w, refusal{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, typ: "server_error",
+			message: fmt.Sprintf("the upstream did not answer within %v (upstream_timeout)", time.Duration(g.cfg.UpstreamTimeout))})
+		return
 	}
 	g.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
 	g.refuse(w, refusal{status: http.StatusBadGateway, reason: reasonUpstreamError, typ: "server_error",
@@ -126,7 +140,14 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body []byte) {
 	si, index, gap := g.startCall(c)
 	up := g.upstreams[si.upstream]
-	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	c.client = r.Context()
+	ctx := r.Context()
+	if t := time.Duration(g.cfg.UpstreamTimeout); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
