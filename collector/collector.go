@@ -38,6 +38,8 @@ type Collector struct {
 		// values are the signals as last computed (without State).
 		values   map[Signal]Value
 		declared map[Signal][]string
+		// affinity is whether the gateway last said sticky decode routing is on.
+		affinity bool
 	}
 }
 
@@ -61,6 +63,32 @@ type targetState struct {
 	ttftOK                            bool
 
 	failing bool // the latest scrape failed (for logging transitions only)
+}
+
+// decodeInstance is a decode target's KV as of now. With sticky routing (affinity) its retained
+// radix KV counts as lent, as it does in the pool's cache capacity.
+func (ts *targetState) decodeInstance(now time.Time, staleAfter time.Duration, affinity bool) DecodeInstance {
+	d := DecodeInstance{Name: ts.target.Name}
+	r := ts.last
+	if r == nil {
+		return d // Missing
+	}
+	d.At, d.State = r.at, OK
+	if now.Sub(r.at) > staleAfter {
+		d.State = Stale
+	}
+	d.Complete = r.capacity.ok && r.available.ok && r.used.ok
+	d.CapacityTokens, d.FreeTokens, d.ReservedTokens = r.capacity.v, r.available.v, r.used.v
+	switch {
+	case r.lent.ok:
+		d.LentTokens = r.lent.v
+	case affinity && r.evictable.ok:
+		d.LentTokens = r.evictable.v
+	}
+	if r.prealloc.ok {
+		d.Waiting = int(r.prealloc.v)
+	}
+	return d
 }
 
 // New checks the options, reads the target file if any and registers the metrics. It starts
@@ -249,6 +277,12 @@ func (c *Collector) SnapshotAt(now time.Time) Snapshot {
 			v.State = OK
 		}
 		snap.Signals[sig] = v
+	}
+	for _, name := range c.mu.order {
+		ts := c.mu.targets[name]
+		if ts.target.Role == RoleDecode {
+			snap.Decode = append(snap.Decode, ts.decodeInstance(now, c.staleAfter, c.mu.affinity))
+		}
 	}
 	return snap
 }

@@ -116,6 +116,7 @@ type reading struct {
 	usageSrc     string
 	queue        opt // requests waiting in engine queues
 	queueSrc     string
+	prealloc     opt // decode: requests waiting for KV to be pre-allocated (PD)
 
 	// Engine counters and histograms (cumulative).
 	hit   counterPair // [hits, total] prompt tokens
@@ -195,6 +196,7 @@ func (x *extractor) sglang(r *reading) {
 		}
 	}
 	r.queue, r.queueSrc = q, sgQueue
+	r.prealloc = x.queueSum(sgDecodePrealloc)
 
 	r.hit = x.sglangHits()
 	if v := x.sum(sgRequests); v.ok {

@@ -103,6 +103,7 @@ func (c *Collector) recomputeLocked() {
 			affinity = true
 		}
 	}
+	c.mu.affinity = affinity
 	for _, name := range c.mu.order {
 		ts := c.mu.targets[name]
 		r := ts.last

@@ -430,3 +430,42 @@ func TestExportedMetrics(t *testing.T) {
 	v, _ = metricValue(fams, "basin_signal_state", state(DecodeCapacity, "stale"))
 	assert.Equal(t, 1.0, v)
 }
+
+// TestDecodeInstances: each decode target's KV is in the snapshot on its own (the pool's signals
+// hold the sums), with its pre-allocation queue (the per-priority series add up to the total
+// series, which wins), and turns stale with its own last reading.
+func TestDecodeInstances(t *testing.T) {
+	d0 := Target{Name: "decode-0", Role: RoleDecode}
+	d1 := Target{Name: "decode-1", Role: RoleDecode}
+	c, _, _ := newTest(t, Options{Interval: 10 * time.Second, StaleAfter: 2})
+	f := fixture(t, "sglang_pd_decode")
+	require.NoError(t, c.Ingest(t0, d0, f))
+	require.NoError(t, c.Ingest(t0.Add(15*time.Second), d1, f))
+	require.NoError(t, c.Ingest(t0, Target{Name: "prefill-0", Role: RolePrefill}, fixture(t, "sglang_pd_prefill")))
+
+	snap := c.SnapshotAt(t0.Add(15 * time.Second))
+	require.Len(t, snap.Decode, 2, "decode targets only")
+	capacity, _ := snap.Get(DecodeCapacity)
+	free, _ := snap.Get(DecodeFree)
+	held, _ := snap.Get(DecodeReserved)
+	for i, d := range snap.Decode {
+		assert.Equal(t, []string{"decode-0", "decode-1"}[i], d.Name)
+		assert.Equal(t, OK, d.State)
+		assert.True(t, d.Complete)
+		assert.Equal(t, 800_000.0, d.CapacityTokens)
+		assert.InDelta(t, capacity/2, d.CapacityTokens, 1e-9, "each instance is half the pool's sum")
+		assert.InDelta(t, free/2, d.FreeTokens, 1e-9)
+		assert.InDelta(t, held/2, d.ReservedTokens, 1e-9)
+		assert.Equal(t, 4, d.Waiting)
+		assert.Zero(t, d.LentTokens, "no lending metric and no sticky routing")
+	}
+
+	snap = c.SnapshotAt(t0.Add(25 * time.Second))
+	assert.Equal(t, Stale, snap.Decode[0].State, "decode-0 was read 25 s ago")
+	assert.Equal(t, OK, snap.Decode[1].State)
+
+	// A configured decode target never read is there, Missing, with no numbers.
+	never, _, _ := newTest(t, Options{Targets: []Target{{Name: "decode-9", URL: "http://127.0.0.1:1/metrics", Role: RoleDecode}}})
+	require.Len(t, never.Snapshot().Decode, 1)
+	assert.Equal(t, DecodeInstance{Name: "decode-9"}, never.Snapshot().Decode[0])
+}

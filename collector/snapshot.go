@@ -92,6 +92,28 @@ type Value struct {
 type Snapshot struct {
 	At      time.Time
 	Signals map[Signal]Value
+	// Decode is each decode instance's KV as last read, in target order: the lender grants per
+	// instance, where the Signals only hold the pool's sums.
+	Decode []DecodeInstance
+}
+
+// DecodeInstance is one decode instance's KV, in tokens, from its last successful scrape.
+type DecodeInstance struct {
+	// Name is the target's name.
+	Name string
+	// At is when it was read; State is OK or Stale by the same rule as the signals (Missing:
+	// never read).
+	At    time.Time
+	State State
+	// Complete is whether capacity, free and reserved KV were all read: without them the
+	// instance cannot be judged.
+	Complete                                   bool
+	CapacityTokens, FreeTokens, ReservedTokens float64
+	// LentTokens is KV already kept for lending (the simulator's, or the retained radix KV
+	// sticky routing makes a cache tier); 0 when unknown.
+	LentTokens float64
+	// Waiting is the requests waiting for KV to be pre-allocated (SGLang PD); 0 when unknown.
+	Waiting int
 }
 
 // Get returns a signal's value and whether it is fresh. A stale or missing signal returns ok false:

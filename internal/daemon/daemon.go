@@ -623,9 +623,27 @@ func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 	d.mu.ready = true
 }
 
-// decodePool is the decode pool as one lender instance: the collector sums decode signals (the
-// lender's switch is deployment-wide for every backend but http and exec).
+// decodePool is the decode instances as the lender sees them, one per decode target, so that its
+// grants (which the http and exec backends pass on per instance) and its reclaim under one
+// instance's pressure are per instance: an instance whose last reading is stale or incomplete is
+// passed without numbers, and the lender holds for it. Without decode targets (the pool known
+// only through sums) the pool is one instance.
 func decodePool(s collector.Snapshot) []lender.Instance {
+	if len(s.Decode) > 0 {
+		out := make([]lender.Instance, 0, len(s.Decode))
+		for _, d := range s.Decode {
+			if d.State != collector.OK || !d.Complete {
+				out = append(out, lender.Instance{Name: d.Name}) // unusable: the lender holds for it
+				continue
+			}
+			// Free excludes lent KV: SGLang versions differ on whether "available" counts the
+			// retained (evictable) pages that sticky routing makes lent, so take the smaller.
+			free := min(d.FreeTokens, max(0, d.CapacityTokens-d.ReservedTokens-d.LentTokens))
+			out = append(out, lender.Instance{Name: d.Name, CapacityTokens: d.CapacityTokens, FreeTokens: free,
+				ReservedTokens: d.ReservedTokens, LentTokens: d.LentTokens, Waiting: d.Waiting})
+		}
+		return out
+	}
 	capacity, ok1 := s.Get(collector.DecodeCapacity)
 	free, ok2 := s.Get(collector.DecodeFree)
 	reserved, ok3 := s.Get(collector.DecodeReserved)
