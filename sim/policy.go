@@ -102,6 +102,10 @@ type Release struct {
 // The simulator holds no admission logic of its own.
 type Gate interface {
 	Arrive(now time.Duration, s SessionInfo) Verdict
+	// CallStart is a live session's later call (not its first, which Arrive covers) reaching the
+	// engines with its prompt: the conversation has grown by the tool's output since the last
+	// answer, and a gateway sees that in the call's body before any usage comes back.
+	CallStart(now time.Duration, id int64, promptTokens int)
 	CallDone(now time.Duration, id int64, contextTokens int)
 	SessionDone(now time.Duration, id int64)
 	Poll(now time.Duration) []Release

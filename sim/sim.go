@@ -282,6 +282,9 @@ func (s *Sim) sendCall(ss *session) {
 	c := ss.spec.Calls[ss.next]
 	s.workingSet += int64(c.Prompt - ss.ctx)
 	ss.ctx = c.Prompt
+	if s.o.Gate != nil && ss.next > 0 {
+		s.o.Gate.CallStart(s.now, ss.id, c.Prompt)
+	}
 	r := &request{s: ss, spec: c, arrive: s.now, seq: s.seq}
 	s.seq++
 	switch {

@@ -133,9 +133,10 @@ func (g *alternateGate) Arrive(now time.Duration, s SessionInfo) Verdict {
 	}
 	return Verdict{Action: Admit, Priority: now}
 }
-func (g *alternateGate) CallDone(time.Duration, int64, int) {}
-func (g *alternateGate) SessionDone(time.Duration, int64)   {}
-func (g *alternateGate) Poll(time.Duration) []Release       { return nil }
+func (g *alternateGate) CallStart(time.Duration, int64, int) {}
+func (g *alternateGate) CallDone(time.Duration, int64, int)  {}
+func (g *alternateGate) SessionDone(time.Duration, int64)    {}
+func (g *alternateGate) Poll(time.Duration) []Release        { return nil }
 
 // holdGate holds every session until release, then admits them all in arrival order.
 type holdGate struct {
@@ -156,8 +157,9 @@ func (g *holdGate) Arrive(now time.Duration, s SessionInfo) Verdict {
 	g.held = append(g.held, s.ID)
 	return Verdict{Action: Hold}
 }
-func (g *holdGate) CallDone(time.Duration, int64, int) {}
-func (g *holdGate) SessionDone(time.Duration, int64)   { g.done++ }
+func (g *holdGate) CallStart(time.Duration, int64, int) {}
+func (g *holdGate) CallDone(time.Duration, int64, int)  {}
+func (g *holdGate) SessionDone(time.Duration, int64)    { g.done++ }
 func (g *holdGate) Poll(now time.Duration) []Release {
 	if now < g.release {
 		return nil

@@ -193,6 +193,12 @@ func (g *Gate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict {
 	}
 }
 
+// CallStart implements sim.Gate as the gateway does for a live session's call: the call's prompt
+// raises the session's tracked context at once (admission.Core.Begin), before the answer's usage.
+func (g *Gate) CallStart(now time.Duration, id int64, promptTokens int) {
+	g.core.Begin(epoch.Add(now), key(id), int64(promptTokens))
+}
+
 // CallDone implements sim.Gate: the response's usage updates the session's context.
 func (g *Gate) CallDone(now time.Duration, id int64, contextTokens int) {
 	g.take(g.core.Finish(epoch.Add(now), key(id), int64(contextTokens)))

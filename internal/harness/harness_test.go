@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -57,4 +58,20 @@ func TestUnknownPolicies(t *testing.T) {
 	handled, err := Policies{}.Apply("none", &sim.Options{})
 	assert.False(t, handled)
 	assert.NoError(t, err)
+}
+
+// TestGateTracksCallStart: as the gateway does, the Gate raises a live session's context when a
+// later call starts (its prompt holds the tool output since the last answer), not only when the
+// answer's usage comes back.
+func TestGateTracksCallStart(t *testing.T) {
+	core, err := admission.New(admission.Options{Budget: 1_000_000})
+	require.NoError(t, err)
+	g := &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+	require.Equal(t, sim.Admit, g.Arrive(0, sim.SessionInfo{ID: 7, FirstPrompt: 100}).Action)
+	g.CallDone(time.Second, 7, 150)
+	assert.EqualValues(t, 150, core.Snapshot(epoch.Add(time.Second), false).Reserved)
+	g.CallStart(2*time.Second, 7, 400)
+	assert.EqualValues(t, 400, core.Snapshot(epoch.Add(2*time.Second), false).Reserved, "the new prompt counts at once")
+	g.CallDone(3*time.Second, 7, 450)
+	assert.EqualValues(t, 450, core.Snapshot(epoch.Add(3*time.Second), false).Reserved)
 }
