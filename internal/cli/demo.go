@@ -73,7 +73,7 @@ func runDemo(ctx context.Context, env Env, args []string) error {
 			what := map[string]string{
 				demo.NoSpike: "the same sessions without the spike (the reference)",
 				demo.DryRun:  "the spike; the daemon watches (dry run)",
-				demo.Acting:  "the spike; the daemon acts on the gateway's session budget",
+				demo.Acting:  "the spike; the daemon acts: the gateway's session budget, KV lending on the decode pool",
 			}[e.Run]
 			fmt.Fprintf(out, "  %-9s %s\n", e.Run, what)
 			if e.Text != "" {
@@ -167,7 +167,8 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 	tw.Flush()
 	fmt.Fprintf(w, "\nSessions are counted if they arrived in minutes %g–%g; goodput counts those finished within their\n"+
 		"SLO by the end, the hit rate is the share of their prompt tokens the engine served from cache, the\n"+
-		"first answer is the time from a session's start to its first call's whole answer, queueing included.\n",
+		"first answer is the time from a session's start to its first call's whole answer, queueing included.\n"+
+		"Daemon actions leave out the budget updates that only moved the reference budget B_ref.\n",
 		measureFrom(res), measureTo(res))
 }
 
@@ -208,7 +209,7 @@ func demoVerdict(res *demo.Result) string {
 	switch {
 	case rd < 0.5 && ra >= 0.9:
 		return fmt.Sprintf("Without basin acting, the spike left the deployment in the trap (%.0f%% of its no-spike goodput);\n"+
-			"with basin acting on the gateway's session budget it kept %.0f%%.", 100*rd, 100*ra)
+			"with basin acting on the gateway's session budget and decode KV lending it kept %.0f%%.", 100*rd, 100*ra)
 	case rd < 0.5:
 		return fmt.Sprintf("The spike trapped the dry run (%.0f%% of no-spike goodput); basin acting kept %.0f%%.", 100*rd, 100*ra)
 	default:

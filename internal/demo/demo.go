@@ -6,7 +6,8 @@
 //   - "no spike": the scenario's traffic without its spike, the reference for goodput;
 //   - "dry run": the spike, with the daemon watching (dry_run: true) — what the deployment does
 //     without basin, and what basin would have done;
-//   - "acting": the spike, with the daemon acting on the gateway's session budget.
+//   - "acting": the spike, with the daemon acting on the gateway's session budget and on KV
+//     lending, through the lender's http backend and the simulated deployment's switch.
 //
 // The three run at once so the comparison is measured on one machine in one stretch of time
 // (these machines are noisy), and so the demo takes one scenario's length of wall time, not
@@ -16,7 +17,7 @@
 // left behind when the demo stops, however it stops.
 //
 // The gateways start with a session budget out of reach: on their own they only count, as an
-// engine router would. Only the acting daemon changes that.
+// engine router would. Only the acting daemon changes that (and switches lending).
 package demo
 
 import (

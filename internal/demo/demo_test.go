@@ -108,8 +108,8 @@ func TestRun(t *testing.T) {
 	would := 0
 	for _, r := range dry {
 		assert.NotEqual(t, remediate.PhaseDone, r.Phase, "a dry run takes no action: %+v", r)
-		if r.Phase == remediate.PhaseDryRun {
-			would++
+		if r.Phase == remediate.PhaseDryRun && (r.Budget == nil || r.Budget.From != r.Budget.To) {
+			would++ // a record that only moves B_ref is not reported
 		}
 	}
 	assert.Positive(t, would, "the dry run's daemon records what it would have done")

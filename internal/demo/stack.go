@@ -55,7 +55,7 @@ type stack struct {
 		sync.Mutex
 		state           string
 		states, actions int
-		seen            uint64 // the last audit sequence number reported
+		seen            map[string]bool // the audit outcomes reported, by plan and kind
 	}
 }
 
@@ -160,6 +160,7 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 		"Interval": o.Interval.String(), "Calibration": sp.calibration,
 		"Prefill": simURL + "/metrics/prefill-0", "Decode": simURL + "/metrics/decode-0",
 		"GatewayMetrics": adminURL + "/metrics", "GatewayAdmin": adminURL,
+		"LendingSwitch": simURL + "/admin/lending/decision",
 	}); err != nil {
 		return nil, err
 	}
@@ -257,10 +258,21 @@ func (s *stack) poll(ctx context.Context, virtual func(time.Time) time.Duration,
 		}
 	}
 	for _, r := range ev.Events {
-		if r.Seq <= s.mu.seen || (r.Phase != remediate.PhaseDone && r.Phase != remediate.PhaseDryRun && r.Phase != remediate.PhaseFailed) {
+		if r.Phase != remediate.PhaseDone && r.Phase != remediate.PhaseDryRun && r.Phase != remediate.PhaseFailed {
 			continue
 		}
-		s.mu.seen = r.Seq
+		// A plan's budget and lending outcomes share its sequence number.
+		key := fmt.Sprintf("%d/%s", r.Seq, r.Kind)
+		if s.mu.seen[key] {
+			continue
+		}
+		if s.mu.seen == nil {
+			s.mu.seen = map[string]bool{}
+		}
+		s.mu.seen[key] = true
+		if r.Budget != nil && r.Budget.From == r.Budget.To && r.Error == "" {
+			continue // only B_ref moved (the gateway's reference budget): not worth a line
+		}
 		s.mu.actions++
 		emit(Event{Run: s.name, Kind: EventAction, At: at(r.At), Text: describe(r)})
 	}

@@ -20,6 +20,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/metrics", allow(s.serveMetricsIndex, http.MethodGet))
 	mux.Handle("/metrics/{instance}", allow(s.serveMetrics, http.MethodGet))
 	mux.Handle("/admin/lending", allow(s.serveLending, http.MethodGet, http.MethodPut, http.MethodPost))
+	mux.Handle("/admin/lending/decision", allow(s.serveLendingDecision, http.MethodPost))
 	mux.Handle("/admin/state", allow(s.serveState, http.MethodGet))
 	mux.Handle("/healthz", allow(serveHealth, http.MethodGet))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -152,18 +153,58 @@ func (s *Server) serveLending(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("max_fraction", "max_fraction: must be in [0, 1], got %v", *f))
 		return
 	}
+	writeJSON(w, http.StatusOK, toLending(s.setLending(*req.Enabled, req.MaxFraction)))
+}
+
+// setLending switches the simulator's lending, keeping the max fraction unless one is given.
+func (s *Server) setLending(enabled bool, maxFraction *float64) sim.LendingState {
 	s.mu.Lock()
 	s.advanceLocked(s.virtualNow())
 	frac := s.mu.sim.Lending().MaxFraction
-	if req.MaxFraction != nil {
-		frac = *req.MaxFraction
+	if maxFraction != nil {
+		frac = *maxFraction
 	}
-	s.mu.sim.SetLending(*req.Enabled, frac)
+	s.mu.sim.SetLending(enabled, frac)
 	l, now := s.mu.sim.Lending(), s.mu.sim.Now()
 	s.mu.Unlock()
 	s.kick()
 	s.o.Logger.Info("lending switched", "enabled", l.Enabled, "max_fraction", l.MaxFraction, "virtual_now", now)
-	writeJSON(w, http.StatusOK, toLending(l))
+	return l
+}
+
+// serveLendingDecision is POST /admin/lending/decision: the simulator as a receiver of the basin
+// lender's http backend, which posts each decision as its versioned JSON payload (lender/README.md).
+// The simulator's switch is global, so the decision's per-instance grants collapse to its
+// max_fraction, as the lender's sim backend does in process.
+func (s *Server) serveLendingDecision(w http.ResponseWriter, r *http.Request) {
+	body, apiErr := readBody(w, r, s.o.MaxBodyBytes)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	// The payload's documented fields this receiver needs; the rest (grants, reasons, times) are
+	// for receivers that can use them.
+	var d struct {
+		Version     int      `json:"version"`
+		Enabled     *bool    `json:"enabled"`
+		MaxFraction *float64 `json:"max_fraction"`
+	}
+	if err := json.Unmarshal(body, &d); err != nil {
+		writeError(w, decodeError(err))
+		return
+	}
+	switch {
+	case d.Version != 1:
+		writeError(w, invalid("version", "version: want 1, got %d", d.Version))
+		return
+	case d.Enabled == nil:
+		writeError(w, invalid("enabled", "enabled: required (true or false)"))
+		return
+	case d.MaxFraction != nil && !(*d.MaxFraction >= 0 && *d.MaxFraction <= 1):
+		writeError(w, invalid("max_fraction", "max_fraction: must be in [0, 1], got %v", *d.MaxFraction))
+		return
+	}
+	writeJSON(w, http.StatusOK, toLending(s.setLending(*d.Enabled, d.MaxFraction)))
 }
 
 // state is the JSON of /admin/state: the simulator's ground truth now.

@@ -854,3 +854,43 @@ func TestNewValidates(t *testing.T) {
 	_, err := serve.New(good(t))
 	assert.NoError(t, err, "defaults fill the rest")
 }
+
+// TestLendingDecision: the simulator receives the basin lender's http backend payload (version 1,
+// as lender/README.md documents it) and switches its lending; grants collapse to max_fraction.
+func TestLendingDecision(t *testing.T) {
+	h := start(t, nil)
+	post := func(body string) (int, string) {
+		code, _, b := h.do(http.MethodPost, "/admin/lending/decision", nil, body)
+		return code, string(b)
+	}
+	code, body := post(`{"version":1,"at":"2026-05-01T12:00:00Z","enabled":true,"changed":true,
+		"since":"2026-05-01T12:00:00Z","max_fraction":0.3,
+		"grants":[{"instance":"decode-0","tokens":37000,"reason":"decode-0: free 52000"}],
+		"reasons":["lending on: cache-first"]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `{"enabled":true,"max_fraction":0.3}`, body)
+	st := h.state()
+	assert.True(t, st.Lending.Enabled)
+	assert.Equal(t, 0.3, st.Lending.MaxFraction)
+
+	code, body = post(`{"version":1,"enabled":false,"changed":true,"grants":[],"reasons":[]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `{"enabled":false,"max_fraction":0.3}`, body, "max_fraction kept when absent")
+
+	for _, tc := range []struct{ name, body, param string }{
+		{"other version", `{"version":2,"enabled":true}`, "version"},
+		{"enabled missing", `{"version":1,"max_fraction":0.2}`, "enabled"},
+		{"max_fraction out of range", `{"version":1,"enabled":true,"max_fraction":2}`, "max_fraction"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := post(tc.body)
+			require.Equal(t, http.StatusBadRequest, code, body)
+			var e errBody
+			require.NoError(t, json.Unmarshal([]byte(body), &e))
+			require.NotNil(t, e.Error.Param)
+			assert.Equal(t, tc.param, *e.Error.Param)
+		})
+	}
+	code, _, _ = h.do(http.MethodGet, "/admin/lending/decision", nil, "")
+	assert.Equal(t, http.StatusMethodNotAllowed, code)
+}
