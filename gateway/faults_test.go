@@ -470,6 +470,12 @@ func TestFaultSlowClientGetsEveryByteAndDoesNotHoldOthers(t *testing.T) {
 	for _, r := range results {
 		decodeCompletion(t, r)
 	}
+	// A client has its whole answer a moment before the gateway's handler books the session's
+	// end: wait for the others' books, not just their answers.
+	waitFor(t, "the other sessions ended", func() bool {
+		s := h.g.core.Snapshot(h.g.now(), false)
+		return s.Live == 1 && s.Counters.Ended == others
+	})
 	s := h.g.core.Snapshot(h.g.now(), false)
 	assert.Equal(t, 1, s.Live, "only the slow session is live while it reads")
 	assert.Equal(t, 1, s.InCall, "the slow stream is still being proxied: back-pressure reaches the gateway")
