@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,11 +88,8 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	}
 	v := StateView{Snapshot: snap(), Now: now,
 		Affinity: AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}
-	counts := make([]int, len(g.upstreams))
 	g.mu.Lock()
-	for _, si := range g.mu.sessions {
-		counts[si.upstream]++
-	}
+	counts := slices.Clone(g.mu.perUpstream)
 	g.mu.Unlock()
 	for i, u := range g.upstreams {
 		v.Upstreams = append(v.Upstreams, UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})

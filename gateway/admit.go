@@ -252,7 +252,7 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 			}
 			g.metrics.peak.Observe(float64(ev.Peak))
 			if !g.core.Live(ev.ID) {
-				delete(g.mu.sessions, ev.ID)
+				g.dropSessionLocked(ev.ID)
 			}
 			g.log.Debug("session ended", "session", ev.ID, "reason", ev.Reason, "peak_tokens", ev.Peak)
 		}

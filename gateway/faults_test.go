@@ -58,6 +58,13 @@ func checkBooks(t *testing.T, h *harness, live, queued int) admission.Snapshot {
 	assert.Len(t, s.Queue, queued, "queued sessions")
 	assert.Zero(t, s.InCall, "no call left in flight")
 	assert.Equal(t, queued, h.g.core.QueueLen())
+	h.g.mu.Lock()
+	walked := make([]int, len(h.g.upstreams))
+	for _, si := range h.g.mu.sessions {
+		walked[si.upstream]++
+	}
+	assert.Equal(t, walked, h.g.mu.perUpstream, "the per-upstream counts /admin/state serves match the sessions")
+	h.g.mu.Unlock()
 	return s
 }
 

@@ -90,6 +90,9 @@ type Gateway struct {
 		sync.Mutex
 		waiters  map[string][]*waiter
 		sessions map[string]*sessionInfo
+		// perUpstream counts sessions by upstream, kept with sessions (addSessionLocked,
+		// dropSessionLocked) so /admin/state need not walk every session.
+		perUpstream []int
 	}
 }
 
@@ -156,6 +159,7 @@ func New(o Options) (*Gateway, error) {
 		}
 		g.upstreams = append(g.upstreams, &upstream{url: u, proxy: g.newProxy(u)})
 	}
+	g.mu.perUpstream = make([]int, len(g.upstreams))
 
 	reg, gath := o.Registerer, o.Gatherer
 	if reg == nil {
@@ -218,6 +222,23 @@ func newTransport() *http.Transport {
 	t.MaxIdleConnsPerHost = 256
 	t.DisableCompression = true
 	return t
+}
+
+// addSessionLocked records a session's routing state (g.mu held).
+func (g *Gateway) addSessionLocked(id string, si *sessionInfo) {
+	if old, ok := g.mu.sessions[id]; ok {
+		g.mu.perUpstream[old.upstream]--
+	}
+	g.mu.sessions[id] = si
+	g.mu.perUpstream[si.upstream]++
+}
+
+// dropSessionLocked forgets a session's routing state (g.mu held).
+func (g *Gateway) dropSessionLocked(id string) {
+	if si, ok := g.mu.sessions[id]; ok {
+		g.mu.perUpstream[si.upstream]--
+		delete(g.mu.sessions, id)
+	}
 }
 
 // Handler serves the OpenAI-compatible API: model calls through admission, everything else

@@ -284,7 +284,7 @@ func (g *Gateway) startCall(c *call) (si *sessionInfo, index int, gap time.Durat
 	if !ok {
 		si = &sessionInfo{upstream: g.pickUpstream()}
 		if g.core.Live(c.id) { // else it ended meanwhile (admin end): keep nothing for it
-			g.mu.sessions[c.id] = si
+			g.addSessionLocked(c.id, si)
 		}
 	}
 	if si.traceID == "" && g.rec != nil {

@@ -97,7 +97,7 @@ func (g *Gateway) restoreState() error {
 	}
 	for id, u := range st.Upstreams {
 		if i, ok := index[u]; ok && g.core.Live(id) {
-			g.mu.sessions[id] = &sessionInfo{upstream: i}
+			g.addSessionLocked(id, &sessionInfo{upstream: i})
 		}
 	}
 	snap := g.core.Snapshot(now, false)
