@@ -204,7 +204,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 			p.st.Target = in.Gateway.Budget
 		case in.DryRun:
 			p.st.Target = ref
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("dry run without the gateway's budget: deciding from B_ref %s", tok(ref)))
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("dry run without the gateway's budget: deciding from B_ref %s", FormatTokens(ref)))
 		default:
 			plan.Mode = p.st.Mode
 			plan.Reasons = append(plan.Reasons, "the gateway's budget is not known yet: nothing decided")
@@ -236,7 +236,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 		if cur > cut {
 			target = cut
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("incident: cut B %s → %s (%.2f × B_ref %s) so the working set drains; admitted sessions finish",
-				tok(cur), tok(cut), o.IncidentFraction, tok(ref)))
+				FormatTokens(cur), FormatTokens(cut), o.IncidentFraction, FormatTokens(ref)))
 		}
 	case p.st.Mode == Incident:
 		setMode(Restoring, fmt.Sprintf("detector %s, no alert firing", a.State))
@@ -249,14 +249,14 @@ func (p *Policy) Decide(in Inputs) Plan {
 			target = min(cur, max(part(o.MinFraction, ref), cur-part(o.RestoreStep, ref)))
 			if target < cur {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f < plateau %.2f − %.2f: B %s → %s",
-					a.HitRate, plateau, o.LeaveDrop, tok(cur), tok(target)))
+					a.HitRate, plateau, o.LeaveDrop, FormatTokens(cur), FormatTokens(target)))
 			}
 		case cur >= ref:
-			setMode(Normal, fmt.Sprintf("B %s back at B_ref %s", tok(cur), tok(ref)))
+			setMode(Normal, fmt.Sprintf("B %s back at B_ref %s", FormatTokens(cur), FormatTokens(ref)))
 		case onPlateau && now.Sub(p.st.LastChange) >= o.RestoreInterval:
 			target = min(ref, cur+part(o.RestoreStep, ref))
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f on plateau %.2f: B %s → %s (B_ref %s)",
-				a.HitRate, plateau, tok(cur), tok(target), tok(ref)))
+				a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(ref)))
 			if target >= ref {
 				setMode(Normal, "B back at B_ref")
 			}
@@ -268,34 +268,34 @@ func (p *Policy) Decide(in Inputs) Plan {
 		switch {
 		case cur > hi:
 			target = hi
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s above %.2f × B_ref %s: B → %s", tok(cur), o.MaxFraction, tok(ref), tok(hi)))
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s above %.2f × B_ref %s: B → %s", FormatTokens(cur), o.MaxFraction, FormatTokens(ref), FormatTokens(hi)))
 		case !due:
 		case left:
 			target = min(cur, max(lo, cur-step)) // never up while off the plateau
 			if target < cur {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f left its plateau %.2f (− %.2f): tighten B %s → %s",
-					a.HitRate, plateau, o.LeaveDrop, tok(cur), tok(target)))
+					a.HitRate, plateau, o.LeaveDrop, FormatTokens(cur), FormatTokens(target)))
 			}
 		case blind:
 			if cur < lo || in.GatewayOK && in.Gateway.Queued > 0 {
-				plan.Reasons = append(plan.Reasons, "blind ("+blindWhy(a, in)+"): never loosen, B held at "+tok(cur))
+				plan.Reasons = append(plan.Reasons, "blind ("+blindWhy(a, in)+"): never loosen, B held at "+FormatTokens(cur))
 			}
 		case cur < lo:
 			target = lo
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s below %.2f × B_ref %s: B → %s", tok(cur), o.MinFraction, tok(ref), tok(lo)))
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s below %.2f × B_ref %s: B → %s", FormatTokens(cur), o.MinFraction, FormatTokens(ref), FormatTokens(lo)))
 		case in.Gateway.Queued > 0 && onPlateau:
 			target = min(hi, cur+step)
 			if target > cur {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%d sessions queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
-					in.Gateway.Queued, a.HitRate, plateau, tok(cur), tok(target), tok(hi)))
+					in.Gateway.Queued, a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(hi)))
 			}
 		case in.Gateway.Queued == 0 && cur > ref:
 			target = max(ref, cur-step)
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("nobody queued: B %s back towards B_ref %s → %s", tok(cur), tok(ref), tok(target)))
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("nobody queued: B %s back towards B_ref %s → %s", FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
 		case cur < ref && onPlateau:
 			target = min(ref, cur+step)
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f on its plateau %.2f: B %s up towards B_ref %s → %s",
-				a.HitRate, plateau, tok(cur), tok(ref), tok(target)))
+				a.HitRate, plateau, FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
 		}
 	}
 	plan.Mode = p.st.Mode
@@ -307,12 +307,12 @@ func (p *Policy) Decide(in Inputs) Plan {
 		plan.Budget = &BudgetChange{From: in.Gateway.Budget, To: cur, Reference: ref}
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget %s is not the %s basin last set "+
 			"(the gateway restarted with its configured budget, or someone changed it; pause basin to hold a budget by hand): set %s",
-			tok(in.Gateway.Budget), tok(cur), tok(cur)))
+			FormatTokens(in.Gateway.Budget), FormatTokens(cur), FormatTokens(cur)))
 		p.st.Reference = ref
 	case in.GatewayOK && cur > 0 && math.Abs(float64(ref-p.st.Reference)) > o.Step*float64(ref):
 		plan.Budget = &BudgetChange{From: cur, To: cur, Reference: ref}
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("B_ref %s → %s (min(%.2f × knee %.2f × C, C) with C %s)",
-			tok(p.st.Reference), tok(ref), o.ReferenceFraction, a.Knee.Ratio, tok(int64(a.KneeTokens/a.Knee.Ratio))))
+			FormatTokens(p.st.Reference), FormatTokens(ref), o.ReferenceFraction, a.Knee.Ratio, FormatTokens(int64(a.KneeTokens/a.Knee.Ratio))))
 		p.st.Reference = ref
 	}
 	p.shed(in, &plan, blind)
@@ -372,7 +372,7 @@ func blindWhy(a detector.Assessment, in Inputs) string {
 func part(f float64, ref int64) int64 { return int64(math.Round(f * float64(ref))) }
 
 // tok formats tokens for reasons: 1.20M, 850K, 950.
-func tok(v int64) string {
+func FormatTokens(v int64) string {
 	f := float64(v)
 	switch {
 	case math.Abs(f) >= 1e6:

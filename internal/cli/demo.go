@@ -156,38 +156,28 @@ func printDemoTable(w io.Writer, res *demo.Result) {
 		return strconv.Itoa(r.Actions)
 	})
 	row("session budget at the end", func(r demo.RunResult) string {
-		switch {
-		case r.Budget < 0:
+		if r.Budget < 0 {
 			return "?"
-		case r.Budget >= 1e11:
-			return "∞"
 		}
-		return fmt.Sprintf("%dK", r.Budget/1000)
+		return demo.Tokens(r.Budget)
 	})
 	tw.Flush()
+	from, to := measureWindow(res)
 	fmt.Fprintf(w, "\nSessions are counted if they arrived in minutes %g–%g; goodput counts those finished within their\n"+
 		"SLO by the end, the hit rate is the share of their prompt tokens the engine served from cache, the\n"+
 		"first answer is the time from a session's start to its first call's whole answer, queueing included.\n"+
 		"Daemon actions leave out the budget updates that only moved the reference budget B_ref.\n",
-		measureFrom(res), measureTo(res))
+		from, to)
 }
 
-func measureFrom(res *demo.Result) float64 {
+// measureWindow is the measurement window of the runs' reports, in minutes.
+func measureWindow(res *demo.Result) (from, to float64) {
 	for _, r := range res.Runs {
 		if r.Report != nil {
-			return r.Report.MeasureFromMin
+			return r.Report.MeasureFromMin, r.Report.MeasureToMin
 		}
 	}
-	return 0
-}
-
-func measureTo(res *demo.Result) float64 {
-	for _, r := range res.Runs {
-		if r.Report != nil {
-			return r.Report.MeasureToMin
-		}
-	}
-	return 0
+	return 0, 0
 }
 
 // demoVerdict says in a sentence what the table shows, from the numbers: it does not assume the

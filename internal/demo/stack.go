@@ -306,7 +306,7 @@ func describe(r remediate.Record) string {
 	var what string
 	switch {
 	case r.Budget != nil:
-		what = fmt.Sprintf("%sset the session budget %s → %s tokens", verb, tokens(r.Budget.From), tokens(r.Budget.To))
+		what = fmt.Sprintf("%sset the session budget %s → %s tokens", verb, Tokens(r.Budget.From), Tokens(r.Budget.To))
 	case r.Shed != nil:
 		what = fmt.Sprintf("%sshed queued session %s", verb, strings.Join(r.Shed.IDs, ", "))
 	case r.Lending != nil:
@@ -330,18 +330,17 @@ func reasons(rs []string) string {
 	return ": " + rs[0]
 }
 
-// tokens writes a token count the way people say it: 455K, 1.2M; an unreachable budget is "∞".
-func tokens(n int64) string {
-	switch {
-	case n >= 1e11:
+// Tokens writes a token count as the daemon's reasons do (remediate.FormatTokens); a budget out
+// of reach — the gateways' starting one — is "∞".
+func Tokens(n int64) string {
+	if n >= unreachable {
 		return "∞"
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.0fK", float64(n)/1e3)
 	}
-	return fmt.Sprint(n)
+	return remediate.FormatTokens(n)
 }
+
+// unreachable is where a budget counts as out of reach (the gateways start at 10^12).
+const unreachable = 1e11
 
 func writeSecret(dir, name, v string) error {
 	return os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600)
