@@ -40,6 +40,9 @@ type Collector struct {
 		declared map[Signal][]string
 		// affinity is whether the gateway last said sticky decode routing is on.
 		affinity bool
+		// cacheRestart is the last time a prefill-side instance's prefix-cache counters went
+		// back (see Snapshot.CacheRestart).
+		cacheRestart time.Time
 	}
 }
 
@@ -231,7 +234,7 @@ func provides(t Target, estimates bool) []Signal {
 		out = append(out, DecodeFree, DecodeReserved, DecodeCapacity)
 	}
 	if t.Role.prefillSide() {
-		out = append(out, HitRate, CacheCapacity)
+		out = append(out, HitRate, PromptTokenRate, CacheCapacity)
 	}
 	if t.Role.decodeSide() {
 		out = append(out, CallRate, TTFTp50, TTFTp99)
@@ -245,7 +248,7 @@ func missingReason(s Signal) string {
 		return "no gateway target, and no SGLang prefill or unified target to estimate it from"
 	case LiveSessions, SessionsInCall, QueuedSessions, ArrivalRate, CompletionRate, Budget, Reserved:
 		return "no gateway target"
-	case HitRate, CacheCapacity:
+	case HitRate, PromptTokenRate, CacheCapacity:
 		return "no prefill or unified target"
 	case CallRate, TTFTp50, TTFTp99:
 		return "no decode or unified target"
@@ -263,7 +266,10 @@ func (c *Collector) Snapshot() Snapshot { return c.SnapshotAt(c.opts.Now()) }
 // computed.
 func (c *Collector) SnapshotAt(now time.Time) Snapshot {
 	all := AllSignals()
-	snap := Snapshot{At: now, Signals: make(map[Signal]Value, len(all))}
+	snap := Snapshot{At: now, Signals: make(map[Signal]Value, len(all)), Window: c.opts.Window}
+	if !c.mu.cacheRestart.After(now) {
+		snap.CacheRestart = c.mu.cacheRestart
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, sig := range all {
@@ -421,6 +427,13 @@ func (c *Collector) recordLocked(ts *targetState, r *reading) {
 			c.log.Info("counter window restarted (engine restart or metric change)", "target", name, "metric", in.source)
 		}
 		out.r, out.ok = win.rate()
+	}
+	if n := len(ts.hitWin.samples); n > 0 && r.hit.ok && r.hit.source == ts.hitWin.source && r.hit.series >= ts.hitWin.series {
+		// Counters that go back on the same series are a restarted engine, whose cache starts
+		// empty (a changed metric or a lost series restarts the window too, but is no flush).
+		if last := ts.hitWin.samples[n-1].v; r.hit.v[0] < last[0] || r.hit.v[1] < last[1] {
+			c.mu.cacheRestart = r.at
+		}
 	}
 	counter(&ts.hitWin, r.hit, &ts.hit)
 	counter(&ts.callWin, r.calls, &ts.calls)

@@ -385,13 +385,13 @@ func (r *rig) up(sig collector.Signal) float64 {
 
 // Signals fed by the prefill target only (with these bodies), and by the other targets only.
 var (
-	prefillSignals = []collector.Signal{collector.HitRate, collector.CacheCapacity}
+	prefillSignals = []collector.Signal{collector.HitRate, collector.PromptTokenRate, collector.CacheCapacity}
 	otherSignals   = []collector.Signal{
 		collector.WorkingSet, collector.LiveSessions, collector.ArrivalRate, collector.CompletionRate,
 		collector.CallRate, collector.DecodeFree, collector.DecodeCapacity,
 	}
 	healthyValues = map[collector.Signal]float64{
-		collector.HitRate: 0.95, collector.CacheCapacity: 650_000, collector.WorkingSet: 300_000,
+		collector.HitRate: 0.95, collector.PromptTokenRate: 20_000, collector.CacheCapacity: 650_000, collector.WorkingSet: 300_000,
 		collector.LiveSessions: 38, collector.ArrivalRate: 1, collector.CompletionRate: 1, collector.CallRate: 10,
 		collector.DecodeFree: 372_000, collector.DecodeCapacity: 400_000,
 	}
@@ -558,7 +558,7 @@ func TestFaultEngineEndpoint(t *testing.T) {
 		// succeeds without the hit counter's line.
 		{name: "truncated/at a line end (last series lost)", fault: setFault(serveText(func(b string) string {
 			return b[:strings.LastIndex(strings.TrimSuffix(b, "\n"), "\n")+1]
-		})), stale: []collector.Signal{collector.HitRate}},
+		})), stale: []collector.Signal{collector.HitRate, collector.PromptTokenRate}},
 		// (5) huge
 		{name: "huge/12 MiB with Content-Length", fault: setFault(bigHandler(false)), reason: "body_too_large"},
 		{name: "huge/12 MiB chunked", fault: setFault(bigHandler(true)), reason: "body_too_large"},
@@ -588,12 +588,12 @@ func TestFaultEngineEndpoint(t *testing.T) {
 				}
 			}
 			return strings.Join(lines, "\n")
-		})), stale: []collector.Signal{collector.HitRate}, rewarm: []collector.Signal{collector.HitRate}},
+		})), stale: []collector.Signal{collector.HitRate, collector.PromptTokenRate}, rewarm: []collector.Signal{collector.HitRate, collector.PromptTokenRate}},
 		{name: "nan/hit counter NaN", fault: setFault(serveText(func(b string) string {
 			i := strings.LastIndex(b, "} ")
 			return b[:i+2] + "NaN\n"
-		})), stale: []collector.Signal{collector.HitRate}, rewarm: []collector.Signal{collector.HitRate}},
-		{name: "nan/input counter -Inf", rewarm: []collector.Signal{collector.HitRate}, fault: setFault(serveText(func(b string) string {
+		})), stale: []collector.Signal{collector.HitRate, collector.PromptTokenRate}, rewarm: []collector.Signal{collector.HitRate, collector.PromptTokenRate}},
+		{name: "nan/input counter -Inf", rewarm: []collector.Signal{collector.HitRate, collector.PromptTokenRate}, fault: setFault(serveText(func(b string) string {
 			lines := strings.Split(b, "\n")
 			for i, l := range lines {
 				if strings.HasPrefix(l, `sglang:prefill_effective_tokens_total{mode="input"`) {
@@ -601,7 +601,7 @@ func TestFaultEngineEndpoint(t *testing.T) {
 				}
 			}
 			return strings.Join(lines, "\n")
-		})), stale: []collector.Signal{collector.HitRate}},
+		})), stale: []collector.Signal{collector.HitRate, collector.PromptTokenRate}},
 	}
 
 	for _, tc := range cases {
@@ -880,7 +880,7 @@ func TestFaultTargetFile(t *testing.T) {
 	for _, sig := range prefillSignals {
 		assert.Zero(t, r.up(sig), "basin_signal_up{%s}", sig)
 	}
-	assert.ElementsMatch(t, []string{"hit_rate stale", "cache_capacity_tokens stale"}, a.Blind)
+	assert.ElementsMatch(t, []string{"hit_rate stale", "prompt_token_rate stale", "cache_capacity_tokens stale"}, a.Blind)
 	assert.Equal(t, detector.Healthy, a.State)
 	assert.Nil(t, a.Transition)
 
@@ -889,7 +889,7 @@ func TestFaultTargetFile(t *testing.T) {
 	assert.Equal(t, collector.OK, snap.State(collector.CacheCapacity), "back: capacity ok at once")
 	assert.Equal(t, collector.Stale, snap.State(collector.HitRate), "back: one sample is no rate; the old value stays stale")
 	assert.InDelta(t, 0.95, snap.Signals[collector.HitRate].V, 1e-9)
-	assert.Equal(t, []string{"hit_rate stale"}, a.Blind)
+	assert.Equal(t, []string{"hit_rate stale", "prompt_token_rate stale"}, a.Blind)
 	snap, a = r.round(all...)
 	for sig, v := range healthyValues {
 		got, ok := snap.Get(sig)

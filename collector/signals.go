@@ -205,8 +205,13 @@ func (c *Collector) recomputeLocked() {
 		capEngine.merge(capLent)
 		set(CacheCapacity, capEngine, false)
 	}
-	if hits.n > 0 && !hits.blocked && total.v > 0 {
-		c.mu.values[HitRate] = hits.value(min(1, max(0, hits.v/total.v)), false)
+	if hits.n > 0 && !hits.blocked {
+		// The prompt-token rate is a reading even at 0 (nothing asked); the hit rate of no
+		// tokens is not, so it holds and goes stale while the deployment is quiet.
+		c.mu.values[PromptTokenRate] = total.value(total.v, false)
+		if total.v > 0 {
+			c.mu.values[HitRate] = hits.value(min(1, max(0, hits.v/total.v)), false)
+		}
 	}
 	set(LiveSessions, live, false)
 	set(SessionsInCall, inCall, false)

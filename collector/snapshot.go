@@ -22,6 +22,11 @@ const (
 	// HitRate is the prefix-cache hit rate over the window, from counter rates on prefill and
 	// unified instances — never sglang:cache_hit_rate.
 	HitRate Signal = "hit_rate"
+	// PromptTokenRate is prompt tokens per second over the window on prefill and unified
+	// instances: the denominator of HitRate, fresh (and 0) when nothing was asked, so a quiet
+	// deployment reads as quiet rather than as a hit rate gone stale. With CallRate and
+	// ArrivalRate it is the evidence behind a hit-rate reading (detector.Evidence).
+	PromptTokenRate Signal = "prompt_token_rate"
 	// LiveSessions and QueuedSessions come from the gateway.
 	LiveSessions   Signal = "live_sessions"
 	QueuedSessions Signal = "queued_sessions"
@@ -92,6 +97,13 @@ type Value struct {
 type Snapshot struct {
 	At      time.Time
 	Signals map[Signal]Value
+	// Window is the span the rates (and the hit rate) are taken over: a rate × Window is how
+	// many tokens, calls or sessions a reading rests on.
+	Window time.Duration
+	// CacheRestart is the last time a prefill or unified instance's prefix-cache counters went
+	// back — the engine restarted, and its cache with it — or zero if never seen. A cache
+	// refilling from empty is below its plateau without having left it.
+	CacheRestart time.Time
 	// Decode is each decode instance's KV as last read, in target order: the lender grants per
 	// instance, where the Signals only hold the pool's sums.
 	Decode []DecodeInstance
@@ -148,7 +160,7 @@ func (s Snapshot) Blind(need []Signal) []string {
 // exported basin_signal_* series and of Check's problems.
 func AllSignals() []Signal {
 	return []Signal{
-		WorkingSet, CacheCapacity, HitRate, LiveSessions, SessionsInCall, QueuedSessions, ArrivalRate, CompletionRate,
+		WorkingSet, CacheCapacity, HitRate, PromptTokenRate, LiveSessions, SessionsInCall, QueuedSessions, ArrivalRate, CompletionRate,
 		CallRate, DecodeFree, DecodeReserved, DecodeCapacity, TTFTp50, TTFTp99, EngineQueue, KVUsageMax,
 		Budget, Reserved,
 	}

@@ -34,12 +34,32 @@ const (
 	Recovering State = "recovering"
 )
 
-// Needs lists the signals the detector reads; while any is not fresh it holds its state.
+// Needs lists the signals the detector reads; while any is not fresh it holds its state. The hit
+// rate is not among them: it is needed only while prompts flow (PromptTokenRate > 0), and a quiet
+// deployment, whose hit rate of no tokens goes stale, is quiet, not blind.
 func Needs() []collector.Signal {
 	return []collector.Signal{
-		collector.HitRate, collector.WorkingSet, collector.CacheCapacity, collector.LiveSessions,
+		collector.PromptTokenRate, collector.WorkingSet, collector.CacheCapacity, collector.LiveSessions,
 		collector.ArrivalRate, collector.CompletionRate, collector.CallRate,
 	}
+}
+
+// Evidence is what a window's hit rate rests on. The hit rate is a reading — it may move the
+// state — only when Enough: a handful of prompt tokens, or a window of sessions' first calls
+// (which miss by nature), says nothing about the cache. Without a reading, the conditions that
+// need a low hit rate (drift, collapse) are false, and those that need a good one (leaving
+// drifting or trapped, recovered) hold only while the working set fits the cache with room.
+type Evidence struct {
+	// Window is the span the counts are over.
+	WindowSeconds float64 `json:"window_seconds"`
+	// Calls finished, sessions arrived (an upper bound on first calls) and prompt tokens asked
+	// in the window.
+	Calls        float64 `json:"calls"`
+	FirstCalls   float64 `json:"first_calls"`
+	PromptTokens float64 `json:"prompt_tokens"`
+	// Enough is whether the window's hit rate is a reading; Why says what falls short.
+	Enough bool   `json:"enough"`
+	Why    string `json:"why,omitempty"`
 }
 
 // Transition is one change of state and the evidence for it, numbers included.
@@ -67,8 +87,12 @@ type Assessment struct {
 	// KneeTokens is knee × C: the working set where the hit rate leaves its plateau.
 	KneeTokens          float64 `json:"knee_tokens"`
 	WorkingSetOverCache float64 `json:"working_set_over_cache"`
-	HitRate             float64 `json:"hit_rate"`
-	Plateau             float64 `json:"plateau_hit"`
+	// HitRate is the window's hit rate; it is a reading only when HitEvidence.Enough (when not, it
+	// is the last value the collector computed, possibly 0 for a deployment never busy, and
+	// nothing may be decided from it).
+	HitRate     float64  `json:"hit_rate"`
+	HitEvidence Evidence `json:"hit_evidence"`
+	Plateau     float64  `json:"plateau_hit"`
 	// CollapseHit is the collapse line in use: min(CollapseHit, CollapseFraction × plateau).
 	CollapseHit  float64 `json:"collapse_hit"`
 	LiveSessions float64 `json:"live_sessions"`
@@ -169,6 +193,9 @@ type Detector struct {
 		// waits for it. (A collapse is judged regardless: basin may start in an incident.)
 		onPlateau    bool
 		plateauSince time.Time
+		// cacheRestart is the last engine restart seen (collector.Snapshot.CacheRestart): the
+		// cache starts empty, so the plateau must be reached again before a drop is drift.
+		cacheRestart time.Time
 		// flowArr and flowDone are the arrival and completion rates smoothed over
 		// DriftFlowWindow, for the flow sign of drift.
 		flowArr, flowDone float64
@@ -279,8 +306,13 @@ func (d *Detector) Last() (Assessment, bool) {
 
 // observation is one snapshot's needed signals, all fresh and sane.
 type observation struct {
-	w, c, hit, n, arrival, completion, calls float64
-	estimated                                []string
+	w, c, hit, n, arrival, completion, calls, prompt float64
+	// hitFresh: the collector had a fresh hit rate (it has none while no prompt flows).
+	hitFresh bool
+	// wEstimated: the working set is the engines' KV estimate (no gateway), which cannot exceed C.
+	wEstimated bool
+	window     time.Duration
+	estimated  []string
 }
 
 // read takes the needed signals out of a snapshot; the second result names those not fresh or not
@@ -305,7 +337,20 @@ func read(s collector.Snapshot) (observation, []string) {
 	nonNeg := func(v float64) bool { return v >= 0 }
 	get(collector.WorkingSet, &o.w, nonNeg, "≥ 0")
 	get(collector.CacheCapacity, &o.c, func(v float64) bool { return v > 0 }, "> 0")
-	get(collector.HitRate, &o.hit, func(v float64) bool { return v >= 0 && v <= 1 }, "[0, 1]")
+	get(collector.PromptTokenRate, &o.prompt, nonNeg, "≥ 0")
+	if v, fresh := s.Get(collector.HitRate); fresh {
+		get(collector.HitRate, &o.hit, func(v float64) bool { return v >= 0 && v <= 1 }, "[0, 1]")
+		o.hitFresh = !math.IsNaN(v) && v >= 0 && v <= 1
+	} else if o.prompt > 0 || s.State(collector.PromptTokenRate) != collector.OK {
+		// Prompts flow (or may: their rate is unseen too) but no hit rate came with them: a
+		// broken source, not a quiet one.
+		blind = append(blind, fmt.Sprintf("%s %s", collector.HitRate, s.State(collector.HitRate)))
+	}
+	o.wEstimated = s.Signals[collector.WorkingSet].Estimated
+	o.window = s.Window
+	if o.window <= 0 {
+		o.window = collector.DefaultWindow
+	}
 	get(collector.LiveSessions, &o.n, nonNeg, "≥ 0")
 	get(collector.ArrivalRate, &o.arrival, nonNeg, "≥ 0")
 	get(collector.CompletionRate, &o.completion, nonNeg, "≥ 0")
@@ -346,6 +391,10 @@ func (d *Detector) Step(s collector.Snapshot) Assessment {
 	}
 	d.mu.lastAt = now
 
+	if s.CacheRestart.After(d.mu.cacheRestart) {
+		d.mu.cacheRestart = s.CacheRestart
+		d.mu.onPlateau, d.mu.plateauSince = false, time.Time{}
+	}
 	obs, blind := read(s)
 	if len(blind) > 0 {
 		// No transition on missing data, and no hold survives a gap: a condition must be seen
@@ -364,10 +413,39 @@ func (d *Detector) Step(s collector.Snapshot) Assessment {
 	return d.assessLocked(now, obs)
 }
 
+// evidence weighs what the window's hit rate rests on against the options' minimums.
+func (o Options) evidence(obs observation) Evidence {
+	win := obs.window.Seconds()
+	e := Evidence{WindowSeconds: win, Calls: obs.calls * win, FirstCalls: obs.arrival * win, PromptTokens: obs.prompt * win}
+	var short []string
+	if !obs.hitFresh {
+		short = append(short, "no prompt tokens in the window")
+	} else {
+		if e.Calls < o.MinHitCalls {
+			short = append(short, fmt.Sprintf("%.0f calls < %.0f", e.Calls, o.MinHitCalls))
+		}
+		if e.FirstCalls > o.MaxFirstCallShare*e.Calls {
+			short = append(short, fmt.Sprintf("%.0f of %.0f calls may be sessions' first calls (> %.0f%%)",
+				e.FirstCalls, e.Calls, 100*o.MaxFirstCallShare))
+		}
+		if e.PromptTokens < o.MinHitPromptFraction*obs.c {
+			short = append(short, fmt.Sprintf("%s prompt tokens < %.2f × C %s",
+				tokens(e.PromptTokens), o.MinHitPromptFraction, tokens(obs.c)))
+		}
+	}
+	e.Enough = len(short) == 0
+	if !e.Enough {
+		e.Why = fmt.Sprintf("hit rate not a reading over the %s window: %s", dur(obs.window), strings.Join(short, ", "))
+	}
+	return e
+}
+
 func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	o := d.o
 	ratio := obs.w / obs.c
-	if d.o.Calibration == nil && !d.o.DisablePassive && d.mu.state != Trapped && d.mu.state != Recovering {
+	ev0 := o.evidence(obs)
+	reading := ev0.Enough
+	if reading && d.o.Calibration == nil && !d.o.DisablePassive && d.mu.state != Trapped && d.mu.state != Recovering {
 		// The collapsed branch of the cache hysteresis is not the knee: learn from the way up only.
 		d.mu.passive.Observe(ratio, obs.hit)
 	}
@@ -382,13 +460,37 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	driftLine := plateau - o.DriftDrop
 	recoverLine := collapse + o.CollapseExitMargin
 
+	// Where a trap can be: the working set near the knee (measured), or a cache full to the brim
+	// (the engines' estimate, which cannot exceed C). Below it a low hit rate is a cold cache —
+	// an engine restart, a burst of new sessions — that refills by itself, not a collapse. A
+	// deployment recovering from a trap is the exception: the collapsed branch of the cache's
+	// hysteresis reaches below the knee, so a relapse there counts wherever W is.
+	nearLine := o.DriftNear * knee.Ratio
+	if obs.wEstimated {
+		nearLine = min(nearLine, o.DriftNear)
+	}
+	if d.mu.state == Recovering {
+		nearLine = 0
+	}
 	ev := evaluation{
-		now: now, o: o, obs: obs, ratio: ratio, knee: knee, out: out,
+		now: now, o: o, obs: obs, ratio: ratio, knee: knee, out: out, evidence: ev0, nearLine: nearLine,
 		plateau: plateau, collapse: collapse, driftLine: driftLine, recoverLine: recoverLine,
 	}
+	// hitAtLeast is whether the hit rate is at least line; with no reading, only a working set
+	// that fits the cache with room (under the pressure exit) vouches for it.
+	roomy := ratio <= o.PressureExit*knee.Ratio
+	hitAtLeast := func(line float64) bool {
+		if reading {
+			return obs.hit >= line
+		}
+		return roomy
+	}
+	lowHit := func(line float64) bool { return reading && obs.hit < line }
 	edgeObserved := out.Equilibria.Unstable != nil && !out.Equilibria.Estimated
-	pastEdge := out.Edge != nil && obs.n > *out.Edge && (edgeObserved || obs.hit < driftLine)
+	pastEdge := out.Edge != nil && obs.n > *out.Edge && (edgeObserved || lowHit(driftLine))
 	switch {
+	case !reading:
+		// Neither on nor off the plateau: a quiet window keeps the count where it was.
 	case obs.hit < driftLine:
 		d.mu.plateauSince = time.Time{}
 	case d.mu.plateauSince.IsZero():
@@ -406,23 +508,26 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	d.mu.flowAt = now
 	ev.flowArr, ev.flowDone = d.mu.flowArr, d.mu.flowDone
 	ev.peak, ev.peakSource = d.peakLocked()
-	driftHit := obs.hit < driftLine && d.mu.onPlateau
+	if !d.mu.onPlateau && !d.mu.cacheRestart.IsZero() {
+		ev.cacheRestart = d.mu.cacheRestart
+	}
+	driftHit := lowHit(driftLine) && d.mu.onPlateau
 	// The flow sign needs the hit rate to corroborate it (at least half the drift drop under the
 	// plateau): a population growing past the knee with the cache still hitting is pressure, not
 	// yet drift.
 	driftFlow := out.ObservedSlope > 0 && d.mu.flowDone < (1-o.DriftFlowMargin)*d.mu.flowArr &&
-		ratio >= o.DriftNear*knee.Ratio && obs.hit < plateau-o.DriftDrop/2
+		ratio >= o.DriftNear*knee.Ratio && lowHit(plateau-o.DriftDrop/2)
 	var truth [numConds]bool
 	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
 	truth[cOverload] = ev.peak > 0 && obs.arrival > ev.peak
 	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio && !truth[cOverload]
 	truth[cDriftHit] = driftHit
 	truth[cDriftFlow] = driftFlow
-	truth[cDriftClear] = !driftHit && !driftFlow && obs.hit >= recoverLine && ratio < knee.Ratio
-	truth[cCollapse] = obs.hit < collapse
+	truth[cDriftClear] = !driftHit && !driftFlow && hitAtLeast(recoverLine) && ratio < knee.Ratio
+	truth[cCollapse] = lowHit(collapse) && ratio >= nearLine
 	truth[cPastEdge] = pastEdge
-	truth[cRecoverable] = obs.hit >= recoverLine && ratio < knee.Ratio && !(edgeObserved && obs.n > *out.Edge)
-	truth[cOnPlateau] = obs.hit >= plateau-o.RecoverTolerance
+	truth[cRecoverable] = hitAtLeast(recoverLine) && ratio < knee.Ratio && !(edgeObserved && obs.n > *out.Edge)
+	truth[cOnPlateau] = hitAtLeast(plateau - o.RecoverTolerance)
 	for c, t := range truth {
 		switch {
 		case !t:
@@ -443,7 +548,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 
 	a := Assessment{
 		At: now, State: d.mu.state, Since: d.mu.since, Transition: tr, ObservedAt: now,
-		Knee: knee, KneeTokens: knee.Ratio * obs.c, WorkingSetOverCache: ratio, HitRate: obs.hit,
+		Knee: knee, KneeTokens: knee.Ratio * obs.c, WorkingSetOverCache: ratio, HitRate: obs.hit, HitEvidence: ev0,
 		Plateau: plateau, CollapseHit: collapse, LiveSessions: obs.n,
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
 		TimeToTrap: out.TimeToTrap, Lambda: out.Lambda, ArrivalRate: obs.arrival,
@@ -475,8 +580,11 @@ type evaluation struct {
 	knee                                      Knee
 	out                                       Outlook
 	plateau, collapse, driftLine, recoverLine float64
-	flowArr, flowDone                         float64 // smoothed over DriftFlowWindow
-	peak                                      float64 // peak completion rate, sessions/s; 0 unknown
+	evidence                                  Evidence
+	cacheRestart                              time.Time // an engine restart the plateau has not come back from
+	nearLine                                  float64   // W/C from which a collapse counts
+	flowArr, flowDone                         float64   // smoothed over DriftFlowWindow
+	peak                                      float64   // peak completion rate, sessions/s; 0 unknown
 	peakSource                                string
 	holds                                     [numConds]time.Time
 }
@@ -554,8 +662,11 @@ func (e *evaluation) next(s State, since time.Time) (State, []string) {
 		// The plateau must hold for RecoverHold inside this state, not merely since some earlier
 		// moment: a recovery is never shorter than RecoverHold.
 		if h, ok := e.heldFor(cOnPlateau); ok && min(h, e.now.Sub(since)) >= o.RecoverHold {
-			back := fmt.Sprintf("hit rate %.2f ≥ plateau %.2f − %.2f for %s",
-				e.obs.hit, e.plateau, o.RecoverTolerance, dur(min(h, e.now.Sub(since))))
+			back := e.reason(cOnPlateau)
+			if e.evidence.Enough {
+				back = fmt.Sprintf("hit rate %.2f ≥ plateau %.2f − %.2f for %s",
+					e.obs.hit, e.plateau, o.RecoverTolerance, dur(min(h, e.now.Sub(since))))
+			}
 			if e.held(cPressureExit, o.MinHold) {
 				return Healthy, []string{back, e.reason(cPressureExit)}
 			}
@@ -588,11 +699,22 @@ func (e *evaluation) reason(c cond) string {
 	case cDriftFlow:
 		return fmt.Sprintf("live sessions rising (%+.3f/s) with completions %.4f/s < %.2f × arrivals %.4f/s (%s averages) at W/C %.2f ≥ %.2f × knee %.2f = %.2f%s",
 			e.out.ObservedSlope, e.flowDone, 1-o.DriftFlowMargin, e.flowArr, dur(o.DriftFlowWindow), e.ratio, o.DriftNear, k, o.DriftNear*k, for_)
+	case cDriftClear, cOnPlateau, cRecoverable:
+		if !e.evidence.Enough {
+			return fmt.Sprintf("no hit-rate reading (quiet) and W/C %.2f ≤ %.2f × knee %.2f = %.2f: the cache has room for every live context%s",
+				e.ratio, o.PressureExit, k, o.PressureExit*k, for_)
+		}
+	}
+	switch c {
 	case cDriftClear:
 		return fmt.Sprintf("drift stopped: hit rate %.2f ≥ plateau %.2f − %.2f, completions %.4f/s vs arrivals %.4f/s, W/C %.2f < knee %.2f%s",
 			e.obs.hit, e.plateau, o.DriftDrop, e.obs.completion, e.obs.arrival, e.ratio, k, for_)
 	case cCollapse:
-		return fmt.Sprintf("hit rate %.2f < collapse %.2f%s", e.obs.hit, e.collapse, for_)
+		if e.nearLine == 0 {
+			return fmt.Sprintf("hit rate %.2f < collapse %.2f at W/C %.2f, recovering: the collapsed branch reaches below the knee%s",
+				e.obs.hit, e.collapse, e.ratio, for_)
+		}
+		return fmt.Sprintf("hit rate %.2f < collapse %.2f at W/C %.2f ≥ %.2f%s", e.obs.hit, e.collapse, e.ratio, e.nearLine, for_)
 	case cPastEdge:
 		if e.out.Equilibria.Unstable != nil && !e.out.Equilibria.Estimated {
 			return fmt.Sprintf("live sessions %.1f > unstable equilibrium %.1f at λ %.2f/min%s",
@@ -620,8 +742,18 @@ func (e *evaluation) describe(s State) []string {
 	out := []string{
 		fmt.Sprintf("W/C %.2f (knee %.2f %s; pressure from %.2f, clears at %.2f)",
 			e.ratio, k, src, o.PressureEnter*k, o.PressureExit*k),
-		fmt.Sprintf("hit rate %.2f (plateau %.2f %s; drifting under %.2f, collapse under %.2f)",
-			e.obs.hit, e.plateau, e.knee.PlateauSource, e.driftLine, e.collapse),
+		fmt.Sprintf("hit rate %.2f (plateau %.2f %s; drifting under %.2f, collapse under %.2f from W/C %.2f)",
+			e.obs.hit, e.plateau, e.knee.PlateauSource, e.driftLine, e.collapse, e.nearLine),
+	}
+	if !e.cacheRestart.IsZero() {
+		out = append(out, fmt.Sprintf("an engine restarted at %s: its cache refills from empty; a drop is drift only once "+
+			"the hit rate has held its plateau again for %s", stamp(e.cacheRestart), dur(o.PlateauWarmup)))
+	}
+	if !e.evidence.Enough {
+		out[1] = e.evidence.Why
+	} else if e.obs.hit < e.collapse && e.ratio < e.nearLine {
+		out = append(out, fmt.Sprintf("hit rate %.2f under collapse %.2f at W/C %.2f < %.2f: a cold cache (an engine restart, "+
+			"new sessions) refilling, not a trap", e.obs.hit, e.collapse, e.ratio, e.nearLine))
 	}
 	// What keeps the state where it is.
 	active := func(cs ...cond) {

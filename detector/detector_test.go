@@ -27,8 +27,12 @@ type sample struct {
 	n                   float64
 	arrival, completion float64 // per minute
 	calls               float64 // per second
-	stale, missing      []collector.Signal
-	cache               float64 // C; 0: testCache
+	// prompt is prompt tokens per second; 0: calls × testCtx (every call re-sends a mean
+	// context); negative: none (a quiet window).
+	prompt         float64
+	stale, missing []collector.Signal
+	restart        time.Time // collector.Snapshot.CacheRestart
+	cache          float64   // C; 0: testCache
 }
 
 func (s sample) snapshot(at time.Time) collector.Snapshot {
@@ -50,12 +54,18 @@ func (s sample) snapshot(at time.Time) collector.Snapshot {
 	if s.calls == 0 {
 		s.calls = 3.3 / 60 * testK * 1.5
 	}
+	switch {
+	case s.prompt == 0:
+		s.prompt = s.calls * testCtx
+	case s.prompt < 0:
+		s.prompt = 0
+	}
 	vals := map[collector.Signal]float64{
-		collector.WorkingSet: w, collector.CacheCapacity: c, collector.HitRate: s.hit,
+		collector.WorkingSet: w, collector.CacheCapacity: c, collector.HitRate: s.hit, collector.PromptTokenRate: s.prompt,
 		collector.LiveSessions: s.n, collector.ArrivalRate: s.arrival / 60,
 		collector.CompletionRate: s.completion / 60, collector.CallRate: s.calls,
 	}
-	snap := collector.Snapshot{At: at, Signals: map[collector.Signal]collector.Value{}}
+	snap := collector.Snapshot{At: at, Signals: map[collector.Signal]collector.Value{}, CacheRestart: s.restart}
 	for sig, v := range vals {
 		snap.Signals[sig] = collector.Value{V: v, State: collector.OK, At: at, Source: "script"}
 	}
@@ -172,7 +182,7 @@ func TestTrapAndRecovery(t *testing.T) {
 	byOff := func(off time.Duration) Assessment { return as[off/step] }
 	assert.Contains(t, byOff(5*time.Minute).Transition.Reasons, "hit rate 0.88 < plateau 0.96 − 0.05 for 1m0s")
 	trapped := byOff(6*time.Minute + 30*time.Second)
-	assert.Contains(t, trapped.Transition.Reasons, "hit rate 0.41 < collapse 0.50 for 30s")
+	assert.Contains(t, trapped.Transition.Reasons, "hit rate 0.41 < collapse 0.50 at W/C 2.10 ≥ 1.71 for 30s")
 	assert.Equal(t, 0.5, trapped.CollapseHit, "min(0.5, 0.6 × 0.96)")
 	assert.Equal(t, []string{"hit rate 0.60 ≥ collapse 0.50 + 0.05 and W/C 1.50 < knee 1.90 for 15s"},
 		byOff(10*time.Minute+15*time.Second).Transition.Reasons)

@@ -25,6 +25,31 @@
 // a condition must be seen continuously for its hold, so a gap can delay a transition but never
 // cause one.
 //
+// The hit rate is not among the seven: a deployment with no traffic has no hit rate (a ratio of
+// no tokens), and it is quiet, not blind. The prompt-token rate, its denominator, is; the hit rate
+// is needed only while it is above zero.
+//
+// # Evidence: when a hit rate is a reading
+//
+// A window's hit rate counts — may move the state — only when it rests on enough traffic
+// (Evidence): at least 20 calls finished in the window, at most half of them sessions' first
+// calls (which miss by nature: their context was never cached), and prompt tokens of at least 5%
+// of C. Two test sessions saying "hi" read a hit rate of 0.00 and prove nothing about the cache;
+// a busy deployment, healthy or trapped, is far above every minimum (50–266 calls a minute, first
+// calls at most 17%, at least 1.4 C of prompts a minute in the simulator's spike runs). Without
+// a reading, drift and collapse by hit rate are false, and the conditions that need a good hit
+// rate (leaving drifting or trapped, recovered) hold only while W fits under the pressure exit,
+// 0.7 × knee·C: a deployment whose traffic stops while trapped goes through recovering back to
+// healthy instead of holding trapped for as long as it is quiet.
+//
+// A collapse is a trap only where a trap can be: with W at or past DriftNear × knee·C (0.9), or,
+// when W is the engines' KV estimate that cannot exceed C, with the cache at least 90% full — or
+// in recovering, since the collapsed branch of the cache's hysteresis reaches below the knee. A
+// collapse-level hit rate below that is a cold cache refilling (reasons say so). An engine
+// restart — the collector sees its prefix-cache counters go back (Snapshot.CacheRestart) —
+// empties its cache: the plateau must then be reached again for PlateauWarmup before a drop
+// counts as drift, as after the detector's own start.
+//
 // # The knee
 //
 // The knee is where the hit rate leaves its plateau, as W/C. The best source is a calibration: an
@@ -74,8 +99,8 @@
 //	healthy, pressure ──hit < plateau − 0.05 for 3 min, or N rising with completions 10% under
 //	                    arrivals (5-min averages), W ≥ 0.9·knee·C and hit < plateau − 0.025
 //	                    for 2 min──▶ drifting
-//	healthy, pressure, drifting, recovering ──hit < collapse for 30 s, or N past the unstable
-//	                    equilibrium for 30 s──▶ trapped
+//	healthy, pressure, drifting, recovering ──hit < collapse with W ≥ 0.9·knee·C (recovering: any W)
+//	                    for 30 s, or N past the unstable equilibrium for 30 s──▶ trapped
 //	drifting ──no drift sign, hit ≥ collapse + 0.05, W < knee·C──▶ recovering
 //	trapped ──hit ≥ collapse + 0.05, W < knee·C, N not past an observed edge──▶ recovering
 //	recovering ──hit ≥ plateau − 0.03 for 5 min inside the state──▶ healthy if W ≤ 0.7·knee·C,
@@ -101,7 +126,8 @@
 // pressure rather than in a recovering state that never ends — under basin's own admission, which
 // holds W near 0.9 × knee, that is the normal case.
 //
-// Each Transition carries reasons with numbers ("hit rate 0.41 < collapse 0.50 for 30s"); each
+// Each Transition carries reasons with numbers ("hit rate 0.41 < collapse 0.50 at W/C 2.10 ≥ 1.71
+// for 30s"); each
 // Assessment carries the transition's reasons, then the current readings and any condition
 // building towards a transition with how long it has held.
 //
@@ -113,7 +139,7 @@
 // reference budget 0.9 × knee. From basin's own design (not the paper): the pressure band
 // 0.8/0.7, the drift drop 0.05 for 3 minutes, the collapse hold 30 s, the recovery tolerance
 // 0.03 for 5 minutes, the plateau tolerance 0.05, the passive bin width 0.05 and the 10-minute λ.
-// Chosen here, with the reason next to the constant: the collapse line, the 15 s MinHold, the
+// Chosen here, with the reason next to the constant: the evidence minimums, the collapse line, the 15 s MinHold, the
 // 2-minute drift-flow hold and its 5-minute averages, the 1-minute overload hold, the plateau
 // warm-up, the EWMA memories, the bin counts and the N bins.
 //

@@ -75,6 +75,25 @@ const (
 	// start — "recovered" is judged by the hit rate, not the load, per the metastability
 	// literature).
 	DefaultRecoverHold = 5 * time.Minute
+	// DefaultMinHitCalls: a window's hit rate is a reading only when at least 20 model calls
+	// finished in it. The hit rate is a token-weighted mean over calls; with fewer, one call's
+	// luck moves it by more than the 0.05 drift drop. A busy deployment is far above it: in the
+	// simulator's paper spike runs every one-minute window from the fifth minute on held 50–266
+	// calls, healthy or trapped (internal/harness TestEvidenceHoldsUnderRealLoad).
+	DefaultMinHitCalls = 20
+	// DefaultMaxFirstCallShare: and only when at most half of those calls can be sessions' first
+	// calls (sessions arrived in the window ≤ 0.5 × calls). A first call misses by nature — its
+	// context was never cached, bar the shared system prompt — so a window of mostly new sessions
+	// reads low on a perfect cache. Agent sessions make tens of calls, so steady traffic has a
+	// small first-call share (at most 0.17 in the same runs, spike included); half is reached by
+	// a burst of new sessions on a quiet deployment.
+	DefaultMaxFirstCallShare = 0.5
+	// DefaultMinHitPromptFraction: and only when the window's prompt tokens reach 5% of the cache
+	// capacity C. A collapse is a cache churned by re-sent contexts; prompt traffic under a
+	// twentieth of the cache per window cannot churn it, and a deployment in the trap is busy
+	// recomputing: at least 1.4 C per window in the same runs. Test calls of a few tokens never
+	// reach it.
+	DefaultMinHitPromptFraction = 0.05
 	// DefaultMinHold is the hold of every transition that names none (pressure in and out, leaving
 	// drifting or trapped). Chosen: three samples at the daemon's 5 s step, so one noisy sample
 	// never moves the state.
@@ -112,6 +131,11 @@ type Options struct {
 	RecoverTolerance   float64       // DefaultRecoverTolerance
 	RecoverHold        time.Duration // DefaultRecoverHold
 	MinHold            time.Duration // DefaultMinHold
+
+	// The least evidence a window must hold for its hit rate to count (see Evidence).
+	MinHitCalls          float64 // DefaultMinHitCalls
+	MaxFirstCallShare    float64 // DefaultMaxFirstCallShare
+	MinHitPromptFraction float64 // DefaultMinHitPromptFraction
 }
 
 func (o Options) withDefaults() Options {
@@ -144,6 +168,9 @@ func (o Options) withDefaults() Options {
 	def(&o.RecoverTolerance, DefaultRecoverTolerance)
 	defD(&o.RecoverHold, DefaultRecoverHold)
 	defD(&o.MinHold, DefaultMinHold)
+	def(&o.MinHitCalls, DefaultMinHitCalls)
+	def(&o.MaxFirstCallShare, DefaultMaxFirstCallShare)
+	def(&o.MinHitPromptFraction, DefaultMinHitPromptFraction)
 	o.Passive = o.Passive.withDefaults()
 	o.Fluid = o.Fluid.withDefaults()
 	return o
@@ -179,11 +206,15 @@ func (o Options) validate() error {
 		hold("TrappedHold", o.TrappedHold),
 		hold("RecoverHold", o.RecoverHold),
 		hold("MinHold", o.MinHold),
+		frac("MaxFirstCallShare", o.MaxFirstCallShare),
+		frac("MinHitPromptFraction", o.MinHitPromptFraction),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	switch {
+	case !(o.MinHitCalls >= 1) || math.IsInf(o.MinHitCalls, 0):
+		return fmt.Errorf("MinHitCalls: %v, must be at least 1 call", o.MinHitCalls)
 	case !(o.KneeRatio > 0 && o.KneeRatio <= 100) || math.IsNaN(o.KneeRatio):
 		return fmt.Errorf("KneeRatio: %v outside (0, 100]", o.KneeRatio)
 	case !(o.PlateauHit > 0 && o.PlateauHit <= 1):
