@@ -134,15 +134,22 @@ func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
 		ref = *req.ReferenceTokens
 	}
 	now := g.now()
+	g.mu.Lock()
 	before := g.core.Snapshot(now, false)
 	evs, err := g.core.SetBudget(now, *req.Tokens, ref)
 	if err != nil {
+		g.mu.Unlock()
 		badField(w, "tokens", err.Error())
 		return
 	}
 	after := g.core.Snapshot(now, false)
+	if g.journal != nil {
+		g.journal.add(journalRecord{Op: opBudget, At: now, Budget: &after.Budget, ReferenceBudget: &after.ReferenceBudget})
+	}
 	admitted := admittedIDs(evs)
-	g.deliver(evs)
+	g.deliverLocked(evs)
+	g.mu.Unlock()
+	g.syncAdminChange("budget")
 	g.log.Info("budget changed", "reason", req.Reason,
 		"budget_tokens", fmt.Sprintf("%d → %d", before.Budget, after.Budget),
 		"reference_budget_tokens", fmt.Sprintf("%d → %d", before.ReferenceBudget, after.ReferenceBudget),
@@ -228,11 +235,28 @@ func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
 		badField(w, "reason", "reason: required, say why affinity is switched")
 		return
 	}
+	g.mu.Lock()
 	before := g.affinity.Swap(*req.Enabled)
+	if g.journal != nil {
+		g.journal.add(journalRecord{Op: opAffinity, At: g.now(), Affinity: req.Enabled})
+	}
+	g.mu.Unlock()
+	g.syncAdminChange("affinity")
 	g.log.Info("affinity switched", "reason", req.Reason, "enabled", fmt.Sprintf("%t → %t", before, *req.Enabled),
 		"header", g.cfg.Affinity.Header)
 	writeJSON(w, http.StatusOK, map[string]any{"before": AffinityView{before, g.cfg.Affinity.Header},
 		"after": AffinityView{*req.Enabled, g.cfg.Affinity.Header}})
+}
+
+// syncAdminChange makes an admin change durable before it is answered. A journal that cannot be
+// written leaves the change in effect (it is saved with the next state file) and is logged.
+func (g *Gateway) syncAdminChange(what string) {
+	if g.journal == nil {
+		return
+	}
+	if err := g.journal.sync(); err != nil {
+		g.log.Error("journaling an admin change; it is kept with the next state save", "change", what, "err", err)
+	}
 }
 
 func admittedIDs(evs []admission.Event) []string {

@@ -189,7 +189,15 @@ func TestStateFileRestoresLiveSessionsAcrossARestart(t *testing.T) {
 	assert.Contains(t, string(data), `"veteran"`)
 	entries, err := os.ReadDir(filepath.Dir(state))
 	require.NoError(t, err)
-	assert.Len(t, entries, 1, "no temporary file is left behind")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, []string{"gateway-state.json", "gateway-state.json.journal"}, names,
+		"no temporary file is left behind")
+	journal, err := os.ReadFile(state + ".journal")
+	require.NoError(t, err)
+	assert.Empty(t, journal, "a clean shutdown compacts the journal into the state file")
 
 	h2 := start(t, cfg, nil)
 	s := h2.state()

@@ -12,6 +12,8 @@ import (
 // so the channel's one slot never blocks the dispatcher.
 type waiter struct {
 	ch chan waitMsg
+	// anonymous: a one-call session, ended with its call, which the journal need not keep.
+	anonymous bool
 }
 
 // waitMsg is an event for a waiting call. owner is set for the one call the admission was for
@@ -44,9 +46,12 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 		d := g.core.Arrive(now, admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.prompt,
 			PredictedPeak: peak})
 		var wt *waiter
+		if d.Verdict == admission.Admitted && d.Reason != admission.ReasonLive {
+			g.admittedLocked(c.id, !c.anonymous)
+		}
 		if d.Verdict == admission.Queued {
 			// Registered under the same lock as the decision, so no event for it can slip past.
-			wt = &waiter{ch: make(chan waitMsg, 1)}
+			wt = &waiter{ch: make(chan waitMsg, 1), anonymous: c.anonymous}
 			g.mu.waiters[c.id] = append(g.mu.waiters[c.id], wt)
 		}
 		g.deliverLocked(d.Events)
@@ -210,6 +215,25 @@ func (g *Gateway) leave(id string, wt *waiter) (msg waitMsg, got bool, retryAfte
 	}
 }
 
+// admittedLocked books a session the core just admitted (g.mu held): its upstream is chosen
+// now, and, when journal is set and the gateway keeps a state file, its admission is journaled,
+// so that it outlives a crash before the next state save. The caller syncs the journal before
+// forwarding the session's first call.
+func (g *Gateway) admittedLocked(id string, journal bool) {
+	si := &sessionInfo{upstream: g.pickUpstream()}
+	g.addSessionLocked(id, si)
+	if !journal || g.journal == nil {
+		return
+	}
+	ls, ok := g.core.LiveSession(id)
+	if !ok {
+		return // ended already; nothing to keep
+	}
+	si.journaled = true
+	g.journal.add(journalRecord{Op: opAdmit, At: ls.Admitted, Session: &ls,
+		Upstream: g.upstreams[si.upstream].url.String()})
+}
+
 // deliver hands the core's events to their waiters and bookkeeping.
 func (g *Gateway) deliver(evs []admission.Event) {
 	if len(evs) == 0 {
@@ -236,6 +260,7 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 				evs = append(evs, g.core.End(g.now(), ev.ID)...)
 				continue
 			}
+			g.admittedLocked(ev.ID, !ws[0].anonymous)
 			g.log.Debug("session admitted from the queue", "session", ev.ID, "waited", ev.Waited)
 			for i, w := range ws {
 				w.ch <- waitMsg{ev: ev, owner: i == 0}
@@ -252,6 +277,9 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 			}
 			g.metrics.peak.Observe(float64(ev.Peak))
 			if !g.core.Live(ev.ID) {
+				if si, ok := g.mu.sessions[ev.ID]; ok && si.journaled && g.journal != nil {
+					g.journal.add(journalRecord{Op: opEnd, At: ev.At, ID: ev.ID})
+				}
 				g.dropSessionLocked(ev.ID)
 			}
 			g.log.Debug("session ended", "session", ev.ID, "reason", ev.Reason, "peak_tokens", ev.Peak)

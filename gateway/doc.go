@@ -19,7 +19,8 @@
 // switch sticky decode routing (X-SMG-Routing-Key); /metrics beside it exports the working set,
 // the queue and the admission counters that basin's collector reads. Finished calls can be
 // recorded as a basin trace (hashed ids, no text), and the live-session table survives restarts
-// through a state file.
+// through a state file and its journal, where each admission is fsync'd before its first call
+// is forwarded, so that not even a crash between two saves forgets an admitted session.
 //
 // See README.md in this directory for the endpoints, the metrics and the configuration.
 package gateway

@@ -71,6 +71,8 @@ type Gateway struct {
 	gatherer  prometheus.Gatherer
 	metrics   *metrics
 	rec       *recorder // nil when not recording
+	journal   *journal  // nil without a state file
+	saveEvery time.Duration
 
 	affinity atomic.Bool
 	rr       atomic.Uint64 // round-robin position for new sessions
@@ -122,7 +124,7 @@ func New(o Options) (*Gateway, error) {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now, shutdownTimeout: o.ShutdownTimeout,
-		stopping: make(chan struct{})}
+		stopping: make(chan struct{}), saveEvery: saveEvery}
 	g.mu.waiters = map[string][]*waiter{}
 	g.mu.sessions = map[string]*sessionInfo{}
 	g.affinity.Store(cfg.Affinity.Enabled)
@@ -186,6 +188,9 @@ func New(o Options) (*Gateway, error) {
 	}
 	if cfg.Record.Path != "" {
 		if g.rec, err = openRecorder(cfg.Record.Path); err != nil {
+			if g.journal != nil {
+				_ = g.journal.close()
+			}
 			return nil, fmt.Errorf("gateway: record.path: %w", err)
 		}
 	}
@@ -249,7 +254,8 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler }
 
 // Run does the gateway's background work until ctx is done: it ends idle sessions every second
-// and writes the state file every 10 s. Then it shuts down: queued calls are answered 503
+// (and writes out their journal records) and writes the state file every 10 s, compacting the
+// journal into it. Then it shuts down: queued calls are answered 503
 // shutting_down, calls in flight may finish (bounded by Options.ShutdownTimeout), the state file
 // is written and the trace closed. It does not own listeners (the package-level Run does); a
 // Gateway runs once.
@@ -259,7 +265,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	expire := time.NewTicker(expireEvery)
 	defer expire.Stop()
-	save := time.NewTicker(saveEvery)
+	save := time.NewTicker(g.saveEvery)
 	defer save.Stop()
 	for {
 		select {
@@ -267,6 +273,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return g.shutdown()
 		case <-expire.C:
 			g.expire()
+			if g.journal != nil {
+				if err := g.journal.flush(); err != nil {
+					g.log.Error("writing the journal", "err", err)
+				}
+			}
 		case <-save.C:
 			if err := g.saveState(); err != nil {
 				g.log.Error("writing the state file", "err", err)
@@ -291,6 +302,11 @@ func (g *Gateway) shutdown() error {
 	var errs []error
 	if err := g.saveState(); err != nil {
 		errs = append(errs, err)
+	}
+	if g.journal != nil {
+		if err := g.journal.close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if g.rec != nil {
 		if err := g.rec.close(); err != nil {

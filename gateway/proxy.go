@@ -132,6 +132,14 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 		if !g.admit(w, r, c) {
 			return
 		}
+		if c.first && g.journal != nil {
+			// The admission is durable before the call leaves: a crash from here on cannot make
+			// the session's next call look new.
+			if err := g.journal.sync(); err != nil {
+				g.log.Error("journaling an admission; the session is not durable until the next state save",
+					"session", c.id, "err", err)
+			}
+		}
 		g.forward(w, r, c, body)
 	}
 }
@@ -267,6 +275,9 @@ func (g *Gateway) pickUpstream() int {
 // go and what its trace rows need.
 type sessionInfo struct {
 	upstream int
+	// journaled: the session's admission is in the journal or the state file, so its end is
+	// journaled too.
+	journaled bool
 	// trace state
 	traceID     string
 	traceTenant string

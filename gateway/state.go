@@ -29,7 +29,10 @@ type stateFile struct {
 }
 
 // saveState writes the state file, if one is configured: to a temporary file in the same
-// directory, then renamed over it, so that a crash never leaves half a file.
+// directory, then renamed over it, so that a crash never leaves half a file. It compacts the
+// journal: the state is exported and the journal moved aside under the gateway's lock, so that
+// every record is either covered by this state or in the fresh journal, and the moved-aside
+// records are dropped once the state file is written.
 func (g *Gateway) saveState() error {
 	path := g.cfg.StateFile
 	if path == "" {
@@ -38,14 +41,18 @@ func (g *Gateway) saveState() error {
 	g.saveMu.Lock()
 	defer g.saveMu.Unlock()
 	now := g.now()
+	g.mu.Lock()
 	aff := g.affinity.Load()
 	st := stateFile{Version: stateVersion, SavedAt: now, Admission: g.core.Export(now), Affinity: &aff,
 		Upstreams: map[string]string{}}
-	g.mu.Lock()
 	for _, ls := range st.Admission.Live {
 		if si, ok := g.mu.sessions[ls.ID]; ok {
 			st.Upstreams[ls.ID] = g.upstreams[si.upstream].url.String()
 		}
+	}
+	var rotErr error
+	if g.journal != nil {
+		rotErr = g.journal.rotate()
 	}
 	g.mu.Unlock()
 	data, err := json.MarshalIndent(st, "", "  ")
@@ -53,40 +60,93 @@ func (g *Gateway) saveState() error {
 		return fmt.Errorf("state file %s: %w", path, err)
 	}
 	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("state file %s: %w", path, err)
+		return errors.Join(fmt.Errorf("state file %s: %w", path, err), rotErr)
+	}
+	if rotErr != nil {
+		// The journal keeps its records; replaying them over this state changes nothing.
+		return rotErr
+	}
+	if g.journal != nil {
+		return g.journal.dropOld()
 	}
 	return nil
 }
 
-// restoreState loads the state file into the new gateway, if it exists. A file that cannot be
-// read is an error: starting empty would admit every live session's next call as new.
+// restoreState loads the state file into the new gateway, if it exists, then replays the
+// journal's records over it (a compaction that did not finish first), and opens the journal for
+// this run. A state that cannot be read is an error: starting empty would admit every live
+// session's next call as new. After a replay the journal is compacted at once.
 func (g *Gateway) restoreState() error {
 	path := g.cfg.StateFile
 	if path == "" {
 		return nil
 	}
+	st, found, err := readStateFile(path)
+	if err != nil {
+		return err
+	}
+	replayed, torn := 0, false
+	for _, jp := range []string{path + journalOldSuffix, path + journalSuffix} {
+		rep, err := replayJournal(jp, &st)
+		if err != nil {
+			return err
+		}
+		replayed += rep.records
+		if rep.torn > 0 {
+			torn = true
+			g.log.Warn("journal: skipped a torn last record (the gateway stopped mid-write); "+
+				"that change was not acknowledged to anyone", "file", jp, "line", rep.torn)
+		}
+	}
+	if found || replayed > 0 {
+		if err := g.applyState(st); err != nil {
+			return fmt.Errorf("state file %s: %w", path, err)
+		}
+		snap := g.core.Snapshot(g.now(), false)
+		g.log.Info("state restored", "file", path, "saved_at", st.SavedAt, "journal_records", replayed,
+			"live_sessions", snap.Live, "budget_tokens", snap.Budget, "reference_budget_tokens", snap.ReferenceBudget,
+			"affinity", g.affinity.Load())
+	}
+	if g.journal, err = openJournal(path); err != nil {
+		return err
+	}
+	if replayed > 0 || torn {
+		if err := g.saveState(); err != nil {
+			_ = g.journal.close()
+			g.journal = nil
+			return fmt.Errorf("compacting the journal: %w", err)
+		}
+	}
+	return nil
+}
+
+// readStateFile reads the state file; found is false when there is none.
+func readStateFile(path string) (st stateFile, found bool, err error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return stateFile{Version: stateVersion}, false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("state_file: %w", err)
+		return st, false, fmt.Errorf("state_file: %w", err)
 	}
-	var st stateFile
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
-		return fmt.Errorf("state file %s: corrupt (%v); move it away to start with no live sessions", path, err)
+		return st, false, fmt.Errorf("state file %s: corrupt (%v); move it away to start with no live sessions", path, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("state file %s: corrupt (data after the state); move it away to start with no live sessions", path)
+		return st, false, fmt.Errorf("state file %s: corrupt (data after the state); move it away to start with no live sessions", path)
 	}
 	if st.Version != stateVersion {
-		return fmt.Errorf("state file %s: version %d, this gateway reads version %d", path, st.Version, stateVersion)
+		return st, false, fmt.Errorf("state file %s: version %d, this gateway reads version %d", path, st.Version, stateVersion)
 	}
-	now := g.now()
-	if err := g.core.Restore(now, st.Admission); err != nil {
-		return fmt.Errorf("state file %s: %w", path, err)
+	return st, true, nil
+}
+
+// applyState loads a restored state into the core and the routing table.
+func (g *Gateway) applyState(st stateFile) error {
+	if err := g.core.Restore(g.now(), st.Admission); err != nil {
+		return err
 	}
 	if st.Affinity != nil {
 		g.affinity.Store(*st.Affinity)
@@ -95,13 +155,15 @@ func (g *Gateway) restoreState() error {
 	for i, u := range g.upstreams {
 		index[u.url.String()] = i
 	}
-	for id, u := range st.Upstreams {
-		if i, ok := index[u]; ok && g.core.Live(id) {
-			g.addSessionLocked(id, &sessionInfo{upstream: i})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, ls := range st.Admission.Live {
+		i, ok := index[st.Upstreams[ls.ID]]
+		if !ok {
+			// Its upstream is gone from the config: the next call picks one.
+			i = g.pickUpstream()
 		}
+		g.addSessionLocked(ls.ID, &sessionInfo{upstream: i, journaled: true})
 	}
-	snap := g.core.Snapshot(now, false)
-	g.log.Info("state restored", "file", path, "saved_at", st.SavedAt, "live_sessions", snap.Live,
-		"budget_tokens", snap.Budget, "reference_budget_tokens", snap.ReferenceBudget, "affinity", g.affinity.Load())
 	return nil
 }

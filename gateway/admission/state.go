@@ -141,12 +141,28 @@ func (c *Core) Export(now time.Time) State {
 	return st
 }
 
+// LiveSession returns one live session as Export would persist it, so that the gateway can
+// journal an admission the moment it happens instead of waiting for the next periodic Export.
+func (c *Core) LiveSession(id string) (LiveSession, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.live[id]
+	if !ok {
+		return LiveSession{}, false
+	}
+	return liveSessionOf(s), true
+}
+
+func liveSessionOf(s *session) LiveSession {
+	return LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
+		LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted}
+}
+
 // liveLocked lists the live sessions by id.
 func (c *Core) liveLocked() []LiveSession {
 	out := make([]LiveSession, 0, len(c.mu.live))
 	for _, s := range c.mu.live {
-		out = append(out, LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
-			LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted})
+		out = append(out, liveSessionOf(s))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
