@@ -53,6 +53,7 @@ func loadTargetFile(path string) ([]Target, error) {
 		return nil, err
 	}
 	var groups []fileGroup
+	var lines []groupLines
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".yml", ".yaml":
 		dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -61,6 +62,7 @@ func loadTargetFile(path string) ([]Target, error) {
 		if err := dec.Decode(&groups); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("yaml: %w", err)
 		}
+		lines = yamlLines(data)
 	default:
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
@@ -70,15 +72,113 @@ func loadTargetFile(path string) ([]Target, error) {
 		if dec.More() {
 			return nil, errors.New("json: data after the top-level array")
 		}
+		lines = jsonLines(data)
 	}
-	return targetsFromGroups(groups)
+	return targetsFromGroups(filepath.Base(path), groups, lines)
 }
 
-// targetsFromGroups turns target groups into targets; errors name the group and target.
-func targetsFromGroups(groups []fileGroup) ([]Target, error) {
+// groupLines is where a target group and each of its targets start in the file: 1-based lines, 0
+// where unknown.
+type groupLines struct {
+	group   int
+	targets []int
+}
+
+// yamlLines finds the groups' and targets' lines in a file the strict decoder has accepted.
+func yamlLines(data []byte) []groupLines {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.SequenceNode {
+		return nil
+	}
+	seq := doc.Content[0].Content
+	out := make([]groupLines, len(seq))
+	for i, g := range seq {
+		out[i].group = g.Line
+		for k := 0; g.Kind == yaml.MappingNode && k+1 < len(g.Content); k += 2 {
+			if g.Content[k].Value == "targets" && g.Content[k+1].Kind == yaml.SequenceNode {
+				for _, t := range g.Content[k+1].Content {
+					out[i].targets = append(out[i].targets, t.Line)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// jsonLines finds the groups' and targets' lines in a file the strict decoder has accepted, by
+// walking its tokens: encoding/json reports byte offsets, not lines.
+func jsonLines(data []byte) []groupLines {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	line := func() int { // the line of the next value: past white space and separators
+		off := int(dec.InputOffset())
+		for off < len(data) && strings.IndexByte(" \t\r\n,:", data[off]) >= 0 {
+			off++
+		}
+		return bytes.Count(data[:off], []byte("\n")) + 1
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil
+	}
+	var out []groupLines
+	for dec.More() {
+		gl := groupLines{group: line()}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return out
+		}
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return out
+			}
+			if key != "targets" {
+				var skip json.RawMessage
+				if dec.Decode(&skip) != nil {
+					return out
+				}
+				continue
+			}
+			if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+				return out
+			}
+			for dec.More() {
+				at := line()
+				var skip json.RawMessage
+				if dec.Decode(&skip) != nil {
+					return out
+				}
+				gl.targets = append(gl.targets, at)
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return out
+			}
+		}
+		if _, err := dec.Token(); err != nil { // }
+			return out
+		}
+		out = append(out, gl)
+	}
+	return out
+}
+
+// targetsFromGroups turns target groups into targets; errors name the file and line, the group
+// and the target.
+func targetsFromGroups(file string, groups []fileGroup, lines []groupLines) ([]Target, error) {
 	var out []Target
 	var errs []error
 	seen := map[string]bool{}
+	at := func(gi, ti int) string {
+		l := 0
+		if gi < len(lines) {
+			l = lines[gi].group
+			if ti >= 0 && ti < len(lines[gi].targets) {
+				l = lines[gi].targets[ti]
+			}
+		}
+		if l == 0 {
+			return file + ": "
+		}
+		return fmt.Sprintf("%s:%d: ", file, l)
+	}
 	for gi, g := range groups {
 		role := Role(g.Labels[fileLabelRole])
 		dialect := Dialect(g.Labels[fileLabelDialect])
@@ -94,12 +194,12 @@ func targetsFromGroups(groups []fileGroup) ([]Target, error) {
 			path = "/" + path
 		}
 		if len(g.Targets) == 0 {
-			errs = append(errs, fmt.Errorf("group %d: no targets", gi))
+			errs = append(errs, fmt.Errorf("%sgroup %d: no targets", at(gi, -1), gi))
 			continue
 		}
 		for ti, addr := range g.Targets {
 			if err := checkAddress(addr); err != nil {
-				errs = append(errs, fmt.Errorf("group %d target %d %q: %w", gi, ti, addr, err))
+				errs = append(errs, fmt.Errorf("%sgroup %d target %d %q: %w", at(gi, ti), gi, ti, addr, err))
 				continue
 			}
 			name := addr
@@ -112,11 +212,11 @@ func targetsFromGroups(groups []fileGroup) ([]Target, error) {
 			u := url.URL{Scheme: scheme, Host: addr, Path: path}
 			t := Target{Name: name, URL: u.String(), Role: role, Dialect: dialect}.withDefaults()
 			if err := t.validate(true); err != nil {
-				errs = append(errs, fmt.Errorf("group %d target %d %q: %w", gi, ti, addr, err))
+				errs = append(errs, fmt.Errorf("%sgroup %d target %d %q: %w", at(gi, ti), gi, ti, addr, err))
 				continue
 			}
 			if seen[name] {
-				errs = append(errs, fmt.Errorf("group %d target %d %q: name %q used twice", gi, ti, addr, name))
+				errs = append(errs, fmt.Errorf("%sgroup %d target %d %q: name %q used twice", at(gi, ti), gi, ti, addr, name))
 				continue
 			}
 			seen[name] = true
