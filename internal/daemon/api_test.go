@@ -211,7 +211,7 @@ func TestPause(t *testing.T) {
 		assert.Contains(t, string(b), `"paused_until"`)
 
 		// While paused nothing is done, even in a trap.
-		e.dep.hit = 0.2
+		e.dep.collapse()
 		for range 20 {
 			e.step(d)
 		}
@@ -306,7 +306,7 @@ func TestMetrics(t *testing.T) {
 	for range 4 {
 		e.step(d)
 	}
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	e.stepUntil(d, 30, "incident cut", func(s Status) bool { return s.Policy.Target == testCut })
 
 	code, body = call(t, http.MethodGet, api.URL+"/metrics", "", "")
@@ -338,9 +338,9 @@ func stepAlongside(t *testing.T, e *env, d *Daemon, readers ...func()) {
 		for i := range 200 {
 			switch i % 40 {
 			case 10:
-				e.dep.hit = 0.2
+				e.dep.collapse()
 			case 30:
-				e.dep.hit = 0.95
+				e.dep.recover()
 			}
 			e.step(d)
 		}
@@ -398,7 +398,7 @@ func TestDryRun(t *testing.T) {
 	for range 4 {
 		e.step(d)
 	}
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	e.stepUntil(d, 40, "incident", func(s Status) bool { return s.Policy.Mode == remediate.Incident })
 	for range 5 {
 		e.step(d)
@@ -434,7 +434,7 @@ func TestDryRunWithoutGateway(t *testing.T) {
 	for range 4 {
 		e.step(d)
 	}
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	for range 30 {
 		e.step(d)
 	}

@@ -42,7 +42,7 @@ func TestClockSpeedRunsInDeploymentTime(t *testing.T) {
 	assert.Equal(t, detector.Healthy, s.Assessment.State)
 	assert.InDelta(t, 0.05, s.Assessment.ArrivalRate, 1e-6, "sessions per deployment second")
 	wallStart := e.clock.Now()
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	s = e.stepUntil(d, 40, "incident cut", func(s Status) bool { return s.Policy.Target == testCut })
 	assert.Equal(t, detector.Trapped, s.Assessment.State)
 	assert.Less(t, e.clock.Now().Sub(wallStart), 2*time.Second, "minutes of deployment time in wall seconds")

@@ -183,6 +183,14 @@ func healthy() *exposition {
 	return &exposition{hit: 0.95, workingSet: testCapacity, live: 40, arrivalRate: 0.05}
 }
 
+// collapse is the trap: the hit rate off its plateau with the working set past the knee (W/C 1.8
+// against 1.9; the detector calls a collapse a trap only from 0.9 × knee·C, where a full cache
+// can churn).
+func (x *exposition) collapse() { x.hit, x.workingSet = 0.2, 1.8*testCapacity }
+
+// recover is the way back to healthy().
+func (x *exposition) recover() { x.hit, x.workingSet = 0.95, testCapacity }
+
 // advance runs the deployment for d of its own time: 20k prompt tokens/s, 1.5 calls/s,
 // arrivalRate sessions/s in and 0.05 out.
 func (x *exposition) advance(d time.Duration) {

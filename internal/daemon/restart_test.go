@@ -24,7 +24,7 @@ func (e *env) intoIncident(d *Daemon) Status {
 		e.step(d)
 	}
 	require.Equal(e.t, detector.Healthy, d.StatusNow().Assessment.State)
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	s := e.stepUntil(d, 40, "incident cut", func(s Status) bool { return s.Policy.Target == testCut })
 	require.Equal(e.t, detector.Trapped, s.Assessment.State)
 	require.Equal(e.t, remediate.Incident, s.Policy.Mode)
@@ -151,7 +151,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 	require.NotNil(t, s.Paused)
 	assert.True(t, until.Equal(s.Paused.Until))
 	assert.Contains(t, s.Paused.Reason, "maintenance")
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	for range 20 {
 		e.step(d2)
 	}
@@ -185,7 +185,7 @@ func (e *env) killAtCut(d *Daemon, reached bool) {
 	for range 4 {
 		e.step(d)
 	}
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	e.gw.set(func(g *fakeGateway) {
 		g.onSetBudget = func(tokens int64, apply func()) {
 			if tokens != testCut {
@@ -387,7 +387,7 @@ func TestPausedStepsStillSaveState(t *testing.T) {
 	api := serveAPI(t, d1)
 	code, body := call(t, http.MethodPost, api.URL+"/api/v1/pause", testToken, `{"minutes": 60, "reason": "hands off"}`)
 	require.Equal(t, http.StatusOK, code, "%s", body)
-	e.dep.hit = 0.2
+	e.dep.collapse()
 	for range 20 {
 		e.step(d1)
 	}
