@@ -104,10 +104,58 @@ type budgetRequest struct {
 	Reason          string `json:"reason"`
 }
 
-// budgetValues is a budget before or after a change.
-type budgetValues struct {
+// BudgetValues is the admission budget before or after a change.
+type BudgetValues struct {
 	Budget          int64 `json:"budget_tokens"`
 	ReferenceBudget int64 `json:"reference_budget_tokens"`
+	CountOnly       bool  `json:"count_only"`
+}
+
+// BudgetAnswer is what PUT /admin/budget returns: the budget before and after, the sessions a
+// looser budget admitted from the queue at once, and what took effect, said plainly, because a
+// budget binds only once the working set passes the reference budget: a budget set under an
+// out-of-reach reference changes nothing yet, and the answer says so rather than nothing.
+type BudgetAnswer struct {
+	Before   BudgetValues `json:"before"`
+	After    BudgetValues `json:"after"`
+	Admitted []string     `json:"admitted"`
+	// Engaged: admission is holding new sessions back now (the working set is over the reference
+	// budget, or sessions are queued).
+	Engaged bool `json:"engaged"`
+	// WorkingSet is the working set when the budget changed, tokens.
+	WorkingSet int64 `json:"working_set_tokens"`
+	// Effect says in a sentence what the change does now, and why not when it does nothing yet.
+	Effect string `json:"effect"`
+}
+
+// budgetEffect explains a budget change: whether admission engages now and, if not, when.
+func budgetEffect(before, after admission.Snapshot, referenceGiven bool) string {
+	var b strings.Builder
+	if before.CountOnly {
+		b.WriteString("count-only mode ended: the gateway enforces a budget from now on")
+		if !referenceGiven {
+			fmt.Fprintf(&b, " (the reference budget is the budget, %d tokens, as none was given)", after.ReferenceBudget)
+		}
+		b.WriteString("; ")
+	}
+	switch {
+	case after.Engaged:
+		if after.WorkingSet > after.ReferenceBudget {
+			fmt.Fprintf(&b, "admission is engaged: the working set (%d tokens) is over the reference budget of %d tokens", after.WorkingSet, after.ReferenceBudget)
+		} else {
+			fmt.Fprintf(&b, "admission is engaged: %d sessions are queued", after.Queued)
+		}
+		fmt.Fprintf(&b, "; a new session starts only when its demand fits the budget of %d tokens next to the live sessions' %d tokens",
+			after.Budget, after.Reserved)
+	case after.Budget < after.ReferenceBudget:
+		fmt.Fprintf(&b, "admission is not engaged and the budget of %d tokens changes nothing yet: it binds only once the working set "+
+			"(now %d tokens) exceeds the reference budget of %d tokens; send reference_tokens to engage sooner",
+			after.Budget, after.WorkingSet, after.ReferenceBudget)
+	default:
+		fmt.Fprintf(&b, "admission is not engaged: it engages when the working set (now %d tokens) exceeds the reference budget of %d tokens",
+			after.WorkingSet, after.ReferenceBudget)
+	}
+	return b.String()
 }
 
 func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
@@ -144,20 +192,27 @@ func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
 	}
 	after := g.core.Snapshot(now, false)
 	if g.journal != nil {
-		g.journal.add(journalRecord{Op: opBudget, At: now, Budget: &after.Budget, ReferenceBudget: &after.ReferenceBudget})
+		g.journal.add(journalRecord{Op: opBudget, At: now, Budget: &after.Budget, ReferenceBudget: &after.ReferenceBudget,
+			CountOnly: &after.CountOnly})
 	}
 	admitted := admittedIDs(evs)
 	g.deliverLocked(evs)
 	g.mu.Unlock()
 	g.syncAdminChange("budget")
+	after = g.core.Snapshot(now, false) // with the admissions the change caused
+	effect := budgetEffect(before, after, req.ReferenceTokens != nil)
 	g.log.Info("budget changed", "reason", req.Reason,
 		"budget_tokens", fmt.Sprintf("%d → %d", before.Budget, after.Budget),
 		"reference_budget_tokens", fmt.Sprintf("%d → %d", before.ReferenceBudget, after.ReferenceBudget),
-		"admitted_from_queue", len(admitted))
-	writeJSON(w, http.StatusOK, map[string]any{
-		"before":   budgetValues{before.Budget, before.ReferenceBudget},
-		"after":    budgetValues{after.Budget, after.ReferenceBudget},
-		"admitted": admitted,
+		"count_only", fmt.Sprintf("%t → %t", before.CountOnly, after.CountOnly),
+		"admitted_from_queue", len(admitted), "effect", effect)
+	writeJSON(w, http.StatusOK, BudgetAnswer{
+		Before:     BudgetValues{before.Budget, before.ReferenceBudget, before.CountOnly},
+		After:      BudgetValues{after.Budget, after.ReferenceBudget, after.CountOnly},
+		Admitted:   admitted,
+		Engaged:    after.Engaged,
+		WorkingSet: after.WorkingSet,
+		Effect:     effect,
 	})
 }
 

@@ -147,6 +147,7 @@ func TestMetricsAfterAFewCalls(t *testing.T) {
 		`basin_gateway_budget_tokens`:                                     1,
 		`basin_gateway_reference_budget_tokens`:                           1,
 		`basin_gateway_affinity_enabled`:                                  0,
+		`basin_gateway_admission_count_only`:                              0,
 		`basin_gateway_working_set_tokens`:                                float64(s.WorkingSet),
 		`basin_gateway_reserved_tokens`:                                   float64(s.Reserved),
 		`basin_gateway_queue_wait_seconds_count`:                          1, // d waited in the queue
@@ -347,4 +348,65 @@ func TestStateQueueTail(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, r.status)
 		assert.Contains(t, string(r.body), `"param":"queue_tail"`)
 	}
+}
+
+// TestBudgetAnswerSaysWhatTookEffect: a budget change either engages admission or its answer says
+// plainly why it does not yet, and count-only mode is its own setting, shown in the state and the
+// metrics, that the first budget ends.
+func TestBudgetAnswerSaysWhatTookEffect(t *testing.T) {
+	t.Run("count only until the first budget, which engages", func(t *testing.T) {
+		up := newFakeUpstream(t, okJSON(1000, 10))
+		cfg := baseConfig(t, []string{up.URL}, func(c *Config) {
+			c.Admission.CountOnly, c.Admission.BudgetTokens = true, 0
+		})
+		h := start(t, cfg, nil)
+		for i := range 3 {
+			decodeCompletion(t, h.chat(fmt.Sprint("s", i), 5, nil))
+		}
+		h.settle()
+		s := h.state()
+		assert.True(t, s.CountOnly)
+		assert.False(t, s.Engaged)
+		assert.Equal(t, 3, s.Live)
+		got, _ := gather(t, h)
+		assert.Equal(t, 1.0, got["basin_gateway_admission_count_only"])
+
+		r := h.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100,"reason":"test: first budget"}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		var ans BudgetAnswer
+		require.NoError(t, json.Unmarshal(r.body, &ans))
+		assert.Equal(t, BudgetValues{CountOnly: true}, ans.Before)
+		assert.Equal(t, BudgetValues{Budget: 100, ReferenceBudget: 100}, ans.After)
+		assert.True(t, ans.Engaged)
+		assert.Equal(t, int64(3030), ans.WorkingSet)
+		assert.Contains(t, ans.Effect, "count-only mode ended")
+		assert.Contains(t, ans.Effect, "admission is engaged")
+		got, _ = gather(t, h)
+		assert.Equal(t, 0.0, got["basin_gateway_admission_count_only"])
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		newcomer := h.chatAsync(ctx, "newcomer", 5, nil)
+		h.waitQueued(1)
+		cancel()
+		<-newcomer
+	})
+	t.Run("a budget under an out-of-reach reference says it changes nothing yet", func(t *testing.T) {
+		up := newFakeUpstream(t, okJSON(1000, 10))
+		h := start(t, baseConfig(t, []string{up.URL}, func(c *Config) {
+			c.Admission.BudgetTokens, c.Admission.ReferenceBudgetTokens = 1_000_000_000_000, 0
+		}), nil)
+		decodeCompletion(t, h.chat("s", 5, nil))
+		h.settle()
+		r := h.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100,"reason":"test: manual"}`)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		var ans BudgetAnswer
+		require.NoError(t, json.Unmarshal(r.body, &ans))
+		assert.False(t, ans.Engaged)
+		assert.Equal(t, BudgetValues{Budget: 100, ReferenceBudget: 1_000_000_000_000}, ans.After)
+		assert.Contains(t, ans.Effect, "changes nothing yet")
+		assert.Contains(t, ans.Effect, "reference budget of 1000000000000 tokens")
+		assert.Contains(t, ans.Effect, "reference_tokens")
+		assert.Contains(t, h.log.String(), "changes nothing yet", "the log says it too")
+	})
 }

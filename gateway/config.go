@@ -99,7 +99,11 @@ type AdmissionConfig struct {
 	// Mode is "current" (default: a live session counts its current context) or "peak" (its
 	// predicted peak).
 	Mode string `yaml:"mode"`
-	// BudgetTokens is the budget B (required).
+	// CountOnly admits every session at once and only counts (working set, live sessions) until
+	// the first PUT /admin/budget sets a budget: how a gateway starts ahead of the basin daemon
+	// that sizes its budget. BudgetTokens and ReferenceBudgetTokens are left out with it.
+	CountOnly bool `yaml:"count_only"`
+	// BudgetTokens is the budget B (required unless CountOnly).
 	BudgetTokens int64 `yaml:"budget_tokens"`
 	// ReferenceBudgetTokens: admission engages when the working set exceeds it (default
 	// BudgetTokens).
@@ -231,12 +235,19 @@ func (c *Config) validate(root *yaml.Node) error {
 	if a.Mode != string(admission.ModeCurrent) && a.Mode != string(admission.ModePeak) {
 		bad(adm("mode"), "want current or peak, got %q", a.Mode)
 	}
-	if a.BudgetTokens <= 0 {
-		if yamlconf.LineOf(root, adm("budget_tokens")...) == 0 {
-			bad(adm("budget_tokens"), "required: the token budget B, > 0")
-		} else {
-			bad(adm("budget_tokens"), "must be > 0, got %d", a.BudgetTokens)
+	givenBudget := yamlconf.LineOf(root, adm("budget_tokens")...) != 0
+	switch {
+	case a.CountOnly:
+		for _, k := range []string{"budget_tokens", "reference_budget_tokens"} {
+			if yamlconf.LineOf(root, adm(k)...) != 0 {
+				bad(adm(k), "leave it out with count_only: true (the first PUT /admin/budget sets the budget), "+
+					"or set count_only: false to enforce a budget from the start")
+			}
 		}
+	case a.BudgetTokens <= 0 && !givenBudget:
+		bad(adm("budget_tokens"), "required: the token budget B, > 0 (or count_only: true to count until the daemon sets it)")
+	case a.BudgetTokens <= 0:
+		bad(adm("budget_tokens"), "must be > 0, got %d", a.BudgetTokens)
 	}
 	if a.ReferenceBudgetTokens < 0 {
 		bad(adm("reference_budget_tokens"), "must be ≥ 0, got %d", a.ReferenceBudgetTokens)
@@ -271,6 +282,7 @@ func (c *Config) admissionOptions() admission.Options {
 	a := c.Admission
 	return admission.Options{
 		Mode:            admission.Mode(a.Mode),
+		CountOnly:       a.CountOnly,
 		Budget:          a.BudgetTokens,
 		ReferenceBudget: a.ReferenceBudgetTokens,
 		TokensPerSecond: a.PriorityTokensPerSec,

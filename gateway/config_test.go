@@ -49,6 +49,11 @@ func TestParseConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"bad listen", ok + "listen: localhost\n", []string{"line 4", "listen", "host:port"}},
 		{"empty session headers", ok + "session_headers: []\n", []string{"line 4", "session_headers"}},
 		{"not YAML", "upstreams: [\n", []string{"line"}},
+		{"count only with a budget", "upstreams: [http://a:1]\nadmission:\n  count_only: true\n  budget_tokens: 1000000000000\n",
+			[]string{"line 4", "admission.budget_tokens: leave it out with count_only: true"}},
+		{"count only with a reference budget", "upstreams: [http://a:1]\nadmission:\n  count_only: true\n  reference_budget_tokens: 5\n",
+			[]string{"line 4", "admission.reference_budget_tokens: leave it out"}},
+		{"no budget names count_only", "upstreams: [http://a:1]\n", []string{"count_only: true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.yaml))
@@ -123,4 +128,23 @@ func TestNewFailsWithANamedCause(t *testing.T) {
 		assert.Contains(t, err.Error(), state)
 		assert.Contains(t, err.Error(), "corrupt")
 	})
+}
+
+func TestParseConfigCountOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		countOnly  bool
+		budget     int64
+	}{
+		{"count only needs no budget", "upstreams: [http://a:1]\nadmission: {count_only: true}\n", true, 0},
+		{"the old out-of-reach budget stays valid", "upstreams: [http://a:1]\nadmission: {budget_tokens: 1000000000000}\n",
+			false, 1_000_000_000_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tc.yaml))
+			require.NoError(t, err)
+			assert.Equal(t, tc.countOnly, c.Admission.CountOnly)
+			assert.Equal(t, tc.budget, c.Admission.BudgetTokens)
+		})
+	}
 }

@@ -352,9 +352,13 @@ func Run(ctx context.Context, o Options) error {
 	for _, u := range g.upstreams {
 		redacted = append(redacted, u.url.Redacted())
 	}
+	snap := g.core.Snapshot(g.now(), false)
 	g.log.Info("gateway serving", "addr", "http://"+ln.Addr().String(), "admin", "http://"+aln.Addr().String(),
-		"upstreams", redacted, "mode", g.cfg.Admission.Mode, "budget_tokens", g.core.Snapshot(g.now(), false).Budget,
-		"affinity", g.affinity.Load())
+		"upstreams", redacted, "mode", g.cfg.Admission.Mode, "budget_tokens", snap.Budget,
+		"reference_budget_tokens", snap.ReferenceBudget, "count_only", snap.CountOnly, "affinity", g.affinity.Load())
+	if snap.CountOnly {
+		g.log.Info("admission counts only: every session is admitted until PUT /admin/budget sets a budget")
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -181,8 +181,12 @@ func TestAdminBudgetChangeTakesEffectOnTheNextAdmission(t *testing.T) {
 
 	a := h.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":1,"reference_tokens":1,"reason":"test: tighten"}`)
 	require.Equal(t, http.StatusOK, a.status, "%s", a)
-	assert.JSONEq(t, `{"before":{"budget_tokens":1000000,"reference_budget_tokens":1000000},`+
-		`"after":{"budget_tokens":1,"reference_budget_tokens":1},"admitted":[]}`, string(a.body))
+	var ans BudgetAnswer
+	require.NoError(t, json.Unmarshal(a.body, &ans))
+	assert.Equal(t, BudgetValues{Budget: 1000000, ReferenceBudget: 1000000}, ans.Before)
+	assert.Equal(t, BudgetValues{Budget: 1, ReferenceBudget: 1}, ans.After)
+	assert.Equal(t, []string{}, ans.Admitted)
+	assert.True(t, ans.Engaged)
 	logs := h.log.String()
 	assert.Contains(t, logs, "test: tighten")
 	assert.Contains(t, logs, "1000000 → 1")

@@ -55,9 +55,10 @@ type journalRecord struct {
 	Upstream string `json:"upstream,omitempty"`
 	// ID is the ended session (end).
 	ID string `json:"id,omitempty"`
-	// Budget and ReferenceBudget are the admission budget after a change (budget).
+	// Budget, ReferenceBudget and CountOnly are the admission budget after a change (budget).
 	Budget          *int64 `json:"budget_tokens,omitempty"`
 	ReferenceBudget *int64 `json:"reference_budget_tokens,omitempty"`
+	CountOnly       *bool  `json:"count_only,omitempty"`
 	// Affinity is the affinity switch after a change (affinity).
 	Affinity *bool `json:"affinity_enabled,omitempty"`
 }
@@ -345,6 +346,7 @@ func applyRecord(r journalRecord, st *stateFile, live map[string]admission.LiveS
 			return errors.New("budget: budget_tokens and reference_budget_tokens required")
 		}
 		st.Admission.Budget, st.Admission.ReferenceBudget = *r.Budget, *r.ReferenceBudget
+		st.Admission.CountOnly = r.CountOnly != nil && *r.CountOnly
 	case opAffinity:
 		if r.Affinity == nil {
 			return errors.New("affinity: affinity_enabled required")

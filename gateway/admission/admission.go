@@ -43,7 +43,13 @@ const (
 type Options struct {
 	Mode Mode
 	// Budget B in tokens: what the live sessions' demands may add up to once admission engages.
+	// With CountOnly it may be 0: no budget yet.
 	Budget int64
+	// CountOnly admits every session at once and only counts (working set, live sessions, the
+	// queue stays empty) until SetBudget sets a budget: a gateway deployed ahead of the daemon
+	// that will size its budget. It replaces an out-of-reach budget, which admitted everything
+	// too but made a later budget below the reference budget silently change nothing.
+	CountOnly bool
 	// ReferenceBudget: admission engages when the working set exceeds it (0: Budget).
 	ReferenceBudget int64
 	// TokensPerSecond is r in p = arrival + peak/r (default 30, the paper's).
@@ -90,7 +96,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Mode != ModeCurrent && o.Mode != ModePeak {
 		errs = append(errs, fmt.Errorf("mode: %q, want current or peak", o.Mode))
 	}
-	if o.Budget <= 0 {
+	switch {
+	case o.CountOnly && o.Budget < 0:
+		errs = append(errs, fmt.Errorf("budget_tokens: must be ≥ 0, got %d", o.Budget))
+	case !o.CountOnly && o.Budget <= 0:
 		errs = append(errs, fmt.Errorf("budget_tokens: must be > 0, got %d", o.Budget))
 	}
 	if o.ReferenceBudget == 0 {
@@ -379,6 +388,9 @@ func (c *Core) quotaLocked(tenant string) int {
 
 // fitsLocked is the admission test for a candidate at the head of the queue.
 func (c *Core) fitsLocked(s *session) bool {
+	if c.mu.o.CountOnly {
+		return true // no budget yet: count only
+	}
 	if len(c.mu.live) == 0 {
 		return true // nothing live: admit even over budget, so the service makes progress
 	}
@@ -566,7 +578,9 @@ func (c *Core) Shed(now time.Time, count int, ids []string, reason string) []Eve
 }
 
 // SetBudget changes B (and, if reference > 0, the reference budget). A looser budget admits from
-// the queue at once; a tighter one never cuts a live session.
+// the queue at once; a tighter one never cuts a live session. It ends count-only mode: admission
+// engages past the reference budget from now on, which is the budget itself when the core was
+// counting only and no reference is given (there was no reference to keep).
 func (c *Core) SetBudget(now time.Time, budget, reference int64) ([]Event, error) {
 	if budget <= 0 {
 		return nil, fmt.Errorf("budget tokens: must be > 0, got %d", budget)
@@ -577,9 +591,13 @@ func (c *Core) SetBudget(now time.Time, budget, reference int64) ([]Event, error
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mu.o.Budget = budget
-	if reference > 0 {
+	switch {
+	case reference > 0:
 		c.mu.o.ReferenceBudget = reference
+	case c.mu.o.CountOnly:
+		c.mu.o.ReferenceBudget = budget
 	}
+	c.mu.o.CountOnly = false
 	return c.drainLocked(now), nil
 }
 

@@ -436,5 +436,66 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,
 		"basin_gateway_session_completions_total": 0, "basin_gateway_admissions_total{immediate}": 1,
 		"basin_gateway_admissions_total{queued}": 0, "basin_gateway_queue_oldest_wait_seconds": 1,
+		"basin_gateway_admission_count_only": 0,
 	}, got)
+}
+
+func TestCountOnly(t *testing.T) {
+	t.Run("admits everything and counts until a budget is set", func(t *testing.T) {
+		c := core(t, Options{CountOnly: true})
+		for i := range 20 {
+			d := c.Arrive(at(float64(i)), req(fmt.Sprint("s", i), 100_000, 500_000))
+			require.Equal(t, Admitted, d.Verdict, "session %d", i)
+		}
+		s := c.Snapshot(at(20), false)
+		assert.True(t, s.CountOnly)
+		assert.False(t, s.Engaged, "counting only is never engaged")
+		assert.Equal(t, int64(2_000_000), s.WorkingSet)
+		assert.Equal(t, int64(0), s.Budget, "no budget yet, none made up")
+		check(t, c)
+
+		_, err := c.SetBudget(at(21), 1_000_000, 0)
+		require.NoError(t, err)
+		s = c.Snapshot(at(21), false)
+		assert.False(t, s.CountOnly)
+		assert.Equal(t, int64(1_000_000), s.ReferenceBudget, "the reference is the budget when none was given")
+		assert.True(t, s.Engaged)
+		assert.Equal(t, Queued, c.Arrive(at(22), req("late", 100, 100)).Verdict, "the budget binds at once")
+		check(t, c)
+	})
+	t.Run("a reference given with the first budget is kept", func(t *testing.T) {
+		c := core(t, Options{CountOnly: true})
+		_, err := c.SetBudget(at(0), 1000, 5000)
+		require.NoError(t, err)
+		s := c.Snapshot(at(0), false)
+		assert.Equal(t, int64(5000), s.ReferenceBudget)
+		assert.False(t, s.CountOnly)
+	})
+	t.Run("survives a restart until a budget is set", func(t *testing.T) {
+		c := core(t, Options{CountOnly: true})
+		c.Arrive(at(0), req("a", 10, 10))
+		st := c.Export(at(1))
+		assert.True(t, st.CountOnly)
+		// A gateway restarted with a configured budget still counts only: nobody set one.
+		c2 := core(t, Options{Budget: 50})
+		require.NoError(t, c2.Restore(at(2), st))
+		assert.True(t, c2.Snapshot(at(2), false).CountOnly)
+		// And a budget set at runtime outlives a count-only config.
+		_, err := c.SetBudget(at(3), 700, 0)
+		require.NoError(t, err)
+		c3 := core(t, Options{CountOnly: true})
+		require.NoError(t, c3.Restore(at(4), c.Export(at(3))))
+		s := c3.Snapshot(at(4), false)
+		assert.False(t, s.CountOnly)
+		assert.Equal(t, int64(700), s.Budget)
+	})
+	t.Run("options", func(t *testing.T) {
+		assert.NoError(t, Options{CountOnly: true}.Validate())
+		err := Options{CountOnly: true, Budget: -1}.Validate()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "budget_tokens: must be ≥ 0")
+		err = Options{}.Validate()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "budget_tokens: must be > 0")
+	})
 }

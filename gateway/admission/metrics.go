@@ -13,6 +13,7 @@ type stateCollector struct {
 	affinityOn                                                    func() bool
 	live, inCall, queued, workingSet, reserved, budget, reference *prometheus.Desc
 	affinity, arrivals, completions, admissions, oldestWait       *prometheus.Desc
+	countOnly                                                     *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -39,6 +40,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		reserved:    d("basin_gateway_reserved_tokens", "Sum of the live sessions' demands on the budget (current contexts, or predicted peaks in peak mode)."),
 		budget:      d("basin_gateway_budget_tokens", "Admission budget B in tokens."),
 		reference:   d("basin_gateway_reference_budget_tokens", "Reference budget: admission engages when the working set exceeds it."),
+		countOnly:   d("basin_gateway_admission_count_only", "1 while the gateway admits every session and only counts, until a budget is set through the admin API (admission.count_only)."),
 		affinity:    d("basin_gateway_affinity_enabled", "1 when the gateway sets the sticky decode routing key on upstream requests."),
 		arrivals:    d("basin_gateway_session_arrivals_total", "New sessions that arrived (admitted, queued or refused)."),
 		completions: d("basin_gateway_session_completions_total", "Sessions that ended (explicitly or idle)."),
@@ -49,7 +51,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
-		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait} {
+		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly} {
 		ch <- d
 	}
 }
@@ -69,6 +71,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.reserved, float64(s.Reserved))
 	gauge(c.budget, float64(s.Budget))
 	gauge(c.reference, float64(s.ReferenceBudget))
+	countOnly := 0.0
+	if s.CountOnly {
+		countOnly = 1
+	}
+	gauge(c.countOnly, countOnly)
 	aff := 0.0
 	if c.affinityOn != nil && c.affinityOn() {
 		aff = 1

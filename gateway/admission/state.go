@@ -19,7 +19,10 @@ type QueuedSession struct {
 
 // Snapshot is the state of the core at one instant.
 type Snapshot struct {
-	Mode            Mode  `json:"mode"`
+	Mode Mode `json:"mode"`
+	// CountOnly: every session is admitted at once until a budget is set (Options.CountOnly);
+	// Budget and ReferenceBudget are 0 until then unless configured.
+	CountOnly       bool  `json:"count_only"`
 	Budget          int64 `json:"budget_tokens"`
 	ReferenceBudget int64 `json:"reference_budget_tokens"`
 	Reserved        int64 `json:"reserved_tokens"`
@@ -63,9 +66,9 @@ func (c *Core) SnapshotTail(now time.Time, tail int) Snapshot {
 }
 
 func (c *Core) snapshotLocked(now time.Time) Snapshot {
-	s := Snapshot{Mode: c.mu.o.Mode, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
+	s := Snapshot{Mode: c.mu.o.Mode, CountOnly: c.mu.o.CountOnly, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
 		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
-		Engaged: c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0, Counters: c.mu.counters,
+		Engaged: !c.mu.o.CountOnly && (c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0), Counters: c.mu.counters,
 		Queued: c.mu.queue.Len(), Queue: []QueuedSession{}}
 	for _, q := range c.mu.queue.Items() {
 		s.OldestWaitSeconds = max(s.OldestWaitSeconds, now.Sub(q.arrival).Seconds())
@@ -110,6 +113,8 @@ type LiveSession struct {
 // clients' connections died with the process, and their retries keep their place through the
 // retry memory.
 type State struct {
+	// CountOnly: no budget had been set (Options.CountOnly).
+	CountOnly       bool                 `json:"count_only,omitempty"`
 	Budget          int64                `json:"budget_tokens"`
 	ReferenceBudget int64                `json:"reference_budget_tokens"`
 	Live            []LiveSession        `json:"live"`
@@ -122,7 +127,7 @@ type State struct {
 func (c *Core) Export(now time.Time) State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := State{Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget, Retry: map[string]time.Time{},
+	st := State{CountOnly: c.mu.o.CountOnly, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget, Retry: map[string]time.Time{},
 		Shed: map[string]time.Time{}}
 	st.Live = c.liveLocked()
 	for id, m := range c.mu.retry {
@@ -176,11 +181,18 @@ func (c *Core) Restore(now time.Time, st State) error {
 	if len(c.mu.live) > 0 || c.mu.queue.Len() > 0 {
 		return fmt.Errorf("restore: core already has sessions")
 	}
-	if st.Budget > 0 {
+	switch {
+	case st.CountOnly:
+		// Saved before any budget was set: still none.
+		c.mu.o.CountOnly = true
+		c.mu.o.Budget, c.mu.o.ReferenceBudget = max(0, st.Budget), max(0, st.ReferenceBudget)
+	case st.Budget > 0:
+		// A budget set at runtime (the daemon's) outlives the configured one, count-only included.
+		c.mu.o.CountOnly = false
 		c.mu.o.Budget = st.Budget
-	}
-	if st.ReferenceBudget > 0 {
-		c.mu.o.ReferenceBudget = st.ReferenceBudget
+		if st.ReferenceBudget > 0 {
+			c.mu.o.ReferenceBudget = st.ReferenceBudget
+		}
 	}
 	for i, ls := range st.Live {
 		if ls.ID == "" {

@@ -158,14 +158,22 @@ type Budget struct {
 	BudgetTokens int64 `json:"budget_tokens"`
 	// ReferenceBudgetTokens is the working set past which admission engages.
 	ReferenceBudgetTokens int64 `json:"reference_budget_tokens"`
+	// CountOnly: no budget was set yet and every session was admitted (the gateway's
+	// admission.count_only); a budget change always ends it.
+	CountOnly bool `json:"count_only"`
 }
 
 // BudgetResult is what a budget change did. Admitted lists the queued sessions a looser budget let
-// in at once, so the caller can see the change take effect without polling the state.
+// in at once, so the caller can see the change take effect without polling the state. Engaged and
+// Effect say whether admission holds new sessions back now and, when the budget changes nothing
+// yet (the working set is under the reference budget), why.
 type BudgetResult struct {
-	Before   Budget   `json:"before"`
-	After    Budget   `json:"after"`
-	Admitted []string `json:"admitted"`
+	Before           Budget   `json:"before"`
+	After            Budget   `json:"after"`
+	Admitted         []string `json:"admitted"`
+	Engaged          bool     `json:"engaged"`
+	WorkingSetTokens int64    `json:"working_set_tokens"`
+	Effect           string   `json:"effect"`
 }
 
 // ShedResult is what a shed did: the sessions refused (their calls got 529), and the ones admitted
