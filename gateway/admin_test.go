@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -409,4 +410,91 @@ func TestBudgetAnswerSaysWhatTookEffect(t *testing.T) {
 		assert.Contains(t, ans.Effect, "reference_tokens")
 		assert.Contains(t, h.log.String(), "changes nothing yet", "the log says it too")
 	})
+}
+
+// snakeCase is what every key of the admin API's JSON looks like.
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// jsonKeys lists every object key in a JSON document with its path, recursively.
+func jsonKeys(t *testing.T, body []byte) []string {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(body, &v), "%s", body)
+	var out []string
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				out = append(out, path+"."+k)
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	walk("", v)
+	return out
+}
+
+func TestAdminJSONIsSnakeCase(t *testing.T) {
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	h := start(t, baseConfig(t, []string{up.URL}, func(c *Config) {
+		c.Admission.BudgetTokens = 1
+		c.TenantHeader = "x-tenant-id"
+	}), nil)
+	decodeCompletion(t, h.chat("live", 5, map[string]string{"x-tenant-id": "acme"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q1 := h.chatAsync(ctx, "queued-1", 5, map[string]string{"x-tenant-id": "acme"})
+	q2 := h.chatAsync(ctx, "queued-2", 5, nil)
+	h.waitQueued(2)
+
+	answers := map[string][]byte{}
+	get := func(name, method, path, body string, want int) {
+		r := h.adminDo(method, path, testToken, body)
+		require.Equal(t, want, r.status, "%s: %s", name, r)
+		answers[name] = r.body
+	}
+	get("state", http.MethodGet, "/admin/state", "", http.StatusOK)
+	get("state tail", http.MethodGet, "/admin/state?queue_tail=1", "", http.StatusOK)
+	get("shed", http.MethodPost, "/admin/shed", `{"session_ids":["queued-2"],"reason":"test"}`, http.StatusOK)
+	get("budget", http.MethodPut, "/admin/budget", `{"tokens":2,"reason":"test"}`, http.StatusOK)
+	get("affinity", http.MethodPut, "/admin/affinity", `{"enabled":true,"reason":"test"}`, http.StatusOK)
+	get("bad field", http.MethodPut, "/admin/budget", `{"tokens":"many","reason":"test"}`, http.StatusBadRequest)
+	r := h.adminDo(http.MethodGet, "/admin/state", "wrong", "")
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	answers["unauthorized"] = r.body
+
+	for name, body := range answers {
+		keys := jsonKeys(t, body)
+		require.NotEmpty(t, keys, name)
+		for _, k := range keys {
+			last := k[strings.LastIndex(k, ".")+1:]
+			assert.Regexp(t, snakeCase, last, "%s: key %s", name, k)
+		}
+	}
+	// The populated state really has the counters, a live session and a queued one with a tenant.
+	state := strings.Join(jsonKeys(t, answers["state"]), " ")
+	for _, k := range []string{".counters.admitted_at_once", ".sessions[0].context_tokens", ".queue[0].tenant", ".upstreams[0].url"} {
+		assert.Contains(t, state, k)
+	}
+	cancel()
+	<-q1
+	<-q2
+}
+
+func TestAdminStateListsNoSessionsAsEmpty(t *testing.T) {
+	h := start(t, baseConfig(t, []string{"http://127.0.0.1:1"}, nil), nil)
+	r := h.adminDo(http.MethodGet, "/admin/state", testToken, "")
+	require.Equal(t, http.StatusOK, r.status)
+	var v map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(r.body, &v))
+	assert.Equal(t, "[]", string(v["sessions"]), "no live session is an empty list, not null")
+	assert.Equal(t, "[]", string(v["queue"]))
+	r = h.adminDo(http.MethodGet, "/admin/state?queue_tail=3", testToken, "")
+	require.NoError(t, json.Unmarshal(r.body, &v))
+	assert.Equal(t, "null", string(v["sessions"]), "with queue_tail the live sessions are not listed")
 }

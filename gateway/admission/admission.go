@@ -264,17 +264,17 @@ type Core struct {
 	}
 }
 
-// Counters are cumulative, for metrics.
+// Counters are cumulative, for metrics and the admin API (snake_case there, as every admin field).
 type Counters struct {
-	Arrivals          uint64
-	AdmittedAtOnce    uint64
-	AdmittedFromQueue uint64
-	Queued            uint64
-	OverQuota         uint64
-	Refused           uint64
-	Shed              uint64
-	Cancelled         uint64
-	Ended             uint64
+	Arrivals          uint64 `json:"arrivals"`
+	AdmittedAtOnce    uint64 `json:"admitted_at_once"`
+	AdmittedFromQueue uint64 `json:"admitted_from_queue"`
+	Queued            uint64 `json:"queued"`
+	OverQuota         uint64 `json:"over_quota"`
+	Refused           uint64 `json:"refused"`
+	Shed              uint64 `json:"shed"`
+	Cancelled         uint64 `json:"cancelled"`
+	Ended             uint64 `json:"ended"`
 }
 
 // New returns a Core, or an error naming every bad option.

@@ -36,8 +36,9 @@ type Snapshot struct {
 	// OldestWaitSeconds is how long the longest-waiting of them has waited.
 	Queued            int     `json:"queued_sessions"`
 	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
-	// Sessions lists the live sessions (with the queue listing only).
-	Sessions []LiveSession   `json:"sessions,omitempty"`
+	// Sessions lists the live sessions ([] when none) with the full listing; nil (null in JSON)
+	// when not listed (SnapshotTail, or Snapshot without the queue).
+	Sessions []LiveSession   `json:"sessions"`
 	Queue    []QueuedSession `json:"queue"`
 	Counters Counters        `json:"counters"`
 }

@@ -224,6 +224,28 @@ func TestStateRoundTrip(t *testing.T) {
 	assert.True(t, strings.HasPrefix(v.Upstreams[0].URL, "http://127.0.0.1:"), v.Upstreams[0].URL)
 }
 
+// TestStateReadsTheSnakeCaseAPI reads a state as the gateway writes it, every key snake_case.
+func TestStateReadsTheSnakeCaseAPI(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"mode":"current","count_only":true,"budget_tokens":0,"reference_budget_tokens":0,`+
+			`"live_sessions":0,"sessions":[],"queue":[],"counters":{"arrivals":7,"admitted_at_once":5,`+
+			`"admitted_from_queue":1,"queued":2,"over_quota":1,"refused":0,"shed":1,"cancelled":0,"ended":4}}`)
+	}))
+	t.Cleanup(ts.Close)
+	c, err := client.New(client.Options{BaseURL: ts.URL, Token: "t"})
+	require.NoError(t, err)
+	v, err := c.State(context.Background())
+	require.NoError(t, err)
+	assert.True(t, v.CountOnly)
+	assert.Equal(t, uint64(7), v.Counters.Arrivals)
+	assert.Equal(t, uint64(5), v.Counters.AdmittedAtOnce)
+	assert.Equal(t, uint64(1), v.Counters.AdmittedFromQueue)
+	assert.Equal(t, uint64(1), v.Counters.OverQuota)
+	assert.Equal(t, uint64(4), v.Counters.Ended)
+	assert.NotNil(t, v.Sessions)
+}
+
 func TestSetBudgetChangesTheBudget(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
@@ -240,6 +262,8 @@ func TestSetBudgetChangesTheBudget(t *testing.T) {
 			assert.Equal(t, client.Budget{BudgetTokens: 1000000, ReferenceBudgetTokens: 1000000}, r.Before)
 			assert.Equal(t, client.Budget{BudgetTokens: tc.wantBudget, ReferenceBudgetTokens: tc.wRef}, r.After)
 			assert.Empty(t, r.Admitted)
+			assert.False(t, r.Engaged, "nothing is live")
+			assert.Contains(t, r.Effect, "admission is not engaged")
 
 			v, err := c.State(context.Background())
 			require.NoError(t, err)
