@@ -15,6 +15,10 @@
 // that Alertmanager delivers it to the daemon and to Slack, and that the alerts resolve once the
 // deployment is out of the trap.
 //
+// TestFirstHourQuiet is an operator's first hour with the same processes but no Prometheus: an
+// acting daemon over an idle deployment that then sees four tiny sessions of one call each. It
+// must not call a handful of first calls' misses a trap, nor a quiet deployment blind.
+//
 // The deployment runs S times faster than the wall clock, so every duration that is meant in the
 // deployment's time is divided by S: the daemon's (clock_speed), the gateway's idle timeout, and
 // the rules' for: durations, range windows and offsets (scaleRules). Thresholds stay as written.

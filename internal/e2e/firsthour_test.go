@@ -1,0 +1,169 @@
+//go:build unix
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// firstHourSpeed is the simulated deployment's seconds per wall second in TestFirstHourQuiet.
+const firstHourSpeed = 10
+
+// firstHourStatus is the part of the daemon's status the test reads.
+type firstHourStatus struct {
+	Assessment struct {
+		State       string   `json:"state"`
+		Blind       []string `json:"blind"`
+		Reasons     []string `json:"reasons"`
+		HitEvidence struct {
+			Enough bool `json:"enough"`
+		} `json:"hit_evidence"`
+	} `json:"assessment"`
+	Policy struct {
+		Mode string `json:"mode"`
+	} `json:"policy"`
+}
+
+// TestFirstHourQuiet is an operator's first hour, as processes on 127.0.0.1: `basin sim serve`
+// as the engine, `basin gateway` in front of it with its budget out of reach, and an *acting*
+// `basin daemon` with the deployment's calibration, all started with no traffic; then two tiny
+// sessions ("hi", three tokens out, one call each) and two more a little later, then nothing. Every call is a first call's miss and the
+// windows hold a handful of prompt tokens, so the hit rate reads 0.00 — which once took the
+// daemon from healthy to trapped within 40 s and made it cut the budget. The daemon must stay out
+// of drifting and trapped and out of incident mode, and once the traffic is gone it is quiet, not
+// blind, and ready.
+func TestFirstHourQuiet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: builds basin and runs a simulated deployment, the gateway and the daemon for about 40 s")
+	}
+	if raceEnabled {
+		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
+	}
+	began := time.Now()
+	ctx := t.Context()
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	basin := filepath.Join(dir, "basin")
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err)
+	run(t, root, 2*time.Minute, goBin, "build", "-o", basin, "./cmd/basin")
+	run(t, dir, time.Minute, basin, "calibrate", "--scenario", scenarioDeployment, "-o", "calibration.json")
+	t.Logf("%.1fs built and calibrated", time.Since(began).Seconds())
+
+	free := freeAddrs(t, 4)
+	simAddr, gwAddr, gwAdmin, daemonAddr := free[0], free[1], free[2], free[3]
+	const daemonToken, adminToken = "first-hour-daemon-token", "first-hour-admin-token"
+	writeTestFile(t, dir, "daemon-token", daemonToken+"\n")
+	writeTestFile(t, dir, "admin-token", adminToken+"\n")
+	writeTestFile(t, dir, "gateway.yaml", fmt.Sprintf(`listen: %s
+admin_listen: %s
+admin_token_file: admin-token
+upstreams: ["http://%s"]
+admission:
+  budget_tokens: 1000000000000
+`, gwAddr, gwAdmin, simAddr))
+	writeTestFile(t, dir, "daemon.yaml", fmt.Sprintf(`deployment: first-hour
+listen: %s
+token_file: daemon-token
+data_dir: daemon-data
+dry_run: false
+clock_speed: %d
+calibration: calibration.json
+collector:
+  targets:
+    - {name: prefill-0, url: "http://%[3]s/metrics/prefill-0", role: prefill, dialect: sglang}
+    - {name: decode-0, url: "http://%[3]s/metrics/decode-0", role: decode, dialect: sglang}
+    - {name: gateway, url: "http://%[4]s/metrics", role: gateway, dialect: basin-gateway}
+gateway:
+  admin_url: "http://%[4]s"
+  token_file: admin-token
+cron: {daily_summary: "-", knee_reestimate: "-"}
+`, daemonAddr, firstHourSpeed, simAddr, gwAdmin))
+
+	ps := newProcs(t, dir)
+	sim := ps.start("sim", basin, "sim", "serve", "--scenario", scenarioDeployment, "--speed", strconv.Itoa(firstHourSpeed), "--listen", simAddr)
+	gw := ps.start("gateway", basin, "gateway", "--config", "gateway.yaml")
+	daemon := ps.start("daemon", basin, "daemon", "--config", "daemon.yaml")
+	all := []*proc{sim, gw, daemon}
+	for name, u := range map[string]string{
+		"sim": "http://" + simAddr + "/healthz", "gateway": "http://" + gwAdmin + "/healthz", "daemon": "http://" + daemonAddr + "/readyz",
+	} {
+		mustWaitFor(t, time.Now().Add(30*time.Second), name+" ready", all, func() (bool, string) { return ready(ctx, u) })
+	}
+
+	// Every status the daemon reports from here on, polled well inside its step (5 s of the
+	// deployment's time, half a second here).
+	var seen []firstHourStatus
+	poll := func(d time.Duration) {
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			alive(t, all...)
+			var st firstHourStatus
+			if err := getJSON(ctx, "http://"+daemonAddr+"/api/v1/status", "", &st); err == nil {
+				seen = append(seen, st)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	poll(3 * time.Second) // 30 s of an idle deployment
+
+	// Two tiny sessions of one call each, then two more 100 s later: every call a first call.
+	chat := func(session string) {
+		body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+gwAddr+"/v1/chat/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-Id", session)
+		resp, err := httpClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	}
+	for i := range 2 {
+		chat(fmt.Sprintf("first-hour-%d-a", i))
+		chat(fmt.Sprintf("first-hour-%d-b", i))
+		poll(10 * time.Second)
+	}
+	// Then nothing for another 100 s of the deployment's time: the sessions idle, the hit rate of
+	// no tokens goes stale.
+	poll(10 * time.Second)
+
+	require.NotEmpty(t, seen)
+	var states, modes []string
+	for _, st := range seen {
+		if len(states) == 0 || states[len(states)-1] != st.Assessment.State {
+			states = append(states, st.Assessment.State)
+		}
+		if len(modes) == 0 || modes[len(modes)-1] != st.Policy.Mode {
+			modes = append(modes, st.Policy.Mode)
+		}
+	}
+	assert.NotContains(t, states, "trapped", "states: %v", states)
+	assert.NotContains(t, states, "drifting", "states: %v", states)
+	assert.NotContains(t, modes, "incident", "policy modes: %v", modes)
+	last := seen[len(seen)-1]
+	assert.Empty(t, last.Assessment.Blind, "quiet is not blind: %q", last.Assessment.Reasons)
+	assert.False(t, last.Assessment.HitEvidence.Enough, "a handful of tokens is no hit-rate reading")
+	ok, why := ready(ctx, "http://"+daemonAddr+"/readyz")
+	assert.True(t, ok, "ready while quiet: %s", why)
+	if t.Failed() {
+		var b bytes.Buffer
+		for _, r := range last.Assessment.Reasons {
+			fmt.Fprintln(&b, "  ", r)
+		}
+		t.Logf("last reasons:\n%s", b.String())
+	}
+}
