@@ -21,26 +21,185 @@ type Env struct {
 	Stdout, Stderr io.Writer
 	// Getenv reads the environment (os.Getenv in production).
 	Getenv func(string) string
+
+	// path and doc are the command being run ("sim run") and its help; the dispatcher sets them so
+	// that newFlags can answer --help for every command the same way.
+	path string
+	doc  help
 }
 
-type command struct {
+// help is what `basin … --help` prints for a command: what it does, how it is called, examples.
+// Every command and group has one; TestEveryCommandHasHelp fails if one lacks a summary or an
+// example.
+type help struct {
+	// summary is one line: what the command does, also shown in its parent's command list.
 	summary string
-	run     func(ctx context.Context, env Env, args []string) error
+	// usage is the synopsis after the command's path, e.g. "--scenario S [flags]".
+	usage string
+	// detail is more prose: inputs, outputs and why (optional).
+	detail string
+	// examples are complete invocations, each starting with "basin <path>".
+	examples []string
 }
 
-func commands() map[string]command {
-	return map[string]command{
-		"sim":       {"simulate a deployment: run, compare, curve, serve", runSim},
-		"trace":     {"agent-session traces: import", runTrace},
-		"demo":      {"show the cache-pressure trap: a healthy and a spike run side by side", runDemo},
-		"predictor": {"the gateway's peak-context predictor: train", runPredictor},
-		"loadgen":   {"drive a scenario's agent sessions over the OpenAI API against an endpoint", runLoadgen},
-		"gateway":   {"the session-admission gateway in front of the engines", runGateway},
-		"daemon":    {"collect, detect and remediate against a live deployment (the gateway, engines, Alertmanager, Slack)", runDaemon},
-		"risk":      {"which limit a deployment reaches first: the cache knee or decode memory", runRisk},
-		"calibrate": {"measure a deployment's knee by step load (simulated, or a live endpoint)", runCalibrate},
-		"version":   {"print the version", runVersion},
+// command is a node of the command tree: a leaf with run, or a group with subs.
+type command struct {
+	help
+	run  func(ctx context.Context, env Env, args []string) error
+	subs map[string]command
+}
+
+// root is the command tree. Help texts live here, next to the dispatch, so that a command cannot
+// be added without them (the test walks this tree).
+func root() command {
+	leaf := func(f func(Env, []string) error) func(context.Context, Env, []string) error {
+		return func(_ context.Context, env Env, args []string) error { return f(env, args) }
 	}
+	return command{help: help{
+		summary: "keep LLM agent-serving deployments out of the cache-pressure trap",
+		usage:   "<command> [arguments]",
+		examples: []string{
+			"basin demo",
+			"basin sim run --scenario paper-1p1d-h100-spike",
+			"basin gateway --config gateway.yaml",
+		},
+	}, subs: map[string]command{
+		"sim": {help: help{
+			summary: "simulate a deployment: run, compare, curve, serve, and the figures in docs/results.md",
+			usage:   "<command> [flags]",
+			detail: "The simulator plays a prefill/decode deployment serving agent sessions, in virtual time (an hour\n" +
+				"in well under a second) or over HTTP at an accelerated wall clock (serve).",
+			examples: []string{"basin sim run --scenario paper-1p1d-h100-spike", "basin sim compare --scenario paper-1p1d-h100-spike"},
+		}, subs: map[string]command{
+			"run": {help: help{
+				summary: "run one scenario in virtual time and print goodput, hit rate, TTFT and what the detector saw",
+				usage:   "--scenario S [flags]",
+				detail: "Without --calibration the scenario's deployment is step-loaded first (well under a second) to\n" +
+					"give the detector its knee. --json prints the whole result; --timeline writes one CSV row per minute.",
+				examples: []string{"basin sim run --scenario paper-1p1d-h100-spike",
+					"basin sim run --scenario paper-1p1d-h100-spike --policy basin --json --timeline out.csv"},
+			}, run: leaf(simRun)},
+			"compare": {help: help{
+				summary: "run a scenario under several policies (engine baselines and basin's) side by side",
+				usage:   "--scenario S [flags]",
+				examples: []string{"basin sim compare --scenario paper-1p1d-h100-spike",
+					"basin sim compare --scenario paper-1p1d-h100-spike --policies none,basin --json"},
+			}, run: leaf(simCompare)},
+			"curve": {help: help{
+				summary: "measure the completion curve X(N) and the fluid model's equilibria (the basin edge)",
+				usage:   "--scenario S [flags]",
+				examples: []string{"basin sim curve --scenario paper-1p1d-h100",
+					"basin sim curve --scenario paper-1p1d-h100 -n 10,40,80 --json"},
+			}, run: leaf(simCurve)},
+			"fidelity": {help: help{
+				summary:  "check the simulator against the Basin paper's observations (a)–(e) over seeds",
+				usage:    "[flags]",
+				examples: []string{"basin sim fidelity --seeds 10", "basin sim fidelity --seeds 10 --markdown > docs/fidelity.md"},
+			}, run: leaf(simFidelity)},
+			"serve": {help: help{
+				summary: "serve a simulated deployment over HTTP: the OpenAI API, per-instance SGLang-named /metrics, lending switch",
+				usage:   "--scenario S [flags]",
+				detail:  "Runs on the wall clock at --speed until interrupted; point the gateway, basin loadgen or basin calibrate at it.",
+				examples: []string{"basin sim serve --scenario paper-1p1d-h100 --speed 60 --listen 127.0.0.1:8000",
+					"basin sim serve --scenario paper-1p1d-h100-spike --traffic scenario"},
+			}, run: simServe},
+			"riskgrid": {help: help{
+				summary:  "validate the risk rule on the 36-deployment grid against what the simulator runs into first",
+				usage:    "[flags]",
+				examples: []string{"basin sim riskgrid", "basin sim riskgrid --markdown --seed 1"},
+			}, run: leaf(simRiskGrid)},
+			"detect": {help: help{
+				summary:  "the detector against conventional utilisation alerts over seeds of the spike scenarios",
+				usage:    "[flags]",
+				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown"},
+			}, run: leaf(simDetect)},
+			"matrix": {help: help{
+				summary:  "every policy on the scenario matrix, over seeds",
+				usage:    "[flags]",
+				examples: []string{"basin sim matrix --seeds 3", "basin sim matrix --seeds 3 --markdown"},
+			}, run: leaf(simMatrix)},
+		}},
+		"trace": {help: help{
+			summary:  "agent-session traces: import",
+			usage:    "<command> [flags]",
+			examples: []string{"basin trace import --format tracelab -o session.jsonl round_trace.jsonl"},
+		}, subs: map[string]command{
+			"import": {help: help{
+				summary: "convert a recorded agent-session trace into basin's trace format and print per-session statistics",
+				usage:   "[--format tracelab|basin] [-o OUT.jsonl] IN.jsonl",
+				detail: "IN is a JSON-lines file. With --format tracelab (the default) it is a normalized round trace of\n" +
+					"the TraceLab project (github.com/uw-syfi/TraceLab; real Claude Code and Codex sessions, one row per\n" +
+					"model round, e.g. its round_trace.jsonl). With --format basin it is basin's own trace format, as\n" +
+					"written by this command or by the gateway's record.path, and is checked and re-written.\n" +
+					"The trace goes to -o (or stdout); the statistics to stdout when -o is set, else to stderr.",
+				examples: []string{"basin trace import --format tracelab -o session.jsonl round_trace.jsonl",
+					"basin trace import --format basin recorded.jsonl > /dev/null"},
+			}, run: leaf(traceImport)},
+		}},
+		"demo": {help: help{
+			summary: "show the cache-pressure trap: a spike without basin and with basin acting, side by side",
+			usage:   "[flags]",
+			detail: "Plays a spike scenario on three simulated deployments on loopback, each behind a real gateway:\n" +
+				"without the spike, with it and the daemon in dry run, with it and the daemon acting. Prints the\n" +
+				"status pages, what the daemons saw and did, and a table. Ctrl-C prints what was measured so far.",
+			examples: []string{"basin demo", "basin demo --speed 60 --dir demo-files"},
+		}, run: runDemo},
+		"predictor": {help: help{
+			summary:  "the gateway's peak-context predictor: train",
+			usage:    "<command> [flags]",
+			examples: []string{"basin predictor train --traces recorded.jsonl -o model.json"},
+		}, subs: map[string]command{
+			"train": {help: help{
+				summary: "fit the peak-context predictor on recorded sessions and report how well it ranks held-out ones",
+				usage:   "--traces T.jsonl -o MODEL.json [flags]",
+				examples: []string{"basin predictor train --traces recorded.jsonl -o model.json",
+					"basin predictor train --traces round_trace.jsonl --format tracelab -o model.json"},
+			}, run: leaf(predictorTrain)},
+		}},
+		"loadgen": {help: help{
+			summary: "drive a scenario's agent sessions over the OpenAI API against an endpoint and report goodput",
+			usage:   "--target URL --scenario S [flags]",
+			detail: "The endpoint may be the gateway, basin sim serve or a real engine. The report (JSON) goes to\n" +
+				"stdout; progress to stderr. Ctrl-C stops the run and prints the partial report.",
+			examples: []string{"basin loadgen --target http://127.0.0.1:8080 --scenario paper-1p1d-h100-spike --speed 60",
+				"basin loadgen --target http://127.0.0.1:8080 --scenario my-workload.yaml --speed 1 --api-key-env OPENAI_API_KEY"},
+		}, run: runLoadgen},
+		"gateway": {help: help{
+			summary:  "serve the session-admission gateway in front of the engines until interrupted",
+			usage:    "--config gateway.yaml [flags]",
+			detail:   "gateway/testdata/gateway.example.yaml has every key explained; the admin token comes from the environment.",
+			examples: []string{"basin gateway --config gateway.yaml", "basin gateway --config gateway.yaml --log-level debug"},
+		}, run: runGateway},
+		"daemon": {help: help{
+			summary:  "collect, detect and remediate against a live deployment (the gateway, engines, Alertmanager, Slack)",
+			usage:    "--config daemon.yaml [flags]",
+			detail:   "examples/daemon.yaml is an annotated config. Start with --dry-run to see what it would do.",
+			examples: []string{"basin daemon --config daemon.yaml --dry-run", "basin daemon --config daemon.yaml"},
+		}, run: runDaemon},
+		"risk": {help: help{
+			summary: "which limit a deployment reaches first: the cache knee (the trap) or decode memory",
+			usage:   "--scenario S | --metrics role=URL,… [flags]",
+			detail: "From a scenario, or live from the engines' and the gateway's metrics. The engines alone give the\n" +
+				"cache capacity and the working set at the knee; the limits in sessions and which binds first need\n" +
+				"the gateway's metrics (live sessions, sessions in a call).",
+			examples: []string{"basin risk --scenario paper-1p1d-h100",
+				"basin risk --metrics prefill=http://p:30000/metrics,decode=http://d:30001/metrics,gateway=http://127.0.0.1:8081/metrics --calibration calibration.json"},
+		}, run: runRisk},
+		"calibrate": {help: help{
+			summary: "measure a deployment's knee by step load (simulated, or a live endpoint) and write calibration.json",
+			usage:   "--scenario S [--target URL --metrics role=URL,…] [flags]",
+			detail: "With --scenario only, the simulated deployment is step-loaded in virtual time. With --target,\n" +
+				"agent sessions are sent at rising arrival rates to a live endpoint while its metrics are scraped;\n" +
+				"progress goes to stderr, and Ctrl-C writes the points measured so far next to -o (<name>.partial.json).",
+			examples: []string{"basin calibrate --scenario paper-1p1d-h100 -o calibration.json",
+				"basin calibrate --target http://127.0.0.1:8080 --metrics prefill=http://p:30000/metrics,decode=http://d:30001/metrics,gateway=http://127.0.0.1:8081/metrics --scenario paper-1p1d-h100"},
+		}, run: runCalibrate},
+		"version": {help: help{
+			summary:  "print the version (also: basin --version)",
+			usage:    "",
+			examples: []string{"basin version"},
+		}, run: runVersion},
+	}}
 }
 
 // errUsage marks an error whose message is a usage text; it exits 2.
@@ -53,31 +212,52 @@ func Main() int {
 	return Run(ctx, Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, os.Args[1:])
 }
 
-// Run runs one basin command and returns its exit code: 0 ok, 1 failure, 2 bad usage.
+// isHelp says whether an argument asks for help.
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }
+
+// Run runs one basin command and returns its exit code: 0 ok, 1 failure, 2 bad usage. Help asked
+// for goes to stdout; usage after a mistake to stderr.
 func Run(ctx context.Context, env Env, args []string) int {
 	if env.Getenv == nil {
 		env.Getenv = func(string) string { return "" }
 	}
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(env.Stderr, cmds)
-		if len(args) == 0 {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
+	}
+	if len(args) > 1 && args[0] == "help" { // basin help sim run
+		args = append(args[1:], "--help")
+	}
+	cmd, path := root(), []string(nil)
+	for cmd.subs != nil {
+		name := strings.Join(append([]string{"basin"}, path...), " ")
+		switch {
+		case len(args) == 0:
+			printGroupHelp(env.Stderr, path, cmd)
+			if len(path) == 0 {
+				return 2
+			}
+			fmt.Fprintf(env.Stderr, "%s: missing command\n", name)
+			return 2
+		case isHelp(args[0]):
+			printGroupHelp(env.Stdout, path, cmd)
+			return 0
+		}
+		sub, ok := cmd.subs[args[0]]
+		if !ok {
+			fmt.Fprintf(env.Stderr, "%s: unknown command %q\n", name, args[0])
+			printGroupHelp(env.Stderr, path, cmd)
 			return 2
 		}
-		return 0
+		cmd, path, args = sub, append(path, args[0]), args[1:]
 	}
-	c, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(env.Stderr, "basin: unknown command %q\n", args[0])
-		usage(env.Stderr, cmds)
-		return 2
-	}
-	if err := c.run(ctx, env, args[1:]); err != nil {
+	env.path, env.doc = strings.Join(path, " "), cmd.help
+	if err := cmd.run(ctx, env, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(env.Stderr, "basin %s: %v\n", args[0], err)
+		fmt.Fprintf(env.Stderr, "basin %s: %v\n", env.path, err)
 		if errors.Is(err, errUsage) {
+			fmt.Fprintf(env.Stderr, "run 'basin %s --help' for its flags and examples\n", env.path)
 			return 2
 		}
 		return 1
@@ -85,22 +265,59 @@ func Run(ctx context.Context, env Env, args []string) int {
 	return 0
 }
 
-func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "usage: basin <command> [arguments]\n\ncommands:")
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
+// printGroupHelp lists a group's commands with their summaries, and its examples.
+func printGroupHelp(w io.Writer, path []string, c command) {
+	name := strings.Join(append([]string{"basin"}, path...), " ")
+	fmt.Fprintf(w, "%s — %s\n\nusage: %s %s\n", name, c.summary, name, c.usage)
+	if c.detail != "" {
+		fmt.Fprintf(w, "\n%s\n", c.detail)
+	}
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(c.subs))
+	for n := range c.subs {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", n, c.subs[n].summary)
+	}
+	printExamples(w, c.examples)
+	fmt.Fprintf(w, "\nRun '%s <command> --help' for a command's flags and examples.\n", name)
+}
+
+func printExamples(w io.Writer, examples []string) {
+	fmt.Fprintln(w, "\nexamples:")
+	for _, e := range examples {
+		fmt.Fprintf(w, "  %s\n", e)
 	}
 }
 
-// newFlags makes a flag set that reports errors instead of exiting.
-func newFlags(env Env, name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("basin "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+// printLeafHelp writes a command's help: what it does, the synopsis, examples, and its flags.
+func printLeafHelp(w io.Writer, path string, h help, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "basin %s — %s\n\nusage: %s\n", path, h.summary, strings.TrimSpace("basin "+path+" "+h.usage))
+	if h.detail != "" {
+		fmt.Fprintf(w, "\n%s\n", h.detail)
+	}
+	printExamples(w, h.examples)
+	fmt.Fprintln(w, "\nflags:")
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		fmt.Fprintln(w, "  (none)")
+		return
+	}
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// newFlags makes the running command's flag set. It reports errors instead of exiting, and prints
+// nothing itself: parse turns -h/--help into the command's help on stdout, and a bad flag into a
+// usage error that Run prints once.
+func newFlags(env Env) *flag.FlagSet {
+	fs := flag.NewFlagSet("basin "+env.path, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() { printLeafHelp(env.Stdout, env.path, env.doc, fs) }
 	return fs
 }
 
@@ -119,7 +336,7 @@ func parse(fs *flag.FlagSet, args []string, positional int) error {
 }
 
 func runVersion(_ context.Context, env Env, args []string) error {
-	fs := newFlags(env, "version")
+	fs := newFlags(env)
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -136,24 +353,4 @@ func runVersion(_ context.Context, env Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "basin %s\n", strings.TrimSpace(v))
 	return nil
-}
-
-func subcommand(env Env, group string, args []string, subs map[string]func([]string) error) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		names := make([]string, 0, len(subs))
-		for n := range subs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		fmt.Fprintf(env.Stderr, "usage: basin %s <%s> [flags]\n", group, strings.Join(names, "|"))
-		if len(args) == 0 {
-			return fmt.Errorf("%w: missing subcommand", errUsage)
-		}
-		return flag.ErrHelp
-	}
-	f, ok := subs[args[0]]
-	if !ok {
-		return fmt.Errorf("%w: unknown subcommand %q", errUsage, args[0])
-	}
-	return f(args[1:])
 }

@@ -38,8 +38,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, 2, "usage: basin"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"sim"}, 2, "missing subcommand"},
-		{[]string{"sim", "fly"}, 2, `unknown subcommand "fly"`},
+		{[]string{"sim"}, 2, "basin sim: missing command"},
+		{[]string{"sim", "fly"}, 2, `basin sim: unknown command "fly"`},
 		{[]string{"sim", "run"}, 2, "--scenario is required"},
 		{[]string{"sim", "run", "--scenario", "paper-1p1d-h100", "--bogus"}, 2, "bogus"},
 		{[]string{"sim", "run", "--scenario", "nope"}, 1, "no such file and no such preset"},
@@ -47,7 +47,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "curve", "--scenario", "paper-1p1d-h100", "-n", "5,x"}, 2, `"x" is not a positive integer`},
 		{[]string{"trace", "import"}, 2, "want one input file"},
 		{[]string{"demo", "--scenario", "paper-1p1d-h100"}, 2, "has no spike"},
-		{[]string{"help"}, 0, "commands:"},
+		{[]string{"sim", "run", "--scenario", "paper-1p1d-h100", "--bogus"}, 2, "run 'basin sim run --help'"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -56,6 +56,69 @@ func TestUsageErrors(t *testing.T) {
 			assert.Contains(t, stderr, tc.want)
 		})
 	}
+}
+
+// TestEveryCommandHasHelp walks the command tree: every group and command answers --help on stdout
+// with exit 0, says what it does, gives an example invocation of itself, and (commands) lists its
+// flags — which proves the help came from the command's own flag set rather than running it.
+func TestEveryCommandHasHelp(t *testing.T) {
+	var walk func(path []string, c command)
+	n := 0
+	walk = func(path []string, c command) {
+		name := strings.Join(append([]string{"basin"}, path...), " ")
+		n++
+		t.Run(name, func(t *testing.T) {
+			assert.NotEmpty(t, strings.TrimSpace(c.summary), "a one-line description")
+			require.NotEmpty(t, c.examples, "at least one example")
+			for _, e := range c.examples {
+				assert.True(t, strings.HasPrefix(e, name), "example %q invokes %s", e, name)
+			}
+			for _, h := range []string{"--help", "-h"} {
+				code, stdout, stderr := basin(t, append(append([]string(nil), path...), h)...)
+				require.Equal(t, 0, code, stderr)
+				assert.Empty(t, stderr, "help asked for goes to stdout")
+				assert.True(t, strings.HasPrefix(stdout, name+" — "+c.summary+"\n"), "starts with what it does: %q", stdout)
+				assert.Contains(t, stdout, "\nusage: "+name)
+				assert.Contains(t, stdout, "\nexamples:\n  "+c.examples[0]+"\n")
+				if c.subs != nil {
+					assert.Contains(t, stdout, "\ncommands:\n")
+				} else {
+					assert.Contains(t, stdout, "\nflags:\n")
+				}
+			}
+			if len(path) > 0 {
+				code, stdout, _ := basin(t, append([]string{"help"}, path...)...)
+				assert.Equal(t, 0, code)
+				assert.True(t, strings.HasPrefix(stdout, name+" — "), "basin help %s", strings.Join(path, " "))
+			}
+		})
+		for sub, sc := range c.subs {
+			walk(append(append([]string(nil), path...), sub), sc)
+		}
+	}
+	walk(nil, root())
+	assert.Greater(t, n, 20, "the walk reached the subcommands")
+
+	_, stdout, _ := basin(t, "trace", "import", "--help")
+	for _, want := range []string{"IN.jsonl", "TraceLab", "round trace", "--format basin", "-format string"} {
+		assert.Contains(t, stdout, want, "trace import --help names its input")
+	}
+	_, stdout, _ = basin(t, "sim", "run", "--help")
+	assert.Contains(t, stdout, "  -scenario string\n", "the flags with their help")
+}
+
+func TestVersion(t *testing.T) {
+	code, want, stderr := basin(t, "version")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^basin \S+`, want)
+	for _, args := range [][]string{{"--version"}, {"-version"}} {
+		code, got, stderr := basin(t, args...)
+		assert.Equal(t, 0, code, stderr)
+		assert.Equal(t, want, got, "%v prints what basin version prints", args)
+	}
+	code, _, stderr = basin(t, "--version", "extra")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `unexpected argument "extra"`)
 }
 
 func TestSimRunJSONAndTimeline(t *testing.T) {

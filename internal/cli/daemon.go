@@ -9,7 +9,7 @@ import (
 
 // runDaemon runs basin's collector, detector and remediation loop until interrupted.
 func runDaemon(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "daemon")
+	fs := newFlags(env)
 	cfgPath := fs.String("config", "", "daemon config file (YAML; see examples/daemon.yaml)")
 	dryRun := fs.Bool("dry-run", false, "decide, audit and notify, but take no action (overrides the file's dry_run)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

@@ -20,7 +20,7 @@ import (
 // with it and basin in dry run, with it and basin acting — each behind a real gateway and (two of
 // them) a real daemon on loopback, and prints what the daemons did and a side-by-side table.
 func runDemo(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "demo")
+	fs := newFlags(env)
 	scName := fs.String("scenario", envOr(env, "BASIN_DEMO_SCENARIO", demo.DefaultScenario),
 		"spike scenario (file or preset); env BASIN_DEMO_SCENARIO")
 	speedDef, err := envFloat(env, "BASIN_DEMO_SPEED", demo.DefaultSpeed)

@@ -13,7 +13,7 @@ import (
 
 // runGateway serves basin's session-admission gateway until interrupted.
 func runGateway(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "gateway")
+	fs := newFlags(env)
 	cfgPath := fs.String("config", "", "gateway config file (YAML; see gateway/testdata/gateway.example.yaml)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parse(fs, args, 0); err != nil {

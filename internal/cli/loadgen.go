@@ -14,7 +14,7 @@ import (
 // runLoadgen drives a scenario's agent sessions over the OpenAI API against any endpoint (the
 // gateway, basin sim serve, a real engine) and prints the outcome as JSON.
 func runLoadgen(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "loadgen")
+	fs := newFlags(env)
 	target := fs.String("target", "", "base URL of the OpenAI-compatible endpoint (e.g. http://127.0.0.1:8080)")
 	scName := fs.String("scenario", "", "scenario file or preset: its arrivals and workload are what is sent")
 	speed := fs.Float64("speed", 60, "virtual seconds per wall second (arrivals and tool pauses are divided by it)")

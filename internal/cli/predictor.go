@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -10,16 +9,10 @@ import (
 	"github.com/basin-dev/basin/sim/trace"
 )
 
-func runPredictor(_ context.Context, env Env, args []string) error {
-	return subcommand(env, "predictor", args, map[string]func([]string) error{
-		"train": func(a []string) error { return predictorTrain(env, a) },
-	})
-}
-
 // predictorTrain fits the gateway's peak-context predictor on recorded sessions and reports how
 // well it ranks held-out sessions.
 func predictorTrain(env Env, args []string) error {
-	fs := newFlags(env, "predictor train")
+	fs := newFlags(env)
 	traces := fs.String("traces", "", "recorded sessions (basin trace JSONL, e.g. from the gateway's record.path)")
 	format := fs.String("format", "basin", "trace format: basin or tracelab")
 	out := fs.String("o", "", "write the model JSON here")

@@ -12,7 +12,7 @@ import (
 // simRiskGrid validates the detector's risk rule on the 36-deployment grid against what the
 // simulator actually runs into first.
 func simRiskGrid(env Env, args []string) error {
-	fs := newFlags(env, "sim riskgrid")
+	fs := newFlags(env)
 	asJSON := fs.Bool("json", false, "print every deployment as JSON")
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	seed := fs.Uint64("seed", 1, "seed of the closed-loop runs")
@@ -98,7 +98,7 @@ func riskMarkdown(w io.Writer, res []harness.GridResult, seed uint64) error {
 // simDetect evaluates basin's detector against the conventional utilisation alerts over seeds of
 // the spike, +33% and healthy scenarios.
 func simDetect(env Env, args []string) error {
-	fs := newFlags(env, "sim detect")
+	fs := newFlags(env)
 	seeds := seedsFlag(fs, 20)
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")
@@ -125,7 +125,7 @@ func simDetect(env Env, args []string) error {
 }
 
 func simMatrix(env Env, args []string) error {
-	fs := newFlags(env, "sim matrix")
+	fs := newFlags(env)
 	seeds := seedsFlag(fs, 3)
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")

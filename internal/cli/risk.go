@@ -18,7 +18,7 @@ import (
 // runRisk says which limit a deployment and workload reach first: the cache knee (the trap) or
 // decode memory, with the numbers behind it.
 func runRisk(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "risk")
+	fs := newFlags(env)
 	scName := fs.String("scenario", "", "scenario file or preset describing the deployment and the workload")
 	fs.StringVar(scName, "config", "", "the same as --scenario: a scenario file is the deployment's description")
 	calib := fs.String("calibration", "", "calibration.json from basin calibrate (its knee replaces the default 1.9)")
@@ -97,7 +97,7 @@ func printRisk(w io.Writer, source string, sh *harness.WorkloadShape, rep detect
 // sent at rising arrival rates to a live endpoint while its metrics are scraped. Either way the
 // (working set ÷ cache, hit rate) points give the knee.
 func runCalibrate(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "calibrate")
+	fs := newFlags(env)
 	scName := fs.String("scenario", "", "scenario file or preset: the deployment to step-load in the simulator, or the workload to send to --target")
 	out := fs.String("o", "calibration.json", "where to write the calibration")
 	maxN := fs.Int("max-sessions", 0, "simulated: largest population to try (default: from the cache size)")

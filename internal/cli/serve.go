@@ -15,7 +15,7 @@ import (
 // simServe runs a scenario's deployment against the wall clock and serves it over HTTP until
 // interrupted.
 func simServe(ctx context.Context, env Env, args []string) error {
-	fs := newFlags(env, "sim serve")
+	fs := newFlags(env)
 	scName := fs.String("scenario", "", "scenario file or preset name (its deployment, policy and SLO)")
 	policy := fs.String("policy", "", "engine policy (default: the scenario's, else none)")
 	speed := fs.Float64("speed", 60, "virtual seconds per wall second")

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -19,19 +18,6 @@ import (
 	"github.com/basin-dev/basin/sim/fidelity"
 	"github.com/basin-dev/basin/sim/scenario"
 )
-
-func runSim(ctx context.Context, env Env, args []string) error {
-	return subcommand(env, "sim", args, map[string]func([]string) error{
-		"run":      func(a []string) error { return simRun(env, a) },
-		"compare":  func(a []string) error { return simCompare(env, a) },
-		"curve":    func(a []string) error { return simCurve(env, a) },
-		"fidelity": func(a []string) error { return simFidelity(env, a) },
-		"serve":    func(a []string) error { return simServe(ctx, env, a) },
-		"riskgrid": func(a []string) error { return simRiskGrid(env, a) },
-		"detect":   func(a []string) error { return simDetect(env, a) },
-		"matrix":   func(a []string) error { return simMatrix(env, a) },
-	})
-}
 
 func bar(env Env, quiet bool, label string) *progress.Bar {
 	if quiet {
@@ -54,7 +40,7 @@ func loadScenario(name string) (*scenario.Scenario, error) {
 }
 
 func simRun(env Env, args []string) error {
-	fs := newFlags(env, "sim run")
+	fs := newFlags(env)
 	scName := fs.String("scenario", "", "scenario file or preset name")
 	policy := fs.String("policy", "", "policy: none, hicache, continuum, basin-current, basin or oracle (default: the scenario's, else none)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
@@ -153,7 +139,7 @@ func printResult(w io.Writer, r *sim.Result) {
 }
 
 func simCompare(env Env, args []string) error {
-	fs := newFlags(env, "sim compare")
+	fs := newFlags(env)
 	scName := fs.String("scenario", "", "scenario file or preset name")
 	policies := fs.String("policies", "none,hicache,continuum,basin-current,basin,oracle",
 		"comma-separated policies: engine baselines (none, hicache, continuum) and basin's (basin-current, basin, oracle)")
@@ -203,7 +189,7 @@ func printCompare(w io.Writer, name string, res []*sim.Result) {
 }
 
 func simCurve(env Env, args []string) error {
-	fs := newFlags(env, "sim curve")
+	fs := newFlags(env)
 	scName := fs.String("scenario", "", "scenario file or preset name")
 	policy := fs.String("policy", "", "engine policy (default: the scenario's, else none)")
 	asJSON := fs.Bool("json", false, "print the curve as JSON")
@@ -257,7 +243,7 @@ func printCurve(w io.Writer, c *scenario.Curve) {
 }
 
 func simFidelity(env Env, args []string) error {
-	fs := newFlags(env, "sim fidelity")
+	fs := newFlags(env)
 	seeds := seedsFlag(fs, 10)
 	markdown := fs.Bool("markdown", false, "print the Markdown page docs/fidelity.md holds")
 	asJSON := fs.Bool("json", false, "print the report as JSON")

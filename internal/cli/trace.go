@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,17 +8,11 @@ import (
 	"github.com/basin-dev/basin/sim/trace"
 )
 
-func runTrace(_ context.Context, env Env, args []string) error {
-	return subcommand(env, "trace", args, map[string]func([]string) error{
-		"import": func(a []string) error { return traceImport(env, a) },
-	})
-}
-
 // traceImport converts a TraceLab round trace into basin's trace format and prints per-session
 // statistics. The trace goes to -o (or stdout); the statistics to stdout when -o is set, else to
 // stderr, so `basin trace import x.jsonl > y.jsonl` still yields a clean trace file.
 func traceImport(env Env, args []string) error {
-	fs := newFlags(env, "trace import")
+	fs := newFlags(env)
 	format := fs.String("format", "tracelab", "input format: tracelab or basin")
 	out := fs.String("o", "", "write the basin trace here (default: stdout)")
 	if err := parse(fs, args, 1); err != nil {
