@@ -3,51 +3,22 @@ package daemon
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/statuspage/chromiumtest"
 )
-
-// chromium finds headless Chromium: skipped without it, except in CI (which installs Debian's).
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("chromium is not on PATH; .ci/run installs the Debian package")
-	}
-	t.Skip("chromium is not on PATH (apt-get install chromium)")
-	return ""
-}
-
-// headless runs Chromium on url with the page's scripts given time to fetch and draw.
-func headless(t *testing.T, bin, url string, args ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000"}
-	out, err := exec.CommandContext(ctx, bin, append(append(base, args...), url)...).Output()
-	require.NoError(t, err, "chromium %v", args)
-	return out
-}
 
 // TestStatusPageInChromium loads the status page of a running daemon in headless Chromium and
 // checks that the state, its reasons and the trap's picture render; the screenshot is kept as a
 // test artifact (in $BASIN_TEST_ARTIFACTS when set).
 func TestStatusPageInChromium(t *testing.T) {
-	bin := chromium(t)
-	if testing.Short() {
-		t.Skip("starts Chromium")
-	}
+	bin := chromiumtest.Find(t)
 	e := newEnv(t, "")
 	d := e.daemon()
 	t.Cleanup(func() { _ = d.Close() })
@@ -59,9 +30,11 @@ func TestStatusPageInChromium(t *testing.T) {
 	s := e.stepUntil(d, 40, "trapped", func(s Status) bool { return s.Assessment.State == "trapped" && s.Policy.Target == testCut })
 	srv := serveAPI(t, d)
 
-	dom := string(headless(t, bin, srv.URL+"/", "--dump-dom"))
+	dom := chromiumtest.DOM(t, bin, srv.URL+"/")
 	assert.Contains(t, dom, `data-loaded="true"`, "the script fetched the API and drew")
 	assert.Regexp(t, `id="state"[^>]*data-state="trapped"[^>]*>trapped<`, dom)
+	assert.True(t, chromiumtest.Hidden(dom, "dry-run"), "an acting daemon shows no dry-run banner")
+	assert.True(t, chromiumtest.Hidden(dom, "blind"), "a daemon that sees every signal is not blind")
 	assert.Contains(t, dom, "<li>"+htmlEscape(s.Assessment.Reasons[0])+"</li>", "the reasons are listed")
 	if d := pathData(dom, "curve-line"); assert.NotEmpty(t, d, "the completion curve is drawn") {
 		assert.GreaterOrEqual(t, len(regexp.MustCompile(`L`).FindAllString(d, -1)), 2, "the curve has its points")
@@ -71,17 +44,153 @@ func TestStatusPageInChromium(t *testing.T) {
 	assert.NotEmpty(t, pathData(dom, "wc-line"), "W/C is drawn")
 	assert.Regexp(t, `<td>budget</td><td>done</td><td>B [^<]+ → 700K</td>`, dom, "the cut is in the recent actions")
 
+	shot := screenshot(t, bin, srv.URL+"/", "status-page.png")
+	fi, err := os.Stat(shot)
+	require.NoError(t, err)
+	assert.Greater(t, fi.Size(), int64(20_000), "a screenshot with something on it")
+	t.Logf("status page screenshot: %s", shot)
+}
+
+// TestStatusPageDryRunBlind: a dry-run daemon in front of a gateway whose budget is the
+// documented out-of-reach one decides a cut it does not make, then loses every signal. The page
+// says dry run, shows the decision as not done and the budget as ∞ rather than a million M, and
+// reads "blind", holding the state it last saw, instead of that state's colour.
+func TestStatusPageDryRunBlind(t *testing.T) {
+	bin := chromiumtest.Find(t)
+	e := newEnv(t, "dry_run: true\n")
+	e.gw = newFakeGateway(1_000_000_000_000)
+	d := e.daemon()
+	t.Cleanup(func() { _ = d.Close() })
+	for range 12 {
+		e.step(d)
+	}
+	e.dep.workingSet, e.dep.live, e.dep.hit = 2.4*testCapacity, 96, 0.3
+	e.stepUntil(d, 40, "trapped", func(s Status) bool { return s.Assessment.State == "trapped" && s.Policy.Target == testCut })
+	srv := serveAPI(t, d)
+
+	dom := chromiumtest.DOM(t, bin, srv.URL+"/")
+	require.False(t, chromiumtest.Hidden(dom, "dry-run"), "the dry-run banner shows")
+	text, _ := chromiumtest.Text(dom, "dry-run")
+	assert.Contains(t, text, "dry run: basin decides but does not act")
+	text, _ = chromiumtest.Text(dom, "budget-note")
+	assert.Contains(t, text, "B ∞ (count only)", "the gateway's out-of-reach budget")
+	assert.Contains(t, text, "dry run: basin would hold B at 700K, not applied")
+	text, _ = chromiumtest.Text(dom, "budget-chart")
+	assert.Equal(t, "no budget to draw: ∞ (count only)", text, "not an axis up to 1050000.0M")
+	var cut, takeover []string
+	for _, r := range chromiumtest.Rows(dom, "actions") {
+		switch {
+		case r[1] == "budget" && strings.HasSuffix(r[3], "→ 700K"):
+			cut = r
+		case r[1] == "budget" && strings.HasPrefix(r[3], "B ∞ (count only) → "):
+			takeover = r
+		}
+	}
+	require.NotNil(t, cut, "the decided cut is listed: %q", chromiumtest.Rows(dom, "actions"))
+	require.NotNil(t, takeover, "the decision to leave the count-only budget is listed: %q", chromiumtest.Rows(dom, "actions"))
+	assert.Regexp(t, `^B ∞ \(count only\) → \d{1,3}(\.\d{1,2})?[KM]$`, takeover[3])
+	assert.Equal(t, "dry run: not done", cut[2])
+	assert.Contains(t, cut[4], "incident: cut B", "the cut's own reason")
+
+	// Every target and the gateway go silent: the detector holds trapped, blind.
+	e.gw.set(func(g *fakeGateway) { g.stateErr = errUnreachable })
+	var s Status
+	for range 40 {
+		e.clock.Advance(e.wall(stepEvery))
+		d.Step(context.Background())
+		if s = d.StatusNow(); len(s.Assessment.Blind) > 0 {
+			break
+		}
+	}
+	require.NotEmpty(t, s.Assessment.Blind, "the daemon noticed it sees nothing")
+	require.Equal(t, "trapped", string(s.Assessment.State), "and holds the state it last saw")
+
+	dom = chromiumtest.DOM(t, bin, srv.URL+"/")
+	assert.Equal(t, "blind", chromiumtest.Attr(dom, "state", "data-state"))
+	text, _ = chromiumtest.Text(dom, "state")
+	assert.Equal(t, "blind", text)
+	require.False(t, chromiumtest.Hidden(dom, "blind"))
+	text, _ = chromiumtest.Text(dom, "blind")
+	assert.Regexp(t, `^cannot see: stale: [a-z_]+(, [a-z_]+)*`, text)
+	for _, b := range s.Assessment.Blind {
+		assert.Contains(t, text, strings.Fields(b)[0], "every unseen signal is named")
+	}
+	assert.Contains(t, text, "gateway admin API: "+errUnreachable.Error())
+	assert.Contains(t, text, "holding trapped since "+s.Assessment.Since.UTC().Format("2006-01-02 15:04:05")+" UTC")
+	assert.False(t, chromiumtest.Hidden(dom, "dry-run"), "still a dry run")
+
+	t.Logf("dry run + blind screenshot: %s", screenshot(t, bin, srv.URL+"/", "status-page-dry-run-blind.png"))
+}
+
+// TestStatusPageActionReasons: one plan tightens the budget and switches lending on; each row
+// shows its own reason, not the lender's per-instance measurements that close the plan's list.
+func TestStatusPageActionReasons(t *testing.T) {
+	bin := chromiumtest.Find(t)
+	e := newEnv(t, "lending:\n  backend: {kind: affinity}\n")
+	d := e.daemon()
+	t.Cleanup(func() { _ = d.Close() })
+	// The lender classifies the deployment with the risk rule, which needs the sessions in a call.
+	step := func() {
+		e.dep.advance(stepEvery)
+		now := e.clock.Advance(e.wall(stepEvery))
+		e.dep.feed(t, d, now)
+		body := e.dep.gateway() + "# TYPE basin_gateway_sessions_in_call gauge\nbasin_gateway_sessions_in_call 20\n"
+		require.NoError(t, d.col.IngestText(now, testTargets[2], strings.NewReader(body)))
+		d.Step(context.Background())
+	}
+	for range 12 {
+		step()
+	}
+	e.dep.workingSet, e.dep.live, e.dep.hit = 2.4*testCapacity, 96, 0.3
+	var both bool
+	for i := 0; i < 40 && !both; i++ {
+		step()
+		for _, r := range d.audit.Records(100) {
+			both = both || r.Kind == "lending" && r.Phase == "done" && len(r.Reasons) > 2 && strings.Contains(r.Reasons[0], "tighten B")
+		}
+	}
+	require.True(t, both, "a plan tightened the budget and switched lending together")
+	srv := serveAPI(t, d)
+
+	dom := chromiumtest.DOM(t, bin, srv.URL+"/")
+	var budget, lending []string
+	for _, r := range chromiumtest.Rows(dom, "actions") {
+		switch {
+		case r[1] == "budget" && strings.Contains(r[3], "→ 950K"):
+			budget = r
+		case r[1] == "lending":
+			lending = r
+		}
+	}
+	require.NotNil(t, budget, "the tightening is listed")
+	require.NotNil(t, lending, "the switch is listed")
+	assert.Regexp(t, `^hit rate 0\.\d\d left its plateau 0\.95 \(− 0\.05\): tighten B 1\.00M → 950K$`, budget[4])
+	assert.Equal(t, "lending on: decode-0 400K", lending[3])
+	assert.Regexp(t, `^lending on: cache-first`, lending[4])
+	for _, r := range [][]string{budget, lending} {
+		assert.NotContains(t, r[4], "decode-0: reserved", "the lender's measurements are not the %s row's reason", r[1])
+	}
+}
+
+// errUnreachable is a gateway admin API that does not answer.
+var errUnreachable = &unreachableError{}
+
+type unreachableError struct{}
+
+func (*unreachableError) Error() string { return "dial tcp 127.0.0.1:1: connect: connection refused" }
+
+// screenshot saves the page as name in $BASIN_TEST_ARTIFACTS (a temporary directory when unset)
+// and returns its path.
+func screenshot(t *testing.T, bin, url, name string) string {
+	t.Helper()
 	dir := os.Getenv("BASIN_TEST_ARTIFACTS")
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	require.NoError(t, os.MkdirAll(dir, 0o755))
-	shot := filepath.Join(dir, "status-page.png")
-	headless(t, bin, srv.URL+"/", "--window-size=1280,1400", "--screenshot="+shot)
-	fi, err := os.Stat(shot)
-	require.NoError(t, err)
-	assert.Greater(t, fi.Size(), int64(20_000), "a screenshot with something on it")
-	t.Logf("status page screenshot: %s", shot)
+	shot := filepath.Join(dir, name)
+	chromiumtest.Run(t, bin, url, "--window-size=1280,1400", "--screenshot="+shot)
+	return shot
 }
 
 // pathData is the d attribute of the SVG path with the given id ("" without one).

@@ -40,19 +40,46 @@ function path(svg, pts, sx, sy, cls, id) {
 
 const clock = (t) => new Date(t).toISOString().slice(11, 16);
 const fixed = (n) => (v) => Number(v).toFixed(n);
-const tokens = (v) => v >= 1e6 ? (v / 1e6).toFixed(1) + "M" : v >= 1e3 ? (v / 1e3).toFixed(0) + "K" : String(Math.round(v));
 
-function timeChart(id, hist, series, fmtY, yMinZero) {
+// COUNT_ONLY is where a budget stops being one: the gateway's documented "count only" setting is
+// 1e12 tokens, out of reach of any deployment, so admission never engages. Printed as a number it
+// reads as a real budget of a million M; the page says what it means instead.
+const COUNT_ONLY = 1e11;
+const COUNT_ONLY_TEXT = "∞ (count only)";
+
+// tokens formats a token count for people: K, M, G, T with at most three significant digits
+// (682500 → 683K, 1050000 → 1.05M), and a count-only budget as ∞.
+function tokens(v) {
+  if (v === null || v === undefined || !isFinite(v)) return "—";
+  if (Math.abs(v) >= COUNT_ONLY) return COUNT_ONLY_TEXT;
+  const units = ["", "K", "M", "G", "T"];
+  let a = Math.abs(v), i = 0;
+  while (a >= 999.5 && i < units.length - 1) { a /= 1000; i++; } // 999.5 rounds to the next unit
+  const digits = i === 0 ? String(Math.round(a)) : String(Number(a.toPrecision(3)));
+  return (v < 0 ? "-" : "") + digits + units[i];
+}
+
+const utc = (t) => new Date(t).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+// Go's zero time: a reading that never happened.
+const never = (t) => !t || Date.parse(t) <= Date.parse("0001-01-02T00:00:00Z");
+
+// empty says in the chart why it has nothing to draw, so a blank chart is not mistaken for zero.
+function empty(svg, why) {
+  const vb = svg.viewBox.baseVal;
+  el("text", { x: vb.width / 2, y: vb.height / 2, "text-anchor": "middle", class: "empty" }, svg).textContent = why;
+}
+
+function timeChart(id, hist, series, fmtY, yMinZero, none) {
   const svg = document.getElementById(id);
   clear(svg);
-  if (!hist.length) return;
+  if (!hist.length) { empty(svg, "no history yet"); return; }
   const xs = hist.map((p) => Date.parse(p.t));
   let lo = Infinity, hi = -Infinity;
   for (const s of series) for (const p of hist) {
     const v = s.get(p);
     if (v !== null && v !== undefined) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
   }
-  if (!isFinite(lo)) return;
+  if (!isFinite(lo)) { empty(svg, (none && none(hist)) || "no reading yet"); return; }
   if (yMinZero) lo = 0;
   if (hi === lo) hi = lo + 1;
   const { sx, sy } = frame(svg, xs[0], xs[xs.length - 1], lo, hi * 1.05, clock, fmtY);
@@ -84,33 +111,146 @@ function drawCurve(c) {
   note.textContent = parts.join(" · ");
 }
 
+// blindness is what the daemon cannot see, or null when it sees everything it needs. The daemon
+// says so with "blind" and lists "unseen"; the detector lists its stale signals in
+// assessment.blind; an unreadable gateway admin API shows as the gateway's error. The page takes
+// the union, so it reads right from a daemon that reports only some of these.
+const GATEWAY_UNSEEN = "gateway admin API: ";
+function blindness(s) {
+  const a = s.assessment || {};
+  const unseen = [];
+  for (const u of (Array.isArray(s.unseen) ? s.unseen : []).concat(a.blind || [])) if (!unseen.includes(u)) unseen.push(u);
+  if (!unseen.length && s.blind !== true) return null;
+  if (s.gateway && s.gateway.error && !unseen.some((u) => u.startsWith(GATEWAY_UNSEEN))) unseen.push(GATEWAY_UNSEEN + s.gateway.error);
+  return unseen;
+}
+
+// grouped folds the detector's "<signal> <condition>" entries by condition ("hit_rate stale,
+// working_set stale" → "stale: hit_rate, working_set"): a deployment gone silent makes every
+// signal stale, and the list should read as one fact, not ten.
+function grouped(unseen) {
+  const by = new Map(), other = [];
+  for (const u of unseen) {
+    const m = /^([a-z0-9_]+) ([a-z]+)$/.exec(u);
+    if (!m) { other.push(u); continue; }
+    if (!by.has(m[2])) by.set(m[2], []);
+    by.get(m[2]).push(m[1]);
+  }
+  return [...by].map(([cond, sigs]) => `${cond}: ${sigs.join(", ")}`).concat(other).join("; ");
+}
+
 function drawStatus(s) {
   const a = s.assessment || {};
   document.getElementById("deployment").textContent = s.deployment ? "— " + s.deployment : "";
+  document.getElementById("dry-run").hidden = !s.dry_run;
+  const unseen = blindness(s);
+  // A blind daemon holds the last state it saw; showing that state's colour would claim a reading
+  // basin does not have (a green "healthy" with every target down), so the badge says "blind".
+  const shown = unseen ? "blind" : (a.state || "unknown");
   const st = document.getElementById("state");
-  st.textContent = a.state || "unknown";
-  st.dataset.state = a.state || "";
-  document.getElementById("since").textContent = a.since ? "since " + new Date(a.since).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "";
+  st.textContent = shown;
+  st.dataset.state = unseen ? "blind" : (a.state || "");
+  document.title = "basin — " + shown + (s.dry_run ? " (dry run)" : "");
+  document.getElementById("since").textContent = !unseen && a.since ? "since " + utc(a.since) : "";
+  const bl = document.getElementById("blind");
+  bl.hidden = !unseen;
+  if (unseen) {
+    const held = a.state ? `holding ${a.state}` + (a.since ? " since " + utc(a.since) : "") : "no state yet";
+    const seen = never(a.observed_at) ? "never saw every signal" : "last saw every signal at " + utc(a.observed_at);
+    bl.textContent = `cannot see: ${grouped(unseen) || "unknown"} — ${held}; ${seen}`;
+  }
   const paused = document.getElementById("paused");
   paused.hidden = !s.paused;
   if (s.paused) paused.textContent = `remediation paused until ${s.paused.until}: ${s.paused.reason}`;
   const ul = document.getElementById("reasons");
-  ul.replaceChildren(...(a.reasons || []).concat(a.blind ? ["blind: " + a.blind.join(", ")] : []).map((r) => {
+  ul.replaceChildren(...(a.reasons || []).map((r) => {
     const li = document.createElement("li"); li.textContent = r; return li;
   }));
+  drawBudgetNote(s);
+}
+
+// drawBudgetNote says what the gateway's budget is now, in words where a number would mislead.
+function drawBudgetNote(s) {
+  const note = document.getElementById("budget-note");
+  const g = s.gateway;
+  const parts = [];
+  if (!g) {
+    parts.push("the gateway's budget is not read (no gateway admin API configured)");
+  } else if (g.error) {
+    parts.push("the gateway's budget is unknown: " + g.error);
+  } else {
+    parts.push(g.budget_tokens >= COUNT_ONLY ?
+      `B ${COUNT_ONLY_TEXT}: out of reach, the gateway counts sessions and admits them all` :
+      `B ${tokens(g.budget_tokens)}`);
+    if (g.reference_budget_tokens && g.reference_budget_tokens < COUNT_ONLY) parts.push(`B_ref ${tokens(g.reference_budget_tokens)}`);
+    parts.push(`reserved ${tokens(g.reserved_tokens || 0)}`, `${g.live_sessions || 0} live, ${g.queued_sessions || 0} queued`);
+  }
+  const target = s.policy && s.policy.target_tokens;
+  if (s.dry_run && target) parts.push(`dry run: basin would hold B at ${tokens(target)}, not applied`);
+  note.textContent = parts.join(" · ");
+}
+
+// ownReasons picks an action's own reasons out of its record. The audit log gives every action of
+// one plan the whole plan's reasons: the policy's (budget and mode first, shedding after), then
+// the lender's verdict ("lending on…"/"lending off…") and one line of measurements per decode
+// instance, then, after a restart, a reconciliation note. Showing the plan's last reason put the
+// lender's measurements on the budget's row.
+const LENDING_VERDICT = /^lending (on|off)\b/;
+const SHEDDING = /\bshed(ding)?\b/;
+const RECONCILED = /after a restart\b/;
+function ownReasons(e) {
+  const all = e.reasons || [];
+  const notes = all.filter((r) => RECONCILED.test(r));
+  const rs = all.filter((r) => !RECONCILED.test(r));
+  const cut = rs.findIndex((r) => LENDING_VERDICT.test(r));
+  const policy = cut < 0 ? rs : rs.slice(0, cut);
+  const lending = cut < 0 ? [] : rs.slice(cut);
+  let own;
+  switch (e.kind) {
+    case "budget": own = policy.filter((r) => !SHEDDING.test(r)); break;
+    case "shed": own = policy.filter((r) => SHEDDING.test(r)); break;
+    case "lending": own = lending; break;
+    default: own = rs; // pause, resume: one note of their own
+  }
+  return { own, notes };
+}
+
+// reasonText is the row's reason: the action's own reasons (for lending the verdict; the
+// per-instance measurements go to the tooltip), any reconciliation note, and the error of a
+// failed action first.
+function reasonText(e) {
+  const { own, notes } = ownReasons(e);
+  const shown = e.kind === "lending" ? own.slice(0, 1) : own;
+  const text = shown.concat(notes).join("; ");
+  return { text: e.error ? e.error + (text ? " — " + text : "") : text, detail: own.concat(notes).join("\n") };
+}
+
+const OUTCOMES = { dry_run: "dry run: not done" };
+
+function changeText(e) {
+  if (e.budget) {
+    const b = e.budget;
+    if (b.from_tokens === b.to_tokens) return `B ${tokens(b.to_tokens)}, B_ref ${tokens(b.reference_tokens)}`;
+    return `B ${tokens(b.from_tokens)} → ${tokens(b.to_tokens)}`;
+  }
+  if (e.shed) return "shed " + e.shed.session_ids.join(", ");
+  if (e.lending) {
+    const grants = Object.entries(e.lending.grants_tokens || {}).map(([k, v]) => `${k} ${tokens(v)}`);
+    return "lending " + (e.lending.enabled ? "on" : "off") + (grants.length ? ": " + grants.join(", ") : "");
+  }
+  return "";
 }
 
 function drawActions(events) {
   const tb = document.querySelector("#actions tbody");
   const rows = events.filter((e) => e.phase !== "intent").slice(-20).reverse().map((e) => {
     const tr = document.createElement("tr");
-    let change = "";
-    if (e.budget) change = `B ${tokens(e.budget.from_tokens)} → ${tokens(e.budget.to_tokens)}`;
-    if (e.shed) change = "shed " + e.shed.session_ids.join(", ");
-    if (e.lending) change = "lending " + (e.lending.enabled ? "on" : "off");
-    for (const v of [new Date(e.at).toISOString().slice(11, 19), e.kind, e.phase, change, (e.reasons || []).slice(-1)[0] || e.error || ""]) {
+    tr.dataset.phase = e.phase || "";
+    const why = reasonText(e);
+    for (const v of [new Date(e.at).toISOString().slice(11, 19), e.kind, OUTCOMES[e.phase] || e.phase, changeText(e), why.text]) {
       const td = document.createElement("td"); td.textContent = v; tr.appendChild(td);
     }
+    if (why.detail !== why.text) tr.lastChild.title = why.detail;
     return tr;
   });
   tb.replaceChildren(...rows);
@@ -135,8 +275,10 @@ async function refresh() {
       { get: (p) => p.hit, cls: "line-main", id: "hit-line" },
       { get: (p) => p.plateau, cls: "line-ref" }], fixed(2), true);
     timeChart("budget-chart", hist, [
-      { get: (p) => p.budget || null, cls: "line-main", id: "budget-line" },
-      { get: (p) => p.reserved || null, cls: "line-aux" }], tokens, true);
+      // A count-only budget is no budget: drawn, it would flatten everything else to zero.
+      { get: (p) => p.budget && p.budget < COUNT_ONLY ? p.budget : null, cls: "line-main", id: "budget-line" },
+      { get: (p) => p.reserved || null, cls: "line-aux" }], tokens, true,
+      (h) => (h.filter((p) => p.budget).pop() || {}).budget >= COUNT_ONLY ? "no budget to draw: " + COUNT_ONLY_TEXT : "");
     drawCurve(c);
     drawActions(ev.events || []);
     document.body.dataset.loaded = "true";

@@ -1,0 +1,256 @@
+package statuspage_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/statuspage"
+	"github.com/basin-dev/basin/internal/statuspage/chromiumtest"
+)
+
+// api is what the fake daemon answers: the JSON of /api/v1/status, /events, /history and /curve,
+// in the shapes the daemon writes them.
+type api struct {
+	status, history map[string]any
+	events          []map[string]any
+}
+
+// serve is the page with a fake daemon API behind it.
+func (a api) serve(t *testing.T) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	page := statuspage.Handler()
+	mux.Handle("GET /{$}", page)
+	mux.Handle("GET /static/", page)
+	answer := func(path string, v any) {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+		})
+	}
+	hist := a.history
+	if hist == nil {
+		hist = map[string]any{"points": []any{}}
+	}
+	events := a.events
+	if events == nil {
+		events = []map[string]any{}
+	}
+	answer("/api/v1/status", a.status)
+	answer("/api/v1/history", hist)
+	answer("/api/v1/events", map[string]any{"events": events})
+	answer("/api/v1/curve", map[string]any{"points": []any{}, "lambda_per_s": 0, "live_sessions": 0, "completion_per_s": 0})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/"
+}
+
+const (
+	since    = "2026-03-02T10:00:00Z"
+	observed = "2026-03-02T10:04:35Z"
+	now      = "2026-03-02T10:06:00Z"
+)
+
+// status is a daemon's status: healthy, acting, every signal seen, the gateway at 1M tokens;
+// edit changes it.
+func status(edit func(s, a, g map[string]any)) map[string]any {
+	a := map[string]any{"at": now, "state": "healthy", "since": since, "observed_at": observed,
+		"reasons": []string{"W/C 0.62 < knee 1.34 and hit rate 0.95 on its plateau 0.95"}}
+	g := map[string]any{"budget_tokens": 1_000_000, "reference_budget_tokens": 1_000_000, "reserved_tokens": 412_000,
+		"live_sessions": 12, "queued_sessions": 0}
+	s := map[string]any{"deployment": "unit", "now": now, "dry_run": false, "assessment": a, "gateway": g,
+		"policy":  map[string]any{"mode": "normal", "target_tokens": 1_000_000},
+		"lending": map[string]any{"configured": false, "enabled": false}}
+	if edit != nil {
+		edit(s, a, g)
+	}
+	return s
+}
+
+// budgetEvent is an audit record of a budget change from → to, as the executor writes it.
+func budgetEvent(seq int, phase string, from, to int64, reasons ...string) map[string]any {
+	return map[string]any{"seq": seq, "at": fmt.Sprintf("2026-03-02T10:%02d:00Z", seq), "kind": "budget",
+		"phase": phase, "state": "healthy", "mode": "normal",
+		"budget": map[string]any{"from_tokens": from, "to_tokens": to, "reference_tokens": 1_000_000}, "reasons": reasons}
+}
+
+// The reasons of one plan that tightened the budget and switched lending on, as the policy and the
+// lender wrote them: the audit gives both of its actions all of them.
+var planReasons = []string{
+	"hit rate 0.73 left its plateau 0.95 (− 0.05): tighten B 1.00M → 950K",
+	"lending on: cache-first (risk rule: cache-first (cache limit 76.0 sessions; decode limit 153.6 sessions)); hottest decode decode-0 reserved 0.38 ≤ pressure-off 0.70, nothing waiting for decode KV",
+	"decode-0: reserved 300000 / 800000 = 0.38, free 500000, lent 0, 0 waiting for decode KV",
+}
+
+// TestPageInChromium draws the page from recorded API answers in headless Chromium and checks what
+// an operator reads: the dry-run banner, blindness, token counts and each action's reason.
+func TestPageInChromium(t *testing.T) {
+	bin := chromiumtest.Find(t)
+	for _, tc := range []struct {
+		name  string
+		api   api
+		check func(t *testing.T, dom string)
+	}{
+		{"acting and seeing", api{status: status(nil)}, func(t *testing.T, dom string) {
+			assert.True(t, chromiumtest.Hidden(dom, "dry-run"), "no dry-run banner while acting")
+			assert.True(t, chromiumtest.Hidden(dom, "blind"), "no blind line while every signal is seen")
+			assert.Equal(t, "healthy", chromiumtest.Attr(dom, "state", "data-state"))
+			text, _ := chromiumtest.Text(dom, "state")
+			assert.Equal(t, "healthy", text)
+			text, _ = chromiumtest.Text(dom, "budget-note")
+			assert.Equal(t, "B 1M · B_ref 1M · reserved 412K · 12 live, 0 queued", text)
+		}},
+		{"dry run", api{status: status(func(s, _, _ map[string]any) {
+			s["dry_run"] = true
+			s["policy"] = map[string]any{"mode": "incident", "target_tokens": 682_500}
+		})}, func(t *testing.T, dom string) {
+			require.False(t, chromiumtest.Hidden(dom, "dry-run"), "the dry-run banner shows")
+			text, _ := chromiumtest.Text(dom, "dry-run")
+			assert.Contains(t, text, "dry run: basin decides but does not act")
+			assert.Regexp(t, `<title>basin — healthy \(dry run\)</title>`, dom)
+			text, _ = chromiumtest.Text(dom, "budget-note")
+			assert.Contains(t, text, "dry run: basin would hold B at 683K, not applied")
+		}},
+		{"blind: stale signals", api{status: status(func(_, a, _ map[string]any) {
+			a["blind"] = []string{"hit_rate stale", "cache_capacity_tokens missing", "working_set stale"}
+		})}, func(t *testing.T, dom string) {
+			assert.Equal(t, "blind", chromiumtest.Attr(dom, "state", "data-state"), "not the green healthy")
+			text, _ := chromiumtest.Text(dom, "state")
+			assert.Equal(t, "blind", text)
+			require.False(t, chromiumtest.Hidden(dom, "blind"))
+			text, _ = chromiumtest.Text(dom, "blind")
+			assert.Equal(t, "cannot see: stale: hit_rate, working_set; missing: cache_capacity_tokens — holding healthy since 2026-03-02 10:00:00 UTC; "+
+				"last saw every signal at 2026-03-02 10:04:35 UTC", text)
+			text, _ = chromiumtest.Text(dom, "since")
+			assert.Empty(t, text, "the held state's since is on the blind line, not next to the badge")
+		}},
+		{"blind: the daemon says so, gateway unreachable, never seen", api{status: status(func(s, a, _ map[string]any) {
+			s["blind"] = true
+			s["unseen"] = []string{"gateway admin API: dial tcp 127.0.0.1:8081: connection refused"}
+			a["observed_at"] = "0001-01-01T00:00:00Z"
+			s["gateway"] = map[string]any{"error": "dial tcp 127.0.0.1:8081: connection refused"}
+		})}, func(t *testing.T, dom string) {
+			assert.Equal(t, "blind", chromiumtest.Attr(dom, "state", "data-state"))
+			text, _ := chromiumtest.Text(dom, "blind")
+			assert.Equal(t, "cannot see: gateway admin API: dial tcp 127.0.0.1:8081: connection refused — holding healthy since "+
+				"2026-03-02 10:00:00 UTC; never saw every signal", text)
+			text, _ = chromiumtest.Text(dom, "budget-note")
+			assert.Equal(t, "the gateway's budget is unknown: dial tcp 127.0.0.1:8081: connection refused", text)
+		}},
+		{"blind: only the gateway's error tells", api{status: status(func(s, _, _ map[string]any) {
+			s["blind"] = true
+			s["gateway"] = map[string]any{"error": "context deadline exceeded"}
+		})}, func(t *testing.T, dom string) {
+			text, _ := chromiumtest.Text(dom, "blind")
+			assert.Equal(t, "cannot see: gateway admin API: context deadline exceeded — holding healthy since 2026-03-02 10:00:00 UTC; "+
+				"last saw every signal at 2026-03-02 10:04:35 UTC", text)
+		}},
+		{"blind before the first step", api{status: status(func(s, a, _ map[string]any) {
+			s["blind"], s["unseen"] = true, []string{"no step completed yet"}
+			for _, k := range []string{"state", "since", "reasons"} {
+				delete(a, k)
+			}
+			a["observed_at"] = "0001-01-01T00:00:00Z"
+		})}, func(t *testing.T, dom string) {
+			assert.Equal(t, "blind", chromiumtest.Attr(dom, "state", "data-state"))
+			text, _ := chromiumtest.Text(dom, "blind")
+			assert.Equal(t, "cannot see: no step completed yet — no state yet; never saw every signal", text)
+		}},
+		{"count-only budget", api{
+			status: status(func(_, _, g map[string]any) { g["budget_tokens"], g["reference_budget_tokens"] = 1e12, 1e12 }),
+			history: map[string]any{"points": []map[string]any{
+				{"t": "2026-03-02T10:00:00Z", "state": "healthy", "budget": 1e12, "reserved": 300_000},
+				{"t": "2026-03-02T10:01:00Z", "state": "healthy", "budget": 1e12, "reserved": 412_000},
+				{"t": "2026-03-02T10:02:00Z", "state": "healthy", "budget": 1e12, "reserved": 380_000}}},
+			events: []map[string]any{budgetEvent(1, "done", 1e12, 640_000, "incident: cut B 1000000.00M → 640K")},
+		}, func(t *testing.T, dom string) {
+			text, _ := chromiumtest.Text(dom, "budget-note")
+			assert.Contains(t, text, "B ∞ (count only): out of reach, the gateway counts sessions and admits them all")
+			assert.NotContains(t, text, "B_ref", "a count-only reference is no reference")
+			rows := chromiumtest.Rows(dom, "actions")
+			require.Len(t, rows, 1)
+			assert.Equal(t, "B ∞ (count only) → 640K", rows[0][3])
+			chart, _ := chromiumtest.Inner(dom, "budget-chart")
+			labels := regexp.MustCompile(`<text x="2"[^>]*>([^<]*)</text>`).FindAllStringSubmatch(chart, -1)
+			require.Len(t, labels, 3, "the reserved tokens are drawn, with the y axis labelled")
+			for _, l := range labels {
+				assert.Regexp(t, `^(0|\d{1,3}(\.\d{1,2})?[KMGT]?)$`, l[1], "an axis label for people")
+			}
+			assert.NotContains(t, chart, "1050000", "the count-only budget is not on the axis")
+			assert.Empty(t, pathCommands(dom, "budget-line"), "no line for a budget that is not one")
+		}},
+		{"token counts", api{status: status(nil), events: []map[string]any{
+			budgetEvent(1, "done", 999, 1000, "a"),
+			budgetEvent(2, "done", 682_500, 999_999, "b"),
+			budgetEvent(3, "done", 1_050_000, 12_345, "c"),
+			budgetEvent(4, "done", 2_500_000_000, 99_950_000_000, "d"),
+		}}, func(t *testing.T, dom string) {
+			var got []string
+			for _, r := range chromiumtest.Rows(dom, "actions") {
+				got = append(got, r[3])
+			}
+			assert.Equal(t, []string{"B 2.5G → 100G", "B 1.05M → 12.3K", "B 683K → 1M", "B 999 → 1K"}, got, "newest first")
+		}},
+		{"each action its own reason", api{status: status(nil), events: []map[string]any{
+			budgetEvent(2, "intent", 1_000_000, 950_000, planReasons...),
+			budgetEvent(2, "done", 1_000_000, 950_000, planReasons...),
+			{"seq": 2, "at": "2026-03-02T10:02:00Z", "kind": "lending", "phase": "done", "state": "healthy", "mode": "normal",
+				"lending": map[string]any{"enabled": true, "grants_tokens": map[string]any{"decode-0": 400_000}, "max_fraction": 0.5},
+				"reasons": planReasons},
+			{"seq": 3, "at": "2026-03-02T10:03:00Z", "kind": "shed", "phase": "dry_run", "state": "trapped", "mode": "incident",
+				"shed": map[string]any{"session_ids": []string{"s-17"}}, "reasons": []string{
+					"mode normal → incident: detector trapped",
+					"incident: cut B 950K → 700K (0.70 × B_ref 1.00M) so the working set drains; admitted sessions finish",
+					"long-run arrivals 9.00/min > peak completion rate 5.11/min and the head of the queue waited 2m0s ≥ 1m0s: shed the lowest-priority queued session s-17"}},
+			budgetEvent(4, "done", 700_000, 700_000, "mode normal → incident: detector trapped", "incident: cut B 950K → 700K", "found applied after a restart"),
+		}}, func(t *testing.T, dom string) {
+			rows := chromiumtest.Rows(dom, "actions")
+			require.Len(t, rows, 4, "the intent is not a row")
+			assert.Equal(t, []string{"budget", "done", "B 700K, B_ref 1M",
+				"mode normal → incident: detector trapped; incident: cut B 950K → 700K; found applied after a restart"}, rows[0][1:])
+			assert.Equal(t, []string{"shed", "dry run: not done", "shed s-17", planShed}, rows[1][1:])
+			assert.Equal(t, []string{"lending", "done", "lending on: decode-0 400K", planReasons[1]}, rows[2][1:],
+				"the lender's verdict; its measurements are the tooltip")
+			assert.Equal(t, []string{"budget", "done", "B 1M → 950K", planReasons[0]}, rows[3][1:],
+				"the budget's own reason, not the lender's measurements")
+			assert.Contains(t, dom, `title="`+planReasons[1]+"\n"+planReasons[2]+`"`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := tc.api.serve(t)
+			dom := chromiumtest.DOM(t, bin, url)
+			require.Contains(t, dom, `data-loaded="true"`, "the script fetched the API and drew")
+			tc.check(t, dom)
+			if dir := os.Getenv("BASIN_TEST_ARTIFACTS"); dir != "" {
+				name := strings.NewReplacer(" ", "-", ":", "", ",", "").Replace(tc.name)
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+				chromiumtest.Run(t, bin, url, "--window-size=1280,1100", "--screenshot="+filepath.Join(dir, "statuspage-"+name+".png"))
+			}
+		})
+	}
+}
+
+// planShed is the shedding rule's reason in the shed record above.
+const planShed = "long-run arrivals 9.00/min > peak completion rate 5.11/min and the head of the queue waited 2m0s ≥ 1m0s: shed the lowest-priority queued session s-17"
+
+// pathCommands is the d attribute of the SVG path with the given id, without the placeholder
+// "M0 0" the page draws for a series with no point.
+func pathCommands(dom, id string) string {
+	d := chromiumtest.Attr(dom, id, "d")
+	if d == "M0 0" {
+		return ""
+	}
+	return d
+}
