@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -253,4 +254,41 @@ func pathCommands(dom, id string) string {
 		return ""
 	}
 	return d
+}
+
+// TestPageLosesTheDaemon: the page drew a healthy daemon, then the daemon stopped answering. The
+// badge says so and loses the green: the state it shows is no longer known.
+func TestPageLosesTheDaemon(t *testing.T) {
+	bin := chromiumtest.Find(t)
+	body, err := json.Marshal(status(nil))
+	require.NoError(t, err)
+	var calls atomic.Int32
+	mux := http.NewServeMux()
+	page := statuspage.Handler()
+	mux.Handle("GET /{$}", page)
+	mux.Handle("GET /static/", page)
+	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		if calls.Add(1) > 1 {
+			http.Error(w, "gone", http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	for _, p := range []string{"/api/v1/history", "/api/v1/curve", "/api/v1/events"} {
+		mux.HandleFunc("GET "+p, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"points": [], "events": []}`))
+		})
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	// 7 s of the page's time: the first refresh at load, the second 5 s later.
+	dom := string(chromiumtest.Run(t, bin, srv.URL+"/", "--dump-dom", "--virtual-time-budget=7000"))
+	require.Contains(t, dom, `data-loaded="true"`, "the first refresh drew")
+	require.GreaterOrEqual(t, calls.Load(), int32(2), "the page refreshed")
+	text, _ := chromiumtest.Text(dom, "state")
+	assert.Equal(t, "no data: /api/v1/status: 502", text)
+	assert.Equal(t, "no-data", chromiumtest.Attr(dom, "state", "data-state"), "not the green of the last reading")
 }

@@ -283,7 +283,11 @@ async function refresh() {
     drawActions(ev.events || []);
     document.body.dataset.loaded = "true";
   } catch (e) {
-    document.getElementById("state").textContent = "no data: " + e.message;
+    // What was drawn is now old: the badge must not keep the last state's colour.
+    const st = document.getElementById("state");
+    st.textContent = "no data: " + e.message;
+    st.dataset.state = "no-data";
+    document.title = "basin — no data";
   }
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,13 +39,18 @@ func Find(t testing.TB) string {
 
 // Run runs Chromium on url with extra arguments (--dump-dom, --screenshot=…) and returns its
 // standard output. Virtual time lets the page's fetches finish and its script draw before the
-// dump without the test sleeping; the timeout only bounds a browser that hangs.
+// dump without the test sleeping: 5 s of it unless the arguments give a --virtual-time-budget
+// (in milliseconds; a page that refreshes every 5 s needs more to refresh again). The timeout
+// only bounds a browser that hangs.
 func Run(t testing.TB, bin, url string, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--disable-background-networking", "--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000"}
+		"--disable-background-networking", "--user-data-dir=" + t.TempDir()}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--virtual-time-budget=") }) {
+		base = append(base, "--virtual-time-budget=5000")
+	}
 	out, err := exec.CommandContext(ctx, bin, append(append(base, args...), url)...).Output()
 	require.NoError(t, err, "chromium %v", args)
 	return out
