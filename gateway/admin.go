@@ -33,8 +33,18 @@ func (g *Gateway) adminRoutes() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	mux.HandleFunc("GET /readyz", g.serveReady)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {
+			g.metrics.authFailures.Inc()
+			if ok, held := g.authLog.allow(g.now()); ok {
+				why := "no bearer token"
+				if _, has := bearer(r.Header.Get("Authorization")); has {
+					why = "wrong token"
+				}
+				g.log.Warn("admin API: refused a request without the admin token", "remote", r.RemoteAddr,
+					"method", r.Method, "path", r.URL.Path, "why", why, "more_since_last_logged", held)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="basin gateway admin"`)
 			writeJSON(w, http.StatusUnauthorized, errorBody{Error: apiError{
 				Message: "the admin API needs the admin token: Authorization: Bearer <token>",

@@ -25,10 +25,11 @@ import (
 // DefaultShutdownTimeout bounds how long a shutdown waits for calls in flight.
 const DefaultShutdownTimeout = 30 * time.Second
 
-// Intervals of the background work Run does.
+// Intervals of the background work Run does, and of rate-limited log lines.
 const (
 	expireEvery = time.Second
 	saveEvery   = 10 * time.Second
+	logEvery    = 10 * time.Second
 )
 
 // Options are what a Gateway is built from. Only Config is required.
@@ -73,6 +74,9 @@ type Gateway struct {
 	rec       *recorder // nil when not recording
 	journal   *journal  // nil without a state file
 	saveEvery time.Duration
+	readiness readiness
+	authLog   rateLog // failed admin logins
+	errLog    rateLog // journal errors on the call path
 
 	affinity atomic.Bool
 	rr       atomic.Uint64 // round-robin position for new sessions
@@ -124,7 +128,8 @@ func New(o Options) (*Gateway, error) {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now, shutdownTimeout: o.ShutdownTimeout,
-		stopping: make(chan struct{}), saveEvery: saveEvery}
+		stopping: make(chan struct{}), saveEvery: saveEvery, authLog: rateLog{every: logEvery},
+		errLog: rateLog{every: logEvery}}
 	g.mu.waiters = map[string][]*waiter{}
 	g.mu.sessions = map[string]*sessionInfo{}
 	g.affinity.Store(cfg.Affinity.Enabled)

@@ -262,6 +262,7 @@ type fakeUpstream struct {
 	*httptest.Server
 	mu      sync.Mutex
 	headers []http.Header
+	paths   []string // escaped request paths
 }
 
 func newFakeUpstream(t testing.TB, h http.HandlerFunc) *fakeUpstream {
@@ -270,11 +271,18 @@ func newFakeUpstream(t testing.TB, h http.HandlerFunc) *fakeUpstream {
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.headers = append(f.headers, r.Header.Clone())
+		f.paths = append(f.paths, r.URL.EscapedPath())
 		f.mu.Unlock()
 		h(w, r)
 	}))
 	t.Cleanup(f.Close)
 	return f
+}
+
+func (f *fakeUpstream) seenPaths() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.paths...)
 }
 
 func (f *fakeUpstream) seen() []http.Header {

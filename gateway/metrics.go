@@ -13,6 +13,7 @@ type metrics struct {
 	queueWait     prometheus.Histogram
 	firstCallWait prometheus.Histogram
 	peak          prometheus.Histogram
+	authFailures  prometheus.Counter
 }
 
 func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
@@ -36,8 +37,12 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Largest context of each session, observed when it ends.",
 			Buckets: prometheus.ExponentialBuckets(1024, 2, 12), // 1Ki … 2Mi tokens
 		}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "basin_gateway_admin_auth_failures_total",
+			Help: "Admin API requests refused 401 for a missing or wrong bearer token.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.refusals, m.queueWait, m.firstCallWait, m.peak,
+	for _, c := range []prometheus.Collector{m.refusals, m.queueWait, m.firstCallWait, m.peak, m.authFailures,
 		admission.NewCollector(g.core, g.now, g.affinity.Load)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
@@ -119,7 +120,13 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 				param: "x-session-end", message: fmt.Sprintf("x-session-end: header must be true or false, got %q", r.Header.Get("x-session-end"))})
 			return
 		}
-		c.id = g.sessionID(r.Header, c.req)
+		var source string
+		c.id, source = g.sessionIDSource(r.Header, c.req)
+		if err := checkSessionID(c.id, source); err != nil {
+			g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
+				param: source, message: err.Error()})
+			return
+		}
 		if c.id == "" {
 			if g.cfg.RejectAnonymous {
 				g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonNoSession, typ: "invalid_request_error",
@@ -136,8 +143,10 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 			// The admission is durable before the call leaves: a crash from here on cannot make
 			// the session's next call look new.
 			if err := g.journal.sync(); err != nil {
-				g.log.Error("journaling an admission; the session is not durable until the next state save",
-					"session", c.id, "err", err)
+				if ok, held := g.errLog.allow(g.now()); ok {
+					g.log.Error("journaling an admission; the session is not durable until the next state save",
+						"session", c.id, "err", err, "more_since_last_logged", held)
+				}
 			}
 		}
 		g.forward(w, r, c, body)
@@ -254,9 +263,50 @@ func (g *Gateway) servePassThrough(w http.ResponseWriter, r *http.Request) {
 	g.upstreams[i].proxy.ServeHTTP(w, r)
 }
 
-// serveEndSession ends a live session now (POST /v1/sessions/{id}/end).
+// EndAnswer is what POST /v1/sessions/{id}/end returns: the session ended at the gateway, and
+// what its upstream said when the call was passed on, so that the engine side (SGLang's model
+// gateway, `basin sim serve`) can drop the session's state too.
+type EndAnswer struct {
+	Ended    bool        `json:"ended"`
+	Upstream UpstreamEnd `json:"upstream"`
+}
+
+// UpstreamEnd is the upstream's part of a session end.
+type UpstreamEnd struct {
+	// Ended: the upstream answered 2xx.
+	Ended bool `json:"ended"`
+	// Status is its HTTP status, 0 when it could not be reached.
+	Status int `json:"status,omitempty"`
+	// Message says why it did not end there, when it did not.
+	Message string `json:"message,omitempty"`
+}
+
+// endTimeout bounds passing a session end on when upstream_timeout is not set.
+const endTimeout = 10 * time.Second
+
+// serveEndSession ends a live session now (POST /v1/sessions/{id}/end) and passes the call on to
+// the session's upstream. The gateway's end does not wait for the upstream's: the session's budget
+// is freed first; an upstream without the endpoint (404) or unreachable leaves the session ended
+// at the gateway, and the answer says so.
 func (g *Gateway) serveEndSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if err := checkSessionID(id, "id"); err != nil {
+		g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
+			param: "id", message: err.Error()})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		g.refuse(w, refusal{status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge, typ: "invalid_request_error",
+			message: fmt.Sprintf("session end body larger than %d bytes", maxAdminBody)})
+		return
+	}
+	g.mu.Lock()
+	upstream := -1
+	if si, ok := g.mu.sessions[id]; ok {
+		upstream = si.upstream
+	}
+	g.mu.Unlock()
 	evs := g.core.End(g.now(), id)
 	if len(evs) == 0 {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: apiError{Message: fmt.Sprintf("session %q is not live", id),
@@ -264,7 +314,63 @@ func (g *Gateway) serveEndSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.deliver(evs)
-	writeJSON(w, http.StatusOK, map[string]bool{"ended": true})
+	if upstream < 0 {
+		upstream = g.pickUpstream()
+	}
+	ans := EndAnswer{Ended: true, Upstream: g.endUpstream(r, id, upstream, body)}
+	g.log.Debug("session ended by request", "session", id, "upstream_status", ans.Upstream.Status,
+		"upstream_ended", ans.Upstream.Ended)
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// endUpstream passes a session end on to the upstream, with the client's headers (its API key)
+// and, when affinity is on, the routing key, so that it reaches the decode worker that holds the
+// session.
+func (g *Gateway) endUpstream(r *http.Request, id string, i int, body []byte) UpstreamEnd {
+	u := g.upstreams[i].url
+	// The id is one path segment, escaped as such (an id may hold a slash).
+	raw := strings.TrimSuffix(u.EscapedPath(), "/") + "/v1/sessions/" + url.PathEscape(id) + "/end"
+	target := *u
+	target.RawPath = raw
+	target.Path, _ = url.PathUnescape(raw) // valid: built from escaped parts
+	timeout := time.Duration(g.cfg.UpstreamTimeout)
+	if timeout <= 0 {
+		timeout = endTimeout
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
+	if err != nil {
+		return UpstreamEnd{Message: "the session ended at the gateway only: " + err.Error()}
+	}
+	for k, vs := range r.Header {
+		switch http.CanonicalHeaderKey(k) {
+		case "Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length":
+			continue
+		}
+		req.Header[k] = vs
+	}
+	if g.affinity.Load() {
+		req.Header.Set(g.cfg.Affinity.Header, routingKey(id))
+	}
+	resp, err := g.transport.RoundTrip(req)
+	if err != nil {
+		g.log.Warn("passing a session end upstream failed", "session", id, "upstream", u.Redacted(), "err", err)
+		return UpstreamEnd{Message: fmt.Sprintf("the upstream %s could not be reached (%v): the session ended at the gateway only",
+			u.Redacted(), err)}
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	out := UpstreamEnd{Status: resp.StatusCode, Ended: resp.StatusCode >= 200 && resp.StatusCode < 300}
+	switch {
+	case out.Ended:
+	case resp.StatusCode == http.StatusNotFound:
+		out.Message = "the upstream answered 404 (it does not know the session, or has no session end endpoint): " +
+			"the session ended at the gateway only"
+	default:
+		out.Message = fmt.Sprintf("the upstream answered %d: the session ended at the gateway only", resp.StatusCode)
+	}
+	return out
 }
 
 func (g *Gateway) pickUpstream() int {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -399,18 +400,39 @@ func contentText(raw json.RawMessage) (string, int) {
 	return b.String(), utf8.RuneCountInString(b.String())
 }
 
+// MaxSessionIDBytes bounds a session id. Ids are kept per live session, in the state file and
+// the journal, and logged; agents' ids are UUIDs or short hashes, so anything longer is a client
+// putting something else in the header (a prompt, a token), refused with 400 naming where it came
+// from.
+const MaxSessionIDBytes = 256
+
 // sessionID is the call's session identity: the first non-empty of the configured headers, then
 // the body's metadata.session_id, then user; "" when it has none.
 func (g *Gateway) sessionID(h http.Header, c callRequest) string {
+	id, _ := g.sessionIDSource(h, c)
+	return id
+}
+
+// sessionIDSource is sessionID and where it came from: the header's name, "metadata.session_id"
+// or "user".
+func (g *Gateway) sessionIDSource(h http.Header, c callRequest) (id, source string) {
 	for _, name := range g.cfg.SessionHeaders {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
-			return v
+			return v, name
 		}
 	}
 	if c.metaID != "" {
-		return c.metaID
+		return c.metaID, "metadata.session_id"
 	}
-	return c.user
+	return c.user, "user"
+}
+
+// checkSessionID refuses an id over MaxSessionIDBytes, naming its source.
+func checkSessionID(id, source string) error {
+	if len(id) > MaxSessionIDBytes {
+		return fmt.Errorf("%s: session id is %d bytes, longer than the %d allowed", source, len(id), MaxSessionIDBytes)
+	}
+	return nil
 }
 
 // headerSessionID is the session identity from headers alone (calls whose bodies are not read).
