@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -386,13 +388,114 @@ func TestParseMetricTargets(t *testing.T) {
 	assert.Contains(t, stderr, "want prefill, decode, unified or gateway")
 }
 
-func TestLiveRiskNeedsTheGateway(t *testing.T) {
+// runQuick runs basin and fails the test if it takes longer than limit: the commands under test
+// must answer without waiting out their --window.
+func runQuick(t *testing.T, limit time.Duration, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		var out, errOut bytes.Buffer
+		c := Run(ctx, Env{Stdout: &out, Stderr: &errOut}, args)
+		done <- result{c, out.String(), errOut.String()}
+	}()
+	select {
+	case r := <-done:
+		return r.code, r.stdout, r.stderr
+	case <-time.After(limit):
+		cancel()
+		<-done
+		t.Fatalf("basin %s took longer than %v", strings.Join(args, " "), limit)
+		return 0, "", ""
+	}
+}
+
+// TestLiveRiskChecksTargetsFirst: an endpoint that cannot be reached, or answers with an error, is
+// reported at once with the target's name and URL — not after the ten-minute window.
+func TestLiveRiskChecksTargetsFirst(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	goneURL := gone.URL + "/metrics"
+	gone.Close()
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
 	ts := servetest.Start(t, 100)
-	code, _, stderr := basin(t, "risk", "--metrics", "prefill="+ts.URL+"/metrics/prefill-0,decode="+ts.URL+"/metrics/decode-0",
-		"--window", "600ms")
+
+	code, stdout, stderr := runQuick(t, 30*time.Second, "risk", "--window", "10m", "--metrics",
+		"prefill="+ts.URL+"/metrics/prefill-0,decode="+goneURL+",gateway="+notFound.URL+"/metrics")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "sessions_in_call missing", "without a gateway the served fraction is unknown, not zero")
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "metrics target decode-0 ("+goneURL+"): cannot connect:")
+	assert.Contains(t, stderr, "connection refused")
+	assert.Contains(t, stderr, "metrics target gateway-0 ("+notFound.URL+"/metrics): answered 404")
+	assert.NotContains(t, stderr, "prefill-0", "the reachable target is not blamed")
+}
+
+// TestLiveRiskWithoutTheGateway: the engines alone give the cache capacity, the knee's working
+// set and decode's capacity, at once; which limit binds first is unknown — said, not zero.
+func TestLiveRiskWithoutTheGateway(t *testing.T) {
+	ts := servetest.Start(t, 100)
+	metrics := "prefill=" + ts.URL + "/metrics/prefill-0,decode=" + ts.URL + "/metrics/decode-0"
+	code, stdout, stderr := runQuick(t, 30*time.Second, "risk", "--metrics", metrics, "--window", "10m")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "which limit binds first is unknown without a gateway target")
+	for _, want := range []string{"cache capacity   650K tokens\n",
+		"knee             W/C 1.90 (the Basin paper's, without --calibration): working set 1.24M tokens\n",
+		"decode capacity  800K tokens\n", "unknown          cache and decode limits in sessions", "add gateway=URL"} {
+		assert.Contains(t, stdout, want)
+	}
+	assert.NotContains(t, stdout, "cache limit ", "no number where the gateway's is needed")
+
+	cal := filepath.Join(t.TempDir(), "calibration.json")
+	code, _, stderr = basin(t, "calibrate", "--scenario", "paper-1p1d-h100", "-o", cal, "--max-sessions", "90")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, _ = runQuick(t, 30*time.Second, "risk", "--metrics", metrics, "--window", "10m", "--json",
+		"--calibration", cal)
+	assert.Equal(t, 1, code)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	c, ok := rep["cache_capacity_tokens"].(float64)
+	require.True(t, ok, stdout)
+	assert.Positive(t, c)
+	knee := rep["knee_ratio"].(float64)
+	assert.NotEqual(t, 1.9, knee, "the calibration's knee")
+	assert.Equal(t, "calibration", rep["knee_from"])
+	assert.InDelta(t, knee*c, rep["knee_working_set_tokens"], 1)
+	assert.Positive(t, rep["decode_capacity_tokens"])
+	assert.NotContains(t, rep, "binding")
+	assert.NotContains(t, rep, "cache_limit_sessions")
+
 	code, _, stderr = basin(t, "risk", "--metrics", "prefill=http://x", "--scenario", "paper-1p1d-h100")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "not both")
+}
+
+// TestLiveRiskWithTheGateway reads the served fraction off a gateway's metrics over the window and
+// decides the binding limit.
+func TestLiveRiskWithTheGateway(t *testing.T) {
+	ts := servetest.Start(t, 100)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "basin_gateway_working_set_tokens 2e6\nbasin_gateway_sessions_live 40\n"+
+			"basin_gateway_sessions_in_call 10\n")
+	}))
+	defer gw.Close()
+	code, stdout, stderr := runQuick(t, 30*time.Second, "risk", "--window", "1s", "--json", "--metrics",
+		"prefill="+ts.URL+"/metrics/prefill-0,decode="+ts.URL+"/metrics/decode-0,gateway="+gw.URL)
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		CacheN  float64  `json:"cache_limit_sessions"`
+		DecodeN float64  `json:"decode_limit_sessions"`
+		Binding string   `json:"binding"`
+		Unknown []string `json:"unknown"`
+		C       float64  `json:"cache_capacity_tokens"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.InDelta(t, 1.9*rep.C/50_000, rep.CacheN, 0.01, "knee × C ÷ mean context (2M ÷ 40)")
+	assert.Positive(t, rep.DecodeN)
+	assert.NotEmpty(t, rep.Binding)
+	assert.Empty(t, rep.Unknown)
 }

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/calibrate"
 	"github.com/basin-dev/basin/internal/harness"
+	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
@@ -44,14 +49,22 @@ func runRisk(ctx context.Context, env Env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("%w: --metrics: %v", errUsage, err)
 		}
-		rep, err := liveRisk(ctx, targets, *window, knee)
-		if err != nil {
+		if err := checkTargets(ctx, targets); err != nil {
 			return err
 		}
-		if *asJSON {
-			return writeJSON(env.Stdout, rep)
+		rep, err := liveRisk(ctx, targets, *window, knee)
+		if rep != nil {
+			var werr error
+			if *asJSON {
+				werr = writeJSON(env.Stdout, rep)
+			} else {
+				werr = printLiveRisk(env.Stdout, rep)
+			}
+			if err == nil {
+				err = werr
+			}
 		}
-		return printRisk(env.Stdout, "live metrics", nil, rep)
+		return err
 	}
 	sc, err := loadScenario(*scName)
 	if err != nil {
@@ -192,48 +205,176 @@ func parseMetricTargets(s string) ([]collector.Target, error) {
 	return out, nil
 }
 
-// liveRisk watches live metrics for a window: the served fraction is averaged over the window
-// (one instant is noisy), the rest read from the final snapshot.
-func liveRisk(ctx context.Context, targets []collector.Target, window time.Duration, knee float64) (detector.RiskReport, error) {
+// checkTargets asks every metrics endpoint once, at the same time, before any window is waited
+// out: an endpoint that cannot be reached or does not answer 200 is an error naming the target and
+// its URL, at once.
+func checkTargets(ctx context.Context, targets []collector.Target) error {
+	ctx, cancel := context.WithTimeout(ctx, targetCheckTimeout)
+	defer cancel()
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() { errs[i] = checkTarget(ctx, t) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// targetCheckTimeout bounds the up-front check of a metrics endpoint; a scrape of a healthy
+// engine takes milliseconds.
+const targetCheckTimeout = 5 * time.Second
+
+func checkTarget(ctx context.Context, t collector.Target) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
+	if err != nil {
+		return fmt.Errorf("metrics target %s (%s): %w", t.Name, t.URL, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("metrics target %s (%s): cannot connect: %w", t.Name, t.URL, op.Err)
+		}
+		return fmt.Errorf("metrics target %s (%s): %w", t.Name, t.URL, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("metrics target %s (%s): answered %s", t.Name, t.URL, resp.Status)
+	}
+	return nil
+}
+
+// liveRiskReport is what `basin risk --metrics` can say. The engines alone give the cache side —
+// its capacity and the working set at the knee — and decode's capacity; the limits in sessions and
+// which binds first need the mean context (working set ÷ live sessions) and the served fraction,
+// which come from the gateway. What could not be computed is listed in Unknown with the reason,
+// never printed as a zero.
+type liveRiskReport struct {
+	Targets              []string `json:"targets"`
+	CacheCapacityTokens  float64  `json:"cache_capacity_tokens"`
+	KneeRatio            float64  `json:"knee_ratio"`
+	KneeFrom             string   `json:"knee_from"`
+	KneeWorkingSetTokens float64  `json:"knee_working_set_tokens"`
+	DecodeCapacityTokens *float64 `json:"decode_capacity_tokens,omitempty"`
+	*detector.RiskReport
+	Unknown []string `json:"unknown,omitempty"`
+}
+
+// liveRisk watches live metrics. With a gateway target it watches the whole window: the served
+// fraction is averaged over it (one instant is noisy), the rest read from the final snapshot.
+// Without one it stops as soon as the engines' capacities are read, and says what needs the
+// gateway. A non-nil report comes with an error when the binding limit could not be decided.
+func liveRisk(ctx context.Context, targets []collector.Target, window time.Duration, knee float64) (*liveRiskReport, error) {
 	interval := min(collector.DefaultInterval, max(window/6, 100*time.Millisecond))
 	col, err := collector.New(collector.Options{Targets: targets, Interval: interval, Timeout: interval,
 		Window: max(2*interval, window)})
 	if err != nil {
-		return detector.RiskReport{}, err
+		return nil, err
+	}
+	gateway := false
+	rep := &liveRiskReport{KneeRatio: knee, KneeFrom: "calibration"}
+	for _, t := range targets {
+		gateway = gateway || t.Role == collector.RoleGateway
+		rep.Targets = append(rep.Targets, t.Name+"="+t.URL)
+	}
+	if knee == 0 {
+		rep.KneeRatio, rep.KneeFrom = detector.DefaultKneeRatio, "the Basin paper's, without --calibration"
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- col.Run(ctx) }()
+	defer func() { cancel(); <-done }()
 	var sum float64
 	var n int
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	poll := time.NewTicker(min(interval, 100*time.Millisecond))
+	defer poll.Stop()
+	next := time.Now().Add(interval)
 	end := time.After(window)
 wait:
 	for {
 		select {
 		case <-ctx.Done():
-			return detector.RiskReport{}, ctx.Err()
+			return nil, ctx.Err()
 		case <-end:
 			break wait
-		case <-tick.C:
-			if f, err := detector.ServedFractionOf(col.Snapshot()); err == nil {
+		case now := <-poll.C:
+			snap := col.Snapshot()
+			if !gateway {
+				if _, ok := snap.Get(collector.CacheCapacity); ok {
+					break wait
+				}
+				continue
+			}
+			if now.Before(next) {
+				continue
+			}
+			next = now.Add(interval)
+			if f, err := detector.ServedFractionOf(snap); err == nil {
 				sum += f
 				n++
 			}
 		}
 	}
 	snap := col.Snapshot()
-	cancel()
-	<-done
+	c, ok := snap.Get(collector.CacheCapacity)
+	if !ok {
+		return nil, fmt.Errorf("no cache capacity in %v: %s %s (the prefill or unified engines' metrics give it)",
+			window, collector.CacheCapacity, snap.State(collector.CacheCapacity))
+	}
+	rep.CacheCapacityTokens, rep.KneeWorkingSetTokens = c, rep.KneeRatio*c
+	if d, ok := snap.Get(collector.DecodeCapacity); ok {
+		rep.DecodeCapacityTokens = &d
+	} else {
+		rep.Unknown = append(rep.Unknown, fmt.Sprintf("decode capacity: %s %s (the decode engines' metrics give it)",
+			collector.DecodeCapacity, snap.State(collector.DecodeCapacity)))
+	}
+	if !gateway {
+		rep.Unknown = append(rep.Unknown, "cache and decode limits in sessions, and which binds first: they need the mean "+
+			"context (working set ÷ live sessions) and the served fraction (sessions in a call ÷ live sessions), "+
+			"which come from the gateway; add gateway=URL (its /metrics) to --metrics")
+		return rep, errors.New("which limit binds first is unknown without a gateway target")
+	}
 	if n == 0 {
 		_, err := detector.ServedFractionOf(snap)
-		return detector.RiskReport{}, fmt.Errorf("no served fraction in %v: %w", window, err)
+		rep.Unknown = append(rep.Unknown, fmt.Sprintf("served fraction: none read in %v: %v", window, err))
+		return rep, fmt.Errorf("which limit binds first is unknown: no served fraction in %v: %w", window, err)
 	}
 	in, err := detector.RiskInputsFrom(snap, sum/float64(n), knee)
 	if err != nil {
-		return detector.RiskReport{}, err
+		rep.Unknown = append(rep.Unknown, err.Error())
+		return rep, err
 	}
-	return detector.Risk(in)
+	r, err := detector.Risk(in)
+	if err != nil {
+		rep.Unknown = append(rep.Unknown, err.Error())
+		return rep, err
+	}
+	rep.RiskReport = &r
+	return rep, nil
+}
+
+// printLiveRisk writes what the live metrics gave, and what they could not.
+func printLiveRisk(w io.Writer, rep *liveRiskReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "source	live metrics: %s\n", strings.Join(rep.Targets, ", "))
+	fmt.Fprintf(tw, "cache capacity	%s tokens\n", remediate.FormatTokens(int64(rep.CacheCapacityTokens)))
+	fmt.Fprintf(tw, "knee	W/C %.2f (%s): working set %s tokens\n", rep.KneeRatio, rep.KneeFrom,
+		remediate.FormatTokens(int64(rep.KneeWorkingSetTokens)))
+	if rep.DecodeCapacityTokens != nil {
+		fmt.Fprintf(tw, "decode capacity	%s tokens\n", remediate.FormatTokens(int64(*rep.DecodeCapacityTokens)))
+	}
+	if r := rep.RiskReport; r != nil {
+		fmt.Fprintf(tw, "cache limit	%.0f sessions\n", r.CacheLimitSessions)
+		fmt.Fprintf(tw, "decode limit	%.0f sessions\n", r.DecodeLimitSessions)
+		fmt.Fprintf(tw, "binds first	%s\n", r.Binding)
+		for _, s := range r.Reasons {
+			fmt.Fprintf(tw, "\t%s\n", s)
+		}
+	}
+	for _, u := range rep.Unknown {
+		fmt.Fprintf(tw, "unknown	%s\n", u)
+	}
+	return tw.Flush()
 }
