@@ -2,7 +2,10 @@
 // in the binary (no CDN, so it works on an air-gapped cluster), drawing what the daemon's API
 // returns — the state and its reasons, the working set against the knee, the hit rate against its
 // plateau, the budget, recent actions, and the picture that explains the trap: the completion
-// curve X(N)/K against the arrival rate, with the operating point and the two equilibria.
+// curve X(N)/K against the arrival rate, with the operating point and the two equilibria. It says
+// plainly what the numbers alone would hide: a dry run (decisions not acted on), a daemon that is
+// blind (the state shown is held, not seen), a budget that is no budget ("∞ (count only)").
+// README.md lists what it shows and why.
 package statuspage
 
 import (
