@@ -216,7 +216,13 @@ func (p *Policy) Decide(in Inputs) Plan {
 	onPlateau := a.HitRate >= plateau-o.PlateauTolerance
 	left := a.HitRate < plateau-o.LeaveDrop
 	trouble := a.State == detector.Drifting || a.State == detector.Trapped
-	incident := trouble || len(in.Alerts) > 0
+	// A blind detector holds its last state: a drifting or trapped it can no longer see is not
+	// evidence of an incident, and cutting on it would throttle a deployment basin cannot see (all
+	// targets down, or restarted into a resumed state before a fresh reading). An incident already
+	// under way is held (B is never loosened while blind); a new one needs a fresh reading or a
+	// firing alert.
+	unseenTrouble := trouble && (len(a.Blind) > 0 || a.ObservedAt.IsZero())
+	incident := trouble && !unseenTrouble || len(in.Alerts) > 0
 
 	setMode := func(m Mode, why string) {
 		if p.st.Mode != m {
@@ -226,6 +232,9 @@ func (p *Policy) Decide(in Inputs) Plan {
 	}
 	target := cur
 	switch {
+	case unseenTrouble && !incident:
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, but blind (%s): no action on a state basin cannot see, B held at %s",
+			a.State, blindWhy(a, in), FormatTokens(cur)))
 	case incident:
 		why := fmt.Sprintf("detector %s", a.State)
 		if len(in.Alerts) > 0 {

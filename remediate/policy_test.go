@@ -145,14 +145,32 @@ func TestBlindNeverLoosens(t *testing.T) {
 		return Inputs{Assessment: a}
 	})
 	assert.Equal(t, []int64{900_000, 900_000, 900_000, 900_000, 900_000}, got)
-	// but an incident still tightens while blind
-	plan := p.Decide(Inputs{At: t0.Add(time.Hour), Assessment: func() detector.Assessment {
-		a := assess(t0.Add(time.Hour), detector.Trapped, 0.3)
+	// A trapped state the detector holds while blind is not a reading: no cut on it (a daemon
+	// whose targets all went down would otherwise throttle a deployment it cannot see)...
+	blindTrapped := func(at time.Time) detector.Assessment {
+		a := assess(at, detector.Trapped, 0.3)
 		a.Blind = []string{"hit_rate stale"}
 		return a
-	}(), GatewayOK: true, Gateway: g})
+	}
+	plan := p.Decide(Inputs{At: t0.Add(time.Hour), Assessment: blindTrapped(t0.Add(time.Hour)), GatewayOK: true, Gateway: g})
+	assert.Nil(t, plan.Budget, "%q", plan.Reasons)
+	assert.Equal(t, Normal, p.State().Mode)
+	assert.Contains(t, strings.Join(plan.Reasons, "\n"), "no action on a state basin cannot see")
+	// ...nor on a resumed one not yet observed.
+	resumed := assess(t0.Add(time.Hour), detector.Trapped, 0.3)
+	resumed.ObservedAt = time.Time{}
+	plan = p.Decide(Inputs{At: t0.Add(time.Hour + time.Minute), Assessment: resumed, GatewayOK: true, Gateway: g})
+	assert.Nil(t, plan.Budget, "%q", plan.Reasons)
+	// A firing alert is evidence of its own: it still cuts while blind.
+	plan = p.Decide(Inputs{At: t0.Add(time.Hour + 2*time.Minute), Assessment: blindTrapped(t0.Add(time.Hour + 2*time.Minute)),
+		GatewayOK: true, Gateway: g, Alerts: []string{"BasinHitRateCollapsed"}})
 	require.NotNil(t, plan.Budget)
 	assert.Equal(t, int64(700_000), plan.Budget.To)
+	// An incident seen before the blindness is held: neither restored nor cut further.
+	g.Budget = 700_000
+	plan = p.Decide(Inputs{At: t0.Add(2 * time.Hour), Assessment: blindTrapped(t0.Add(2 * time.Hour)), GatewayOK: true, Gateway: g})
+	assert.Nil(t, plan.Budget, "%q", plan.Reasons)
+	assert.Equal(t, Incident, p.State().Mode, "held, not restoring")
 
 	// the gateway unread: nothing loosens either
 	p = newPolicy(t, Options{})

@@ -68,14 +68,25 @@ func (d *Daemon) serveReady(w http.ResponseWriter, _ *http.Request) {
 		writeErr(w, http.StatusServiceUnavailable, "", "not ready: no step completed yet")
 		return
 	}
+	// Ready means "watching": a daemon that cannot see the deployment or reach the gateway is up
+	// (/healthz) but does not do its job, and an orchestrator or a check must be able to tell.
+	if unseen := d.unseenNow(); len(unseen) > 0 {
+		writeErr(w, http.StatusServiceUnavailable, "", "not ready: "+blindMessage(unseen))
+		return
+	}
 	_, _ = io.WriteString(w, "ready\n")
 }
 
 // Status is GET /api/v1/status.
 type Status struct {
-	Deployment string                `json:"deployment"`
-	Now        time.Time             `json:"now"`
-	DryRun     bool                  `json:"dry_run"`
+	Deployment string    `json:"deployment"`
+	Now        time.Time `json:"now"`
+	DryRun     bool      `json:"dry_run"`
+	// Blind is true while the daemon cannot see something it needs — a detector signal that is
+	// not fresh, or the gateway's admin API — and Unseen lists what. The detector then holds its
+	// last state (assessment.state is not a reading) and basin takes no action on it.
+	Blind      bool                  `json:"blind"`
+	Unseen     []string              `json:"unseen,omitempty"`
 	Assessment detector.Assessment   `json:"assessment"`
 	Policy     remediate.PolicyState `json:"policy"`
 	// ReferenceBudget is B_ref for the current assessment.
@@ -138,6 +149,8 @@ func (d *Daemon) StatusNow() Status {
 	s.Lending = LendingView{Configured: d.lendBE != nil, Enabled: en, Since: since}
 	s.Alerts = d.rcv.Incident()
 	s.Pending = d.audit.Pending()
+	s.Unseen = d.unseenNow()
+	s.Blind = len(s.Unseen) > 0
 	return s
 }
 

@@ -30,9 +30,14 @@ func TestHealthAndReadiness(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, code, "not ready before the first step")
 	assert.Contains(t, decodeErr(t, body).Error.Message, "no step completed")
 
-	// A step with nothing scraped yet is blind, but it is a completed step.
+	// A step with nothing scraped yet is a completed step, but a blind one: not ready either.
 	e.clock.Advance(stepEvery)
 	d.Step(t.Context())
+	code, body = call(t, http.MethodGet, api.URL+"/readyz", "", "")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
+	assert.Contains(t, decodeErr(t, body).Error.Message, "blind")
+	// Ready once it sees the deployment and the gateway.
+	e.stepUntil(d, 5, "ready", func(s Status) bool { return !s.Blind })
 	code, body = call(t, http.MethodGet, api.URL+"/readyz", "", "")
 	assert.Equal(t, http.StatusOK, code, "%s", body)
 

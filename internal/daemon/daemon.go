@@ -88,6 +88,9 @@ type Daemon struct {
 	metrics *metrics
 	gather  prometheus.Gatherer
 
+	// gwLog rate-limits the log of an unreachable gateway admin API; Step owns it (under loop).
+	gwLog failureLog
+
 	mu struct {
 		sync.Mutex
 		last        detector.Assessment
@@ -101,6 +104,8 @@ type Daemon struct {
 		summaryFrom time.Time
 		lastStep    time.Time
 		history     []HistoryPoint
+		// unseen is what the last step could not see (see unseenOf); empty when it saw everything.
+		unseen []string
 		// policy is the policy's state as of the last step.
 		policy remediate.PolicyState
 	}
@@ -553,12 +558,14 @@ func (d *Daemon) Step(ctx context.Context) {
 		} else {
 			view = &st
 		}
+		d.gwLog.observe(d.log, d.now(), "gateway admin API", err, "url", d.cfg.Gateway.AdminURL)
 	}
+	unseen := unseenOf(a, d.gw != nil, gwErr)
 	d.mu.Lock()
 	if !d.mu.lastStep.IsZero() {
 		d.mu.timeInState[d.mu.last.State] += now.Sub(d.mu.lastStep)
 	}
-	d.mu.last, d.mu.gateway, d.mu.gatewayErr, d.mu.lastStep = a, view, gwErr, now
+	d.mu.last, d.mu.gateway, d.mu.gatewayErr, d.mu.lastStep, d.mu.unseen = a, view, gwErr, now, unseen
 	var budget, reserved int64
 	if view != nil {
 		budget, reserved = view.Budget, view.Reserved

@@ -13,7 +13,7 @@ type metrics struct {
 	d                                                            *Daemon
 	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
-	peak, dryRun                                                 *prometheus.Desc
+	peak, dryRun, blind, gatewayUp                               *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -41,6 +41,9 @@ func newMetrics(d *Daemon) *metrics {
 		lending:   g("lending_enabled", "1 while basin has KV lending switched on."),
 		ready:     g("daemon_ready", "1 once the daemon has completed a step."),
 		dryRun:    g("dry_run", "1 when the daemon only records what it would do."),
+		blind: g("blind", "1 while the daemon cannot see a signal the detector needs or the gateway's admin API "+
+			"(GET /api/v1/status lists what): basin_state is then the state held, not a reading."),
+		gatewayUp: g("gateway_admin_up", "1 when the last read of the gateway's admin API succeeded (absent without a gateway)."),
 		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_runs_total",
 			Help: "Cron job runs by job.", ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"job"}),
 		cronPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_panics_total",
@@ -53,7 +56,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCo
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	d := m.d
 	d.mu.Lock()
-	a, ready, ps := d.mu.last, d.mu.ready, d.mu.policy
+	a, ready, ps, unseen, gwErr := d.mu.last, d.mu.ready, d.mu.policy, len(d.mu.unseen), d.mu.gatewayErr
 	d.mu.Unlock()
 	ref := d.pol.Reference(a) // reads only the options: safe off the loop
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
@@ -71,6 +74,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.cronPanics.Collect(ch)
 	if !ready {
 		return
+	}
+	gauge(m.blind, b2f(unseen > 0))
+	if d.gw != nil {
+		gauge(m.gatewayUp, b2f(gwErr == ""))
 	}
 	for _, s := range []detector.State{detector.Healthy, detector.Pressure, detector.Drifting, detector.Trapped, detector.Recovering} {
 		gauge(m.state, b2f(a.State == s), string(s))

@@ -158,10 +158,15 @@ func TestPauseSurvivesRestart(t *testing.T) {
 	assert.Equal(t, detector.Trapped, d2.StatusNow().Assessment.State)
 	assert.Len(t, e.gw.Budgets(), calls, "no action while paused")
 
-	// Once the pause is over the next step acts.
+	// Once the pause is over the daemon acts as soon as it sees the trap again: the ten minutes
+	// skipped left its rates without a window, and a trapped state held while blind is no reason
+	// to cut.
 	e.clock.Advance(10 * time.Minute)
 	e.step(d2)
 	assert.Nil(t, d2.StatusNow().Paused)
+	require.True(t, d2.StatusNow().Blind)
+	assert.Len(t, e.gw.Budgets(), calls, "no cut on a state it cannot see")
+	e.stepUntil(d2, 5, "the cut once the trap is seen again", func(s Status) bool { return s.Policy.Target == testCut })
 	assert.Equal(t, 1, callsTo(e.gw.Budgets(), testCut))
 }
 
