@@ -720,8 +720,8 @@ func (e *evaluation) reason(c cond) string {
 			return fmt.Sprintf("live sessions %.1f > unstable equilibrium %.1f at λ %.2f/min%s",
 				e.obs.n, *e.out.Edge, e.out.Lambda*60, for_)
 		}
-		return fmt.Sprintf("live sessions %.1f > edge %.1f (estimated from knee %.2f × C at mean context %.0f tokens) with hit rate %.2f < %.2f%s",
-			e.obs.n, *e.out.Edge, k, e.obs.w/max(e.obs.n, 1), e.obs.hit, e.driftLine, for_)
+		return fmt.Sprintf("live sessions %.1f > edge %.1f (estimated from knee %.2f × C at mean context %s tokens) with hit rate %.2f < %.2f%s",
+			e.obs.n, *e.out.Edge, k, tokens(e.obs.w/max(e.obs.n, 1)), e.obs.hit, e.driftLine, for_)
 	case cOnPlateau:
 		return fmt.Sprintf("hit rate %.2f ≥ plateau %.2f − %.2f%s", e.obs.hit, e.plateau, o.RecoverTolerance, for_)
 	case cRecoverable:
