@@ -8,14 +8,17 @@ package calibrate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/atomicfile"
 	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -36,24 +39,50 @@ type Options struct {
 	Step time.Duration
 	// Speed is virtual seconds per wall second: 1 against real engines.
 	Speed float64
-	// Progress receives the fraction done.
-	Progress func(float64)
+	// Progress, when set, is told how the run is going: at each step's start and end, and about
+	// every ProgressEvery within a step.
+	Progress func(Progress)
 	Logger   *slog.Logger
 	// Source names the calibration's provenance.
 	Source string
 }
 
+// ProgressEvery is how often Progress hears from a step under way: steps last minutes.
+const ProgressEvery = time.Second
+
+// Progress is how a live calibration is going.
+type Progress struct {
+	// Step is the step under way, 1-based, of Steps; Multiplier its arrival-rate multiplier and
+	// RatePerMin its arrival rate, sessions per minute of the endpoint's time.
+	Step, Steps int
+	Multiplier  float64
+	RatePerMin  float64
+	// Done is the fraction of the whole run done, Elapsed its wall time so far.
+	Done    float64
+	Elapsed time.Duration
+	// Points are the steps measured so far.
+	Points []detector.Point
+}
+
 // DefaultMultipliers step the arrival rate from half the scenario's base rate to three times it.
 var DefaultMultipliers = []float64{0.5, 1, 1.5, 2, 2.5, 3}
 
-// Result is the calibration and the points it was fit on.
+// Result is the calibration and the points it was fit on. When Run fails after measuring some steps
+// (interrupted, a step without fresh signals, no knee in the points), Result still holds the points
+// and Calibration is nil: Partial makes them a file worth keeping.
 type Result struct {
 	Calibration *detector.Calibration
 	Points      []detector.Point
+	// Multipliers and Step are the run's plan, for the partial file.
+	Multipliers []float64
+	Step        time.Duration
+	Source      string
+	// CallsPerSession is K of the scenario's workload (the endpoint's metrics do not say).
+	CallsPerSession float64
 }
 
-// Run drives the steps and fits the knee. It stops by itself after the last step (or when ctx is
-// done, with an error).
+// Run drives the steps and fits the knee. It stops by itself after the last step, or when ctx is
+// done: then the error wraps ctx's, and the Result holds the points of the steps completed.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -86,8 +115,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	sc.Duration = scenario.Duration(time.Duration(len(o.Multipliers)) * o.Step)
 	sc.Measure = scenario.Window{To: sc.Duration}
 
+	k, err := callsPerSession(o.Scenario)
+	if err != nil {
+		return nil, err
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	colDone := make(chan error, 1)
 	go func() { colDone <- col.Run(ctx) }()
 	genDone := make(chan error, 1)
@@ -95,46 +128,105 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		_, err := loadgen.Run(ctx, loadgen.Options{Target: o.Target, Scenario: &sc, Speed: o.Speed, Logger: o.Logger})
 		genDone <- err
 	}()
-	start := time.Now()
-	var pts []detector.Point
-	for i := range o.Multipliers {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case err := <-genDone:
-			if err != nil {
-				return nil, fmt.Errorf("load generator: %w", err)
-			}
-			genDone = nil
-		case <-time.After(time.Until(start.Add(time.Duration(i+1) * wallStep))):
-		}
-		if genDone == nil { // the generator ended early: wait out the step on the clock
-			time.Sleep(time.Until(start.Add(time.Duration(i+1) * wallStep)))
-		}
-		p, err := point(col.Snapshot(), o.Speed)
-		if err != nil {
-			return nil, fmt.Errorf("step %d (×%g): %w", i+1, o.Multipliers[i], err)
-		}
-		pts = append(pts, p)
-		if o.Progress != nil {
-			o.Progress(float64(i+1) / float64(len(o.Multipliers)))
-		}
-	}
-	cancel()
-	<-colDone
 	src := o.Source
 	if src == "" {
 		src = "basin calibrate --target " + o.Target
 	}
-	k, err := callsPerSession(o.Scenario)
-	if err != nil {
-		return nil, err
+	res := &Result{Multipliers: o.Multipliers, Step: o.Step, Source: src, CallsPerSession: k}
+	// Nothing of the run outlives Run: the collector and the generator's calls are stopped.
+	defer func() {
+		cancel()
+		<-colDone
+		if genDone != nil {
+			<-genDone
+		}
+	}()
+	start := time.Now()
+	tick := time.NewTicker(ProgressEvery)
+	defer tick.Stop()
+	report := func(i int) {
+		if o.Progress == nil {
+			return
+		}
+		n := len(o.Multipliers)
+		m, el := o.Multipliers[min(i, n-1)], time.Since(start)
+		o.Progress(Progress{Step: min(i+1, n), Steps: n, Multiplier: m, RatePerMin: o.Scenario.Arrivals.RatePerMin * m,
+			Done: min(1, float64(el)/float64(wallStep*time.Duration(n))), Elapsed: el, Points: slices.Clone(res.Points)})
 	}
-	cal, err := detector.NewCalibration(pts, k, time.Now().UTC(), src)
-	if err != nil {
-		return &Result{Points: pts}, err
+	for i := range o.Multipliers {
+		report(i)
+		end := start.Add(time.Duration(i+1) * wallStep)
+		stepEnd := time.NewTimer(time.Until(end))
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				stepEnd.Stop()
+				return res, fmt.Errorf("interrupted in step %d of %d, after %d measured: %w", i+1,
+					len(o.Multipliers), len(res.Points), ctx.Err())
+			case err := <-genDone: // nil once the generator has ended: the step runs out on the clock
+				if err != nil {
+					stepEnd.Stop()
+					return res, fmt.Errorf("load generator: %w", err)
+				}
+				genDone = nil
+			case <-tick.C:
+				report(i)
+			case <-stepEnd.C:
+				break wait
+			}
+		}
+		p, err := point(col.Snapshot(), o.Speed)
+		if err != nil {
+			return res, fmt.Errorf("step %d (×%g): %w", i+1, o.Multipliers[i], err)
+		}
+		res.Points = append(res.Points, p)
 	}
-	return &Result{Calibration: cal, Points: pts}, nil
+	report(len(o.Multipliers))
+	res.Calibration, err = detector.NewCalibration(res.Points, k, time.Now().UTC(), src)
+	return res, err
+}
+
+// Partial is what a live calibration measured before it stopped short of a calibration: the points
+// of the steps it completed and why it stopped. It is not a calibration file (the daemon does not
+// read it); it is kept so that hours of step load are not lost: the points show how far the
+// deployment got toward its knee, and Calibration holds a fit when they already reach it.
+type Partial struct {
+	// Partial is always true: it marks the file for what it is.
+	Partial     bool             `json:"partial"`
+	Reason      string           `json:"reason"`
+	Source      string           `json:"source"`
+	Created     time.Time        `json:"created"`
+	Multipliers []float64        `json:"multipliers"`
+	StepSeconds float64          `json:"step_seconds"`
+	StepsDone   int              `json:"steps_done"`
+	Points      []detector.Point `json:"points"`
+	// Calibration is the fit of the points when they reach the knee, else absent.
+	Calibration *detector.Calibration `json:"calibration,omitempty"`
+}
+
+// SavePartial writes what r measured, and why the run stopped, to path (atomically). It is an
+// error to save a result without points: there is nothing to keep.
+func (r *Result) SavePartial(path string, reason error, now time.Time) error {
+	if r == nil || len(r.Points) == 0 {
+		return errors.New("save partial calibration: no step was measured")
+	}
+	p := Partial{Partial: true, Source: r.Source, Created: now.UTC(), Multipliers: r.Multipliers,
+		StepSeconds: r.Step.Seconds(), StepsDone: len(r.Points), Points: r.Points}
+	if reason != nil {
+		p.Reason = reason.Error()
+	}
+	if c, err := detector.NewCalibration(r.Points, r.CallsPerSession, now.UTC(), r.Source+" (partial)"); err == nil {
+		p.Calibration = c
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save partial calibration: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("save partial calibration %s: %w", path, err)
+	}
+	return nil
 }
 
 // point reads one step's measurement; a signal that is not fresh is an error, never a zero. Rates

@@ -2,7 +2,10 @@ package calibrate
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,34 +25,13 @@ func TestLiveCalibrationAgainstSimServe(t *testing.T) {
 		t.Skip("wall-clock step load: under the race detector the simulated endpoint answers too slowly; `go test ./...` runs it")
 	}
 	const speed = 200
-	ts := servetest.Start(t, speed)
-	sc, err := scenario.Load("paper-1p1d-h100")
-	require.NoError(t, err)
-	// An observe-only gateway in front (a budget nothing reaches): it is how basin sees sessions.
-	cfg, err := gateway.ParseConfig([]byte("upstreams: [" + ts.URL + "]\nadmission: {budget_tokens: 1000000000000}\n"))
-	require.NoError(t, err)
-	g, err := gateway.New(gateway.Options{Config: cfg, Getenv: func(k string) string {
-		if k == gateway.AdminTokenEnv {
-			return "t0ken"
-		}
-		return ""
-	}})
-	require.NoError(t, err)
-	gw := httptest.NewServer(g.Handler())
-	defer gw.Close()
-	admin := httptest.NewServer(g.AdminHandler())
-	defer admin.Close()
-	targets := []collector.Target{
-		{Name: "prefill-0", URL: ts.URL + "/metrics/prefill-0", Role: collector.RolePrefill, Dialect: collector.DialectSGLang},
-		{Name: "decode-0", URL: ts.URL + "/metrics/decode-0", Role: collector.RoleDecode, Dialect: collector.DialectSGLang},
-		{Name: "gateway", URL: admin.URL + "/metrics", Role: collector.RoleGateway, Dialect: collector.DialectGateway},
-	}
+	sc, targets, gwURL := startDeployment(t, speed)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := Run(ctx, Options{Target: gw.URL, Targets: targets, Scenario: sc,
+	res, err := Run(ctx, Options{Target: gwURL, Targets: targets, Scenario: sc,
 		Multipliers: []float64{1, 2, 3, 4}, Step: 5 * time.Minute, Speed: speed})
 	require.NotNil(t, res, "%v", err)
-	require.Len(t, res.Points, 4)
+	require.Len(t, res.Points, 4, "%v", err)
 	assert.Greater(t, res.Points[3].WorkingSetOverCache, res.Points[0].WorkingSetOverCache,
 		"more arrivals, more working set")
 	for _, p := range res.Points {
@@ -63,6 +45,104 @@ func TestLiveCalibrationAgainstSimServe(t *testing.T) {
 		// Four steps may not reach the knee's drop; the error says so rather than inventing one.
 		assert.ErrorContains(t, err, "calibration")
 	}
+}
+
+// startDeployment serves a simulated deployment behind an observe-only gateway (a budget nothing
+// reaches: it is how basin sees sessions) and returns the workload, the metrics targets and the
+// gateway's URL.
+func startDeployment(t *testing.T, speed float64) (*scenario.Scenario, []collector.Target, string) {
+	t.Helper()
+	ts := servetest.Start(t, speed)
+	sc, err := scenario.Load("paper-1p1d-h100")
+	require.NoError(t, err)
+	cfg, err := gateway.ParseConfig([]byte("upstreams: [" + ts.URL + "]\nadmission: {budget_tokens: 1000000000000}\n"))
+	require.NoError(t, err)
+	g, err := gateway.New(gateway.Options{Config: cfg, Getenv: func(k string) string {
+		if k == gateway.AdminTokenEnv {
+			return "t0ken"
+		}
+		return ""
+	}})
+	require.NoError(t, err)
+	gw := httptest.NewServer(g.Handler())
+	t.Cleanup(gw.Close)
+	admin := httptest.NewServer(g.AdminHandler())
+	t.Cleanup(admin.Close)
+	return sc, []collector.Target{
+		{Name: "prefill-0", URL: ts.URL + "/metrics/prefill-0", Role: collector.RolePrefill, Dialect: collector.DialectSGLang},
+		{Name: "decode-0", URL: ts.URL + "/metrics/decode-0", Role: collector.RoleDecode, Dialect: collector.DialectSGLang},
+		{Name: "gateway", URL: admin.URL + "/metrics", Role: collector.RoleGateway, Dialect: collector.DialectGateway},
+	}, gw.URL
+}
+
+// TestInterruptedKeepsWhatItMeasured cancels a live calibration after its first step: Run says
+// where it stopped, keeps the point, and SavePartial writes it to a file marked partial.
+// Progress has said all along which step runs, at what rate, and what was measured.
+func TestInterruptedKeepsWhatItMeasured(t *testing.T) {
+	if raceEnabled {
+		t.Skip("wall-clock step load: under the race detector the simulated endpoint answers too slowly; `go test ./...` runs it")
+	}
+	const speed = 100 // slower than the test above: a loaded machine still scrapes in time
+	sc, targets, gwURL := startDeployment(t, speed)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var seen []Progress
+	res, err := Run(ctx, Options{Target: gwURL, Targets: targets, Scenario: sc,
+		Multipliers: []float64{1, 2, 3, 4}, Step: 5 * time.Minute, Speed: speed,
+		Progress: func(p Progress) {
+			seen = append(seen, p)
+			if len(p.Points) == 1 {
+				cancel()
+			}
+		}})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "interrupted in step 2 of 4, after 1 measured")
+	require.NotNil(t, res)
+	require.Len(t, res.Points, 1)
+	assert.Nil(t, res.Calibration)
+
+	require.NotEmpty(t, seen)
+	assert.Equal(t, 1, seen[0].Step)
+	assert.Equal(t, 4, seen[0].Steps)
+	assert.InDelta(t, sc.Arrivals.RatePerMin, seen[0].RatePerMin, 1e-9)
+	last := seen[len(seen)-1]
+	assert.Equal(t, 2, last.Step)
+	assert.InDelta(t, 2*sc.Arrivals.RatePerMin, last.RatePerMin, 1e-9)
+	assert.Len(t, last.Points, 1)
+	assert.Greater(t, last.Done, 0.2)
+	assert.Less(t, last.Done, 0.5)
+	assert.Positive(t, last.Elapsed)
+
+	path := filepath.Join(t.TempDir(), "calibration.partial.json")
+	require.NoError(t, res.SavePartial(path, err, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+	b, rerr := os.ReadFile(path)
+	require.NoError(t, rerr)
+	var p Partial
+	require.NoError(t, json.Unmarshal(b, &p))
+	assert.True(t, p.Partial)
+	assert.Equal(t, 1, p.StepsDone)
+	assert.Equal(t, []float64{1, 2, 3, 4}, p.Multipliers)
+	assert.Equal(t, 300.0, p.StepSeconds)
+	assert.Equal(t, res.Points, p.Points)
+	assert.Contains(t, p.Reason, "interrupted in step 2 of 4")
+	assert.Contains(t, p.Source, "basin calibrate --target "+gwURL)
+}
+
+// TestCancelledBeforeAnyStep: cancelled before a step completes, there is nothing to keep, and
+// SavePartial says so rather than writing an empty file.
+func TestCancelledBeforeAnyStep(t *testing.T) {
+	sc, err := scenario.Load("paper-1p1d-h100")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := Run(ctx, Options{Target: "http://127.0.0.1:1", Scenario: sc, Step: time.Minute, Speed: 1,
+		Targets: []collector.Target{{Name: "prefill-0", URL: "http://127.0.0.1:1/metrics", Role: collector.RolePrefill}}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotNil(t, res)
+	assert.Empty(t, res.Points)
+	path := filepath.Join(t.TempDir(), "p.json")
+	assert.ErrorContains(t, res.SavePartial(path, err, time.Now()), "no step was measured")
+	assert.NoFileExists(t, path)
 }
 
 func TestOptionsNameTheField(t *testing.T) {

@@ -19,7 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/predictor"
+	"github.com/basin-dev/basin/internal/calibrate"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 	"github.com/basin-dev/basin/sim/trace"
@@ -371,6 +373,43 @@ func TestSimRunWithDetector(t *testing.T) {
 	code, stdout, stderr = basin(t, "sim", "detect", "--seeds", "1")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| paper-1p3d-h200-spike | 1 |")
+}
+
+// TestCalibrateKeepsPartial: a live calibration that stops early leaves its points next to -o,
+// says where, and still fails; one that measured nothing says so and writes nothing.
+func TestCalibrateKeepsPartial(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "calibration.json")
+	runErr := fmt.Errorf("interrupted in step 2 of 3, after 1 measured: %w", context.Canceled)
+	res := &calibrate.Result{Points: []detector.Point{{WorkingSetOverCache: 0.4, HitRate: 0.93, Sessions: 12}},
+		Multipliers: []float64{1, 2, 3}, Step: time.Minute, Source: "test", CallsPerSession: 30}
+	var errOut bytes.Buffer
+	err := keepPartial(Env{Stderr: &errOut}, out, res, runErr)
+	require.ErrorIs(t, err, context.Canceled)
+	partial := filepath.Join(dir, "calibration.partial.json")
+	assert.Contains(t, errOut.String(), "the 1 of 3 steps measured are saved in "+partial)
+	assert.NoFileExists(t, out, "a partial run is not a calibration")
+	b, rerr := os.ReadFile(partial)
+	require.NoError(t, rerr)
+	assert.Contains(t, string(b), `"partial": true`)
+	assert.Contains(t, string(b), `"reason": "interrupted in step 2 of 3`)
+
+	errOut.Reset()
+	err = keepPartial(Env{Stderr: &errOut}, filepath.Join(dir, "other.json"), &calibrate.Result{}, runErr)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, errOut.String(), "no step was measured; nothing saved")
+	assert.NoFileExists(t, filepath.Join(dir, "other.partial.json"))
+
+	note := calibrationNote(calibrate.Progress{Step: 2, Steps: 6, Multiplier: 1, RatePerMin: 3.3,
+		Elapsed: 61 * time.Second, Points: res.Points})
+	assert.Equal(t, "step 2/6 ×1 (3.30 sessions/min), 1m1s; 1 measured, last W/C 0.40 hit rate 0.930", note)
+
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	code, _, stderr := runQuick(t, 30*time.Second, "calibrate", "--scenario", "paper-1p1d-h100", "--target", gone.URL,
+		"--metrics", "prefill="+gone.URL+"/metrics", "-o", filepath.Join(dir, "never.json"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "metrics target prefill-0 ("+gone.URL+"/metrics): cannot connect", "checked before any step")
 }
 
 func TestParseMetricTargets(t *testing.T) {

@@ -131,12 +131,17 @@ func runCalibrate(ctx context.Context, env Env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("%w: --metrics: %v", errUsage, err)
 		}
+		if err := checkTargets(ctx, targets); err != nil {
+			return err
+		}
 		b := bar(env, false, "step load on "+*target)
 		res, err := calibrate.Run(ctx, calibrate.Options{Target: *target, Targets: targets, TargetFile: *targetFile,
-			Scenario: sc, Step: *step, Speed: *speed, Progress: b.Set})
+			Scenario: sc, Step: *step, Speed: *speed, Progress: func(p calibrate.Progress) {
+				b.SetNote(p.Done, calibrationNote(p))
+			}})
 		b.Done()
 		if err != nil {
-			return err
+			return keepPartial(env, *out, res, err)
 		}
 		if err := res.Calibration.Save(*out); err != nil {
 			return err
@@ -171,6 +176,35 @@ func runCalibrate(ctx context.Context, env Env, args []string) error {
 	}
 	printCalibration(env.Stdout, cal, *out)
 	return nil
+}
+
+// calibrationNote says where a live calibration is: the step, its rate, the time so far and the
+// last point measured.
+func calibrationNote(p calibrate.Progress) string {
+	s := fmt.Sprintf("step %d/%d ×%g (%.2f sessions/min), %v", p.Step, p.Steps, p.Multiplier, p.RatePerMin,
+		p.Elapsed.Round(time.Second))
+	if n := len(p.Points); n > 0 {
+		last := p.Points[n-1]
+		s += fmt.Sprintf("; %d measured, last W/C %.2f hit rate %.3f", n, last.WorkingSetOverCache, last.HitRate)
+	}
+	return s
+}
+
+// keepPartial saves what a live calibration measured before it failed or was interrupted, next to
+// where the calibration would have gone (calibration.partial.json for calibration.json), and says
+// where on stderr. It returns the run's error: a partial file is not a calibration.
+func keepPartial(env Env, out string, res *calibrate.Result, runErr error) error {
+	if res == nil || len(res.Points) == 0 {
+		fmt.Fprintln(env.Stderr, "basin calibrate: no step was measured; nothing saved")
+		return runErr
+	}
+	path := strings.TrimSuffix(out, ".json") + ".partial.json"
+	if err := res.SavePartial(path, runErr, time.Now()); err != nil {
+		return errors.Join(runErr, err)
+	}
+	fmt.Fprintf(env.Stderr, "basin calibrate: the %d of %d steps measured are saved in %s (marked partial: not a calibration)\n",
+		len(res.Points), len(res.Multipliers), path)
+	return runErr
 }
 
 func printCalibration(w io.Writer, c *detector.Calibration, path string) {
