@@ -18,6 +18,12 @@
 //
 // The gateways start with a session budget out of reach: on their own they only count, as an
 // engine router would. Only the acting daemon changes that (and switches lending).
+//
+// Playing at 90× needs the CPU to keep up: on a busy machine the load generators' waits end late,
+// sessions live longer than the deployment would make them, and the runs collapse from the
+// machine's lag, not the traffic (see MaxLag). Every run's waits are timed; a run that falls
+// behind says so while it runs (EventLag), and Write then marks the table and Verdict gives no
+// verdict, as it does when the no-spike reference itself did not stay healthy.
 package demo
 
 import (
@@ -90,6 +96,10 @@ type Options struct {
 	Progress func(float64)
 	// Logger receives the components' warnings and errors (discarded when nil).
 	Logger *slog.Logger
+
+	// sleep is the load generators' wall-clock wait (a timer when nil): tests make a run fall
+	// behind on purpose with one that oversleeps.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // EventKind says what an Event reports.
@@ -103,6 +113,9 @@ const (
 	EventState EventKind = "state"
 	// EventAction: the run's daemon decided an action (taken, or only recorded in a dry run).
 	EventAction EventKind = "action"
+	// EventLag: the run fell behind the wall clock (see MaxLag); Text says by how much. Said once
+	// per run, the first time its waits' mean lateness over LagWindow passes MaxLag.
+	EventLag EventKind = "lag"
 )
 
 // Event is something a run's daemon did, at a time in the deployment's clock since the load began.
@@ -127,6 +140,9 @@ type RunResult struct {
 	FinalState string
 	// Budget is the gateway's session budget at the end (-1 if the gateway could not say).
 	Budget int64
+	// Timing is how well the run kept the deployment's time; a run that did not (see
+	// Timing.Kept) measured the machine, not the deployment, and Verdict leaves it out.
+	Timing Timing
 }
 
 // Result is the demo's outcome: the three runs in the order NoSpike, DryRun, Acting.
@@ -136,6 +152,10 @@ type Result struct {
 	Runs     []RunResult
 	// Elapsed is the wall time the runs took, start-up and shutdown included.
 	Elapsed time.Duration
+	// Interrupted is set when the caller cancelled the run before the scenario's end: the
+	// numbers are partial. (The load generators' reports are always marked interrupted, since
+	// the demo cuts the sessions still live at the scenario's end.)
+	Interrupted bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -174,6 +194,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.sleep == nil {
+		o.sleep = sleep
 	}
 	return o, errors.Join(errs...)
 }
@@ -235,14 +258,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	virtual := func(t time.Time) time.Duration { return time.Duration(float64(t.Sub(loadStart)) * o.Speed) }
 	reports := make([]*loadgen.Report, len(stacks))
 	loadErrs := make([]error, len(stacks))
+	meters := make([]*lagMeter, len(stacks))
 	var wg sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	for i, s := range stacks {
+		meters[i] = newLagMeter(o.Speed, time.Now, o.sleep)
+		meters[i].begin(loadStart)
 		wg.Go(func() {
 			reports[i], loadErrs[i] = loadgen.Run(loadCtx, loadgen.Options{
 				Target: s.apiURL, Scenario: s.load, Speed: o.Speed, RunID: runID(s.name), NoStream: true,
 				Unloaded: func(ss sim.SessionSpec) time.Duration { return sc.Deployment.Deployment.UnloadedTime(ss) },
 				Logger:   o.Logger.With("run", s.name, "component", "loadgen"),
+				Sleep:    meters[i].Sleep,
 			})
 		})
 	}
@@ -252,6 +279,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			watchers.Go(func() { s.watch(watchCtx, virtual, emit) })
 		}
 	}
+	watchers.Go(func() { watchLag(watchCtx, stacks, meters, virtual, emit) })
 	if o.Progress != nil {
 		watchers.Go(func() {
 			t := time.NewTicker(200 * time.Millisecond)
@@ -292,15 +320,58 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		s.mu.Lock()
 		r.States, r.Actions, r.FinalState = s.mu.states, s.mu.actions, s.mu.state
 		s.mu.Unlock()
+		r.Timing = meters[i].timing()
 		res.Runs = append(res.Runs, r)
 	}
 	errs = append(errs, stopAll())
 	if ctx.Err() != nil {
+		res.Interrupted = true
 		errs = append(errs, fmt.Errorf("interrupted after %v of %v: the results are partial: %w",
 			virtual(time.Now()).Round(time.Second), time.Duration(sc.Duration), ctx.Err()))
 	}
 	res.Elapsed = time.Since(began)
 	return res, errors.Join(errs...)
+}
+
+// watchLag says, once per run, when a run's load generator falls behind the wall clock by more
+// than MaxLag on average over the last LagWindow: while it runs, so that whoever watches knows
+// before the table why the numbers will not count.
+func watchLag(ctx context.Context, stacks []*stack, meters []*lagMeter, virtual func(time.Time) time.Duration, emit func(Event)) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	said := make([]bool, len(stacks))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for i, s := range stacks {
+				mean, n := meters[i].recent(now)
+				if said[i] || n < minWaits || mean <= MaxLag {
+					continue
+				}
+				said[i] = true
+				emit(Event{Run: s.name, Kind: EventLag, At: virtual(now), Text: fmt.Sprintf(
+					"falling behind the wall clock: waits end %s late on average over the last %s (tolerance %s); "+
+						"this run will not count for a verdict", seconds(mean), minutes(LagWindow), seconds(MaxLag))})
+			}
+		}
+	}
+}
+
+// sleep waits d or until ctx is done: the load generator's own wait, measured by lagMeter.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // emitter serialises OnEvent.

@@ -96,6 +96,7 @@ func TestRun(t *testing.T) {
 			assert.NotNil(t, r.Report.PrefixHitRate, "%s: the simulator reports cached tokens", name)
 		}
 		assert.Equal(t, name != NoSpike, r.StatusURL != "", "%s: a status page exactly when there is a daemon", name)
+		assert.GreaterOrEqual(t, r.Timing.Waits, minWaits, "%s: the load generator's waits were timed", name)
 	}
 	assert.Greater(t, res.Runs[1].Report.Offered, res.Runs[0].Report.Offered, "the spiked runs offer more sessions")
 	// Both spiked runs offer the same sessions, but for the last moment: the load is cut at the
@@ -152,6 +153,59 @@ func TestRun(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 	assertGoroutinesBack(t, before)
+}
+
+// TestRunFallsBehind makes every wait of the load generators end 30 ms of wall time late — 5.4 s
+// of the deployment's time at 180×, as on a machine short of CPU — and checks what the user
+// sees: one line per run while it runs, the lag in the table, and no verdict or ratio.
+func TestRunFallsBehind(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("wall-clock run")
+	}
+	const (
+		speed = 180
+		late  = 30 * time.Millisecond
+	)
+	var (
+		mu  sync.Mutex
+		lag = map[string][]Event{}
+	)
+	res, err := Run(t.Context(), Options{Scenario: shortScenario(t), Speed: speed, Dir: t.TempDir(),
+		OnEvent: func(e Event) {
+			if e.Kind == EventLag {
+				mu.Lock()
+				lag[e.Run] = append(lag[e.Run], e)
+				mu.Unlock()
+			}
+		},
+		sleep: func(ctx context.Context, d time.Duration) error { return sleep(ctx, max(d, 0)+late) },
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 3)
+	for _, r := range res.Runs {
+		assert.GreaterOrEqual(t, r.Timing.Waits, minWaits, r.Name)
+		assert.GreaterOrEqual(t, r.Timing.Worst, late*speed, "%s: every wait was at least 5.4 s late: %+v", r.Name, r.Timing)
+		assert.False(t, r.Timing.Kept(), r.Name)
+	}
+	assert.False(t, res.KeptTime())
+
+	mu.Lock()
+	for _, name := range []string{NoSpike, DryRun, Acting} {
+		if assert.Len(t, lag[name], 1, "%s: said once, not at every check", name) {
+			assert.Contains(t, lag[name][0].Text, "falling behind the wall clock")
+		}
+	}
+	mu.Unlock()
+
+	var b strings.Builder
+	Write(&b, res)
+	out := b.String()
+	assert.Contains(t, out, "NOT KEEPING TIME at 180×")
+	assert.Contains(t, out, "NOT KEPT")
+	assert.Contains(t, out, "No verdict: the no spike, dry run, acting runs did not keep time.")
+	assert.NotContains(t, out, "% of", "no ratio to the reference in the verdict")
+	assert.NotContains(t, out, "kept ")
+	assert.Regexp(t, `ratio to no spike\s+—\s+—\s+—`, out)
 }
 
 // TestRunInterrupted cancels the demo early: Run says so, returns what it measured and stops

@@ -1,0 +1,118 @@
+package demo
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/basin-dev/basin/sim/loadgen"
+)
+
+// run is a finished run of the 60-minute window with good sessions of arrived, its waits late
+// by late (the worst window) on average.
+func run(name string, good, arrived int, late time.Duration) RunResult {
+	g := float64(good) // sessions per hour: the window is an hour
+	// The load generators always mark their reports interrupted: the demo cuts the sessions
+	// still live at the scenario's end.
+	rep := &loadgen.Report{MeasureFromMin: 25, MeasureToMin: 85, GoodputPerHour: &g, Interrupted: true,
+		Sessions: loadgen.Counts{Arrived: arrived, Completed: good, Good: &good}}
+	return RunResult{Name: name, Report: rep, Budget: 1e12,
+		Timing: Timing{Waits: 5000, Mean: late / 2, Worst: late, Max: 10 * late}}
+}
+
+func TestWriteAndVerdict(t *testing.T) {
+	onTime := 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		res  Result
+		want []string // in the output
+		not  []string // not in the output
+	}{
+		{
+			name: "kept time: the verdict",
+			res: Result{Speed: 90, Runs: []RunResult{
+				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 217, 221, onTime)}},
+			want: []string{"kept 100%", "(11% of its no-spike goodput)", "ratio to no spike      1.00     0.11     1.00",
+				"late per wait (s)      0.10     0.10     0.10"},
+			not: []string{"NOT KEEP", "No verdict"},
+		},
+		{
+			// The machine could not play 90×: the reference collapsed with the rest, and dividing
+			// by it read "kept 696%".
+			name: "behind the wall clock: no verdict, the lag shown",
+			res: Result{Speed: 90, Runs: []RunResult{
+				run(NoSpike, 28, 221, 4*time.Second), run(DryRun, 24, 221, 3*time.Second), run(Acting, 195, 221, onTime)}},
+			want: []string{"NOT KEEPING TIME at 90×", "4.00 NOT KEPT", "3.00 NOT KEPT",
+				"No verdict: the no spike, dry run runs did not keep time", "up to 4.00 s late", "past the 1.00 s tolerance:",
+				"Try a speed of 20"},
+			not: []string{"kept 6", "%;", "0.86", "6.96"},
+		},
+		{
+			name: "one run a little behind is enough",
+			res: Result{Speed: 90, Runs: []RunResult{
+				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 217, 221, 1100*time.Millisecond)}},
+			want: []string{"NOT KEEPING TIME", "No verdict: the acting run did not keep time", "Try a speed of 80"},
+			not:  []string{"kept 100%", "1.00     0.11"},
+		},
+		{
+			name: "an unmeasured run has not shown it kept time",
+			res: Result{Speed: 90, Runs: []RunResult{
+				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime),
+				{Name: Acting, Report: run(Acting, 217, 221, 0).Report}}},
+			want: []string{"No verdict: the acting run did not keep time", "late per wait (s)      0.10     0.10        ?"},
+			not:  []string{"kept 100%"},
+		},
+		{
+			name: "kept time but the reference collapsed: said, not divided by",
+			res: Result{Speed: 90, Runs: []RunResult{
+				run(NoSpike, 28, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 195, 221, onTime)}},
+			want: []string{"the no-spike reference did not stay healthy", "served 28 of its 221 sessions", "(13%, under 80%)"},
+			not:  []string{"kept 6", "NOT KEEP", "0.86"},
+		},
+		{
+			name: "interrupted: partial numbers, no verdict",
+			res: Result{Speed: 90, Interrupted: true, Runs: []RunResult{
+				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 217, 221, onTime)}},
+			want: []string{"Interrupted: no verdict"},
+			not:  []string{"kept 100%"},
+		},
+		{
+			name: "a run without a report",
+			res: Result{Speed: 90, Runs: []RunResult{
+				run(NoSpike, 217, 221, onTime), {Name: DryRun}, run(Acting, 217, 221, onTime)}},
+			want: []string{"The runs did not all finish: no verdict."},
+			not:  []string{"kept 100%"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			Write(&b, &tc.res)
+			out := b.String()
+			for _, w := range tc.want {
+				assert.Contains(t, out, w)
+			}
+			for _, n := range tc.not {
+				assert.NotContains(t, out, n)
+			}
+			assert.Contains(t, out, Verdict(&tc.res), "Write ends with the verdict")
+		})
+	}
+}
+
+func TestSlowerSuggestion(t *testing.T) {
+	for _, tc := range []struct {
+		speed float64
+		worst time.Duration
+		want  string
+	}{
+		{90, 4 * time.Second, "Try a speed of 20 "},
+		{90, 1100 * time.Millisecond, "Try a speed of 80 "},
+		{30, 2 * time.Second, "Try a speed of 10 "}, // 15, rounded down to tens
+		{9, 2 * time.Second, "Try a speed of 4 "},
+		{5, 10 * time.Second, "Even 1× would be 2.00 s late per wait here"},
+	} {
+		assert.Contains(t, slower(tc.speed, tc.worst)+" ", tc.want)
+	}
+}
