@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -42,6 +45,31 @@ type Record struct {
 	Error   string        `json:"error,omitempty"`
 	// Reconciled marks an outcome found or completed after a restart.
 	Reconciled bool `json:"reconciled,omitempty"`
+}
+
+// Change says what the record's action changes, in a few words: "budget 1.00M → 700K tokens",
+// "lending on (decode-0 400K)", "shed [s1]"; empty for a note.
+func (r Record) Change() string {
+	switch {
+	case r.Budget != nil:
+		return fmt.Sprintf("budget %s → %s tokens", FormatTokens(r.Budget.From), FormatTokens(r.Budget.To))
+	case r.Shed != nil:
+		return fmt.Sprintf("shed %v", r.Shed.IDs)
+	case r.Lending != nil:
+		on := "off"
+		if r.Lending.Enabled {
+			on = "on"
+		}
+		var grants []string
+		for _, name := range slices.Sorted(maps.Keys(r.Lending.Grants)) {
+			grants = append(grants, name+" "+FormatTokens(r.Lending.Grants[name]))
+		}
+		if len(grants) > 0 {
+			return fmt.Sprintf("lending %s (%s)", on, strings.Join(grants, ", "))
+		}
+		return "lending " + on
+	}
+	return ""
 }
 
 // Audit is an append-only JSON Lines log of every action, written and synced before the action is

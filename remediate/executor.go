@@ -174,6 +174,9 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 	if e.o.DryRun {
 		for _, r := range intents {
 			e.actions.WithLabelValues(r.Kind, string(PhaseDryRun)).Inc()
+			// Logged as an action is: an operator watching a dry run reads the log, not only
+			// /api/v1/events.
+			e.log.Info("dry run: would act", "seq", r.Seq, "kind", r.Kind, "change", r.Change(), "reasons", r.Reasons)
 			e.notify(r)
 		}
 		return nil
@@ -246,7 +249,7 @@ func (e *Executor) act(ctx context.Context, r Record, reconciled bool) error {
 		e.log.Warn("remediation action failed", "seq", r.Seq, "kind", r.Kind, "err", err)
 		return fmt.Errorf("%s (plan %d): %w", r.Kind, r.Seq, err)
 	}
-	e.log.Info("remediation action", "seq", r.Seq, "kind", r.Kind, "reasons", r.Reasons, "reconciled", reconciled)
+	e.log.Info("remediation action", "seq", r.Seq, "kind", r.Kind, "change", r.Change(), "reasons", r.Reasons, "reconciled", reconciled)
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package remediate
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -96,7 +98,8 @@ func TestExecuteRecordsBeforeActing(t *testing.T) {
 func TestDryRunNeverActs(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	g := &fakeGateway{t: t, audit: a, budget: 1_000_000}
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, DryRun: true})
+	var logs bytes.Buffer
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, DryRun: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	require.NoError(t, e.Execute(context.Background(), budgetPlan(1, 1_000_000, 700_000), nil))
 	assert.Empty(t, g.calls)
@@ -104,6 +107,24 @@ func TestDryRunNeverActs(t *testing.T) {
 	require.Len(t, recs, 1)
 	assert.Equal(t, PhaseDryRun, recs[0].Phase)
 	assert.Empty(t, a.Pending(), "a dry run leaves nothing to reconcile")
+	// The decision is logged, not only audited: an operator watching a dry run reads the log.
+	assert.Contains(t, logs.String(), `level=INFO msg="dry run: would act" seq=1 kind=budget change="budget 1.00M → 700K tokens"`)
+}
+
+func TestRecordChange(t *testing.T) {
+	for _, tc := range []struct {
+		r    Record
+		want string
+	}{
+		{Record{Budget: &BudgetChange{From: 1_000_000_000_000, To: 1_100_000}}, "budget 1000000.00M → 1.10M tokens"},
+		{Record{Shed: &ShedAction{IDs: []string{"s1"}}}, "shed [s1]"},
+		{Record{Lending: &LendingPlan{Enabled: true, Grants: map[string]int64{"decode-1": 20_000, "decode-0": 400_000}}},
+			"lending on (decode-0 400K, decode-1 20K)"},
+		{Record{Lending: &LendingPlan{}}, "lending off"},
+		{Record{Kind: "pause"}, ""},
+	} {
+		assert.Equal(t, tc.want, tc.r.Change())
+	}
 }
 
 func TestPause(t *testing.T) {

@@ -310,7 +310,15 @@ func (p *Policy) Decide(in Inputs) Plan {
 	plan.Mode = p.st.Mode
 	switch {
 	case target != cur:
-		plan.Budget = &BudgetChange{From: cur, To: target, Reference: ref}
+		// The change is from what the gateway has, when basin acts and can read it: the policy's
+		// own target may not be the gateway's (it restarted, someone changed it by hand).
+		from := cur
+		if !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur {
+			from = in.Gateway.Budget
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget is %s, not the %s basin last set",
+				FormatTokens(from), FormatTokens(cur)))
+		}
+		plan.Budget = &BudgetChange{From: from, To: target, Reference: ref}
 		p.st.Target, p.st.LastChange, p.st.Reference = target, now, ref
 	case !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur:
 		plan.Budget = &BudgetChange{From: in.Gateway.Budget, To: cur, Reference: ref}

@@ -188,6 +188,17 @@ func TestGatewayBudgetReconciled(t *testing.T) {
 		GatewayOK: true, Gateway: g})
 	require.NotNil(t, plan.Budget)
 	assert.Equal(t, BudgetChange{From: 400_000, To: 1_000_000, Reference: 1_000_000}, *plan.Budget)
+	// A change due while the gateway has another budget is recorded from the gateway's budget,
+	// what it really changes.
+	p = newPolicy(t, Options{})
+	g = gw(1_000_000, 0)
+	drive(p, &g, 0, 2, func(int) Inputs { return Inputs{Assessment: assess(time.Time{}, detector.Healthy, 0.95)} })
+	g.Budget = 1_000_000_000_000
+	plan = p.Decide(Inputs{At: t0.Add(2 * time.Minute), Assessment: assess(t0.Add(2*time.Minute), detector.Trapped, 0.3),
+		GatewayOK: true, Gateway: g})
+	require.NotNil(t, plan.Budget)
+	assert.Equal(t, BudgetChange{From: 1_000_000_000_000, To: 700_000, Reference: 1_000_000}, *plan.Budget)
+	assert.Contains(t, strings.Join(plan.Reasons, "\n"), "the gateway's budget is 1000000.00M, not the 1.00M basin last set")
 	// in a dry run the gateway is not expected to follow
 	p = newPolicy(t, Options{})
 	g = gw(1_000_000, 0)

@@ -111,6 +111,8 @@ type LendingView struct {
 	Configured bool      `json:"configured"`
 	Enabled    bool      `json:"enabled"`
 	Since      time.Time `json:"since,omitzero"`
+	// DecidedOnly marks a switch a dry run decided and never applied.
+	DecidedOnly bool `json:"decided_only,omitempty"`
 }
 
 // GatewayStatus is what the daemon last read of the gateway.
@@ -146,7 +148,7 @@ func (d *Daemon) StatusNow() Status {
 		s.Paused = &PauseView{Until: until, Reason: why}
 	}
 	en, since := d.lend.State()
-	s.Lending = LendingView{Configured: d.lendBE != nil, Enabled: en, Since: since}
+	s.Lending = LendingView{Configured: d.lendBE != nil, Enabled: en, Since: since, DecidedOnly: d.cfg.DryRun && d.lendBE != nil}
 	s.Alerts = d.rcv.Incident()
 	s.Pending = d.audit.Pending()
 	s.Unseen = d.unseenNow()

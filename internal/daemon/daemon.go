@@ -117,10 +117,14 @@ func auditPath(dir string) string { return filepath.Join(dir, "audit.jsonl") }
 
 // persisted is the daemon's state file.
 type persisted struct {
-	Version     int                   `json:"version"`
-	SavedAt     time.Time             `json:"saved_at"`
-	State       detector.State        `json:"detector_state"`
-	Since       time.Time             `json:"detector_since"`
+	Version int            `json:"version"`
+	SavedAt time.Time      `json:"saved_at"`
+	State   detector.State `json:"detector_state"`
+	Since   time.Time      `json:"detector_since"`
+	// DryRun is whether the daemon that saved the file only recorded what it would do: then the
+	// policy's target and mode and the lending switch are decisions never applied, and a daemon
+	// that acts must not take them for the gateway's state (see restore).
+	DryRun      bool                  `json:"dry_run,omitempty"`
 	Policy      remediate.PolicyState `json:"policy"`
 	Lending     bool                  `json:"lending_enabled"`
 	LendingAt   time.Time             `json:"lending_since"`
@@ -357,12 +361,24 @@ func (d *Daemon) restore() error {
 		d.mu.last = detector.Assessment{State: p.State, Since: p.Since}
 		d.mu.Unlock()
 	}
-	if err := d.pol.Restore(p.Policy); err != nil {
+	ps, lending, lendingAt := p.Policy, p.Lending, p.LendingAt
+	if p.DryRun && !d.cfg.DryRun {
+		// What a dry run decided was never applied: the gateway still has its own budget and
+		// lending switch. Keep the observations (the arrival rate, the plan numbers) and drop the
+		// decisions, so the first step takes the gateway's budget as it is and the lender switches
+		// for real instead of believing it already did.
+		ps = remediate.PolicyState{Mode: remediate.Normal, Seq: ps.Seq, ArrivalEWMA: ps.ArrivalEWMA, ArrivalAt: ps.ArrivalAt}
+		lending, lendingAt = false, time.Time{}
+		d.log.Info("dry run ended: the dry run's budget, mode and lending decisions were never applied; "+
+			"starting from what the gateway has", "dry_run_target_tokens", p.Policy.Target, "dry_run_mode", p.Policy.Mode,
+			"dry_run_lending", p.Lending)
+	}
+	if err := d.pol.Restore(ps); err != nil {
 		return fmt.Errorf("state file: %w", err)
 	}
 	d.pol.Replay(d.audit.Records(0))
 	d.publishPolicy()
-	d.lend.Restore(p.Lending, p.LendingAt)
+	d.lend.Restore(lending, lendingAt)
 	if err := d.rcv.Restore(p.Alerts); err != nil {
 		return fmt.Errorf("state file: alerts: %w", err)
 	}
@@ -385,7 +401,7 @@ func (d *Daemon) save() error {
 	}
 	enabled, since := d.lend.State()
 	_, until, why := d.exec.Paused(d.clock())
-	p := persisted{Version: stateVersion, SavedAt: d.clock(), State: last.State, Since: last.Since, Policy: d.pol.State(),
+	p := persisted{Version: stateVersion, SavedAt: d.clock(), DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
 		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why,
 		WallAt: d.now(), ClockAt: d.clock()}
 	b, err := json.MarshalIndent(p, "", "  ")
@@ -604,6 +620,7 @@ func (d *Daemon) Step(ctx context.Context) {
 		d.mu.Unlock()
 	}
 	if d.lendBE != nil {
+		d.adoptAffinity(view)
 		plan = d.pol.Lend(plan, d.lend, snap, a.Knee.Ratio, decodePool(snap))
 	}
 	var errMsg string
@@ -628,6 +645,25 @@ func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 	}
 	d.mu.stepErr = errMsg
 	d.mu.ready = true
+}
+
+// adoptAffinity makes the lender's switch the gateway's affinity switch when the affinity backend
+// is the lending switch and the daemon acts: the gateway is the truth. It differs after the gateway
+// restarted with its configured affinity, after someone switched it by hand, and on the first step
+// after a dry run (whose switch was never applied). Without this the lender would believe lending
+// on while the gateway routes without affinity, and never switch it again. The dwell starts afresh:
+// it guards against basin's own flapping, not against a change it did not make.
+func (d *Daemon) adoptAffinity(view *gateway.StateView) {
+	if d.cfg.DryRun || view == nil || d.cfg.Lending.Backend.Kind != lender.KindAffinity {
+		return
+	}
+	enabled, _ := d.lend.State()
+	if enabled == view.Affinity.Enabled {
+		return
+	}
+	d.log.Warn("lending: the gateway's affinity switch is not the one basin last set; taking the gateway's",
+		"basin", enabled, "gateway", view.Affinity.Enabled)
+	d.lend.Restore(view.Affinity.Enabled, time.Time{})
 }
 
 // decodePool is the decode instances as the lender sees them, one per decode target, so that its

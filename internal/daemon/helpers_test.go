@@ -77,6 +77,8 @@ type fakeGateway struct {
 	budgets     []budgetCall
 	sheds       [][]string
 	affinity    []bool
+	// affinityOn is the gateway's affinity switch, as GET /admin/state reports it.
+	affinityOn bool
 }
 
 func newFakeGateway(budget int64) *fakeGateway {
@@ -90,7 +92,8 @@ func (g *fakeGateway) State(context.Context) (gateway.StateView, error) {
 		return gateway.StateView{}, g.stateErr
 	}
 	return gateway.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: g.budget,
-		ReferenceBudget: g.reference, Queue: append([]admission.QueuedSession(nil), g.queue...)}}, nil
+		ReferenceBudget: g.reference, Queue: append([]admission.QueuedSession(nil), g.queue...)},
+		Affinity: gateway.AffinityView{Enabled: g.affinityOn}}, nil
 }
 
 func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reason string) (client.BudgetResult, error) {
@@ -125,6 +128,7 @@ func (g *fakeGateway) SetAffinity(_ context.Context, enabled bool, _ string) err
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.affinity = append(g.affinity, enabled)
+	g.affinityOn = enabled
 	return nil
 }
 
@@ -174,6 +178,9 @@ type exposition struct {
 	workingSet, live float64
 	// arrivalRate is sessions per second of the deployment's time.
 	arrivalRate float64
+	// inCall is the gateway's sessions in a call, exported when > 0 (the lender's risk rule needs
+	// it).
+	inCall float64
 	// Cumulative counters.
 	cacheTokens, computeTokens, calls, arrivals, completions float64
 }
@@ -234,7 +241,14 @@ basin_gateway_sessions_queued 0
 basin_gateway_session_arrivals_total %.3f
 # TYPE basin_gateway_session_completions_total counter
 basin_gateway_session_completions_total %.3f
-`, x.workingSet, x.live, x.arrivals, x.completions)
+`, x.workingSet, x.live, x.arrivals, x.completions) + x.inCallText()
+}
+
+func (x *exposition) inCallText() string {
+	if x.inCall <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("# TYPE basin_gateway_sessions_in_call gauge\nbasin_gateway_sessions_in_call %.0f\n", x.inCall)
 }
 
 // testTargets are the configured targets; nothing listens at their URL (port 1), the tests feed
@@ -273,6 +287,8 @@ type env struct {
 	dep   *exposition
 	// made are the daemons built on dir, in order.
 	made []*Daemon
+	// log, when set, is the daemons' logger (testLogger otherwise).
+	log *slog.Logger
 }
 
 // testCalibration is the synthetic deployment's calibration: knee 1.9, plateau 0.95.
@@ -323,7 +339,11 @@ func (e *env) daemon() *Daemon {
 	for _, old := range e.made {
 		require.NoError(e.t, old.unlock())
 	}
-	d, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw, Logger: testLogger(e.t)})
+	log := e.log
+	if log == nil {
+		log = testLogger(e.t)
+	}
+	d, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw, Logger: log})
 	require.NoError(e.t, err)
 	e.made = append(e.made, d)
 	return d
