@@ -45,6 +45,8 @@ const failureLogEvery = 5 * time.Minute
 // failed meanwhile), and one line when it recovers — never one line per attempt, which at a 5 s
 // interval would bury everything else. Not safe for concurrent use: one loop owns it.
 type failureLog struct {
+	// down is the message of the warning that starts an outage, after the thing's name.
+	down     string
 	failing  bool
 	since    time.Time
 	lastWarn time.Time
@@ -57,19 +59,19 @@ func (f *failureLog) observe(log *slog.Logger, now time.Time, what string, err e
 		if f.failing {
 			log.Info(what+" recovered", append(attrs, "down_for", now.Sub(f.since).Round(time.Second), "failed_attempts", f.failures)...)
 		}
-		*f = failureLog{}
+		*f = failureLog{down: f.down}
 		return
 	}
 	f.failures++
 	switch {
 	case !f.failing:
 		f.failing, f.since, f.lastWarn = true, now, now
-		log.Warn(what+" unreachable; basin is blind to it and takes no action that needs it", append(attrs, "err", err)...)
+		log.Warn(what+" "+f.down, append(attrs, "err", err)...)
 	case now.Sub(f.lastWarn) >= failureLogEvery:
 		f.lastWarn = now
-		log.Warn(what+" still unreachable", append(attrs, "err", err, "since", f.since, "failed_attempts", f.failures)...)
+		log.Warn(what+" still failing", append(attrs, "err", err, "since", f.since, "failed_attempts", f.failures)...)
 	default:
-		log.Debug(what+" unreachable", append(attrs, "err", err)...)
+		log.Debug(what+" failed", append(attrs, "err", err)...)
 	}
 }
 

@@ -193,7 +193,7 @@ func TestBlindActingDaemonDoesNotCut(t *testing.T) {
 func TestGatewayFailureLogRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	var f failureLog
+	f := failureLog{down: "unreachable"}
 	now := t0
 	err := errors.New("connection refused")
 	count := func(s string) int { return strings.Count(buf.String(), s) }
@@ -204,7 +204,7 @@ func TestGatewayFailureLogRateLimited(t *testing.T) {
 	assert.Equal(t, 1, count("level=WARN"), "one warning in the first %v: %s", failureLogEvery, buf.String())
 	f.observe(log, now, "gateway admin API", err)
 	assert.Equal(t, 2, count("level=WARN"), "a reminder after %v", failureLogEvery)
-	assert.Contains(t, buf.String(), "still unreachable")
+	assert.Contains(t, buf.String(), "gateway admin API still failing")
 	assert.Contains(t, buf.String(), "failed_attempts=61")
 	f.observe(log, now.Add(5*time.Second), "gateway admin API", nil)
 	f.observe(log, now.Add(10*time.Second), "gateway admin API", nil)

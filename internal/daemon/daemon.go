@@ -90,6 +90,9 @@ type Daemon struct {
 
 	// gwLog rate-limits the log of an unreachable gateway admin API; Step owns it (under loop).
 	gwLog failureLog
+	// hist persists the status page's history; histLog rate-limits its write errors (Step's).
+	hist    *historyFile
+	histLog failureLog
 
 	mu struct {
 		sync.Mutex
@@ -259,6 +262,19 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if warn != "" {
 		d.log.Warn(warn)
 	}
+	hist, pts, warn, err := openHistory(historyPath(cfg.DataDir))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !ok {
+			_ = hist.close()
+		}
+	}()
+	if warn != "" {
+		d.log.Warn(warn)
+	}
+	d.hist, d.mu.history = hist, pts
 	d.metrics = newMetrics(d)
 	if err := reg.Register(d.metrics); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -277,6 +293,8 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
 		return nil, err
 	}
+	d.gwLog = failureLog{down: "unreachable; basin is blind to it and takes no action that needs it"}
+	d.histLog = failureLog{down: "not written; the status page's history will miss these steps after a restart"}
 	d.mu.timeInState = map[detector.State]time.Duration{}
 	d.mu.summaryFrom = d.clock()
 	if err := d.restore(); err != nil {
@@ -482,7 +500,7 @@ loop:
 // Close releases the audit log and the data directory's lock. Serve closes it on return; a daemon
 // built with New and never served must be closed by its owner.
 func (d *Daemon) Close() error {
-	d.closeOnce.Do(func() { d.closeErr = errors.Join(d.audit.Close(), d.unlock()) })
+	d.closeOnce.Do(func() { d.closeErr = errors.Join(d.audit.Close(), d.hist.close(), d.unlock()) })
 	return d.closeErr
 }
 
@@ -586,8 +604,15 @@ func (d *Daemon) Step(ctx context.Context) {
 	if view != nil {
 		budget, reserved = view.Budget, view.Reserved
 	}
-	d.recordLocked(historyPoint(a, budget, reserved))
+	point := historyPoint(a, budget, reserved)
+	d.recordLocked(point)
 	d.mu.Unlock()
+	err := d.hist.append(point, func() []HistoryPoint {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return append([]HistoryPoint(nil), d.mu.history...)
+	})
+	d.histLog.observe(d.log, d.now(), "history file", err, "path", d.hist.path)
 
 	if paused, _, _ := d.exec.Paused(now); paused {
 		// Observing only; the detector's state still moves and must survive a restart.

@@ -1,14 +1,119 @@
 package daemon
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/atomicfile"
 )
 
 // historyLen keeps an hour of steps at the default 5 s interval for the status page.
 const historyLen = 720
+
+// historyPath is the history's file in the data directory.
+func historyPath(dir string) string { return filepath.Join(dir, "history.jsonl") }
+
+// historyFile keeps the status page's history across restarts: one JSON line per step, appended
+// (not synced: losing the last steps to a crash costs a few points of a picture), and rewritten
+// with the last historyLen points once it holds twice that, so it stays under ~0.5 MB. Step owns
+// it (under the loop lock).
+type historyFile struct {
+	path  string
+	f     *os.File
+	lines int
+}
+
+// openHistory reads the history file, if any, and opens it for appending. What cannot be read is
+// dropped with a warning rather than stopping the daemon: the history is a picture, not state that
+// decides anything.
+func openHistory(path string) (h *historyFile, pts []HistoryPoint, warning string, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, "", fmt.Errorf("history file: %w", err)
+	}
+	bad := 0
+	for line := range bytes.Lines(data) {
+		var p HistoryPoint
+		if err := json.Unmarshal(line, &p); err != nil || p.T.IsZero() {
+			bad++
+			continue
+		}
+		pts = append(pts, p)
+	}
+	if bad > 0 {
+		warning = fmt.Sprintf("history file %s: dropped %d unreadable lines (a crash mid-write leaves one)", path, bad)
+	}
+	if len(pts) > historyLen {
+		pts = pts[len(pts)-historyLen:]
+	}
+	h = &historyFile{path: path}
+	// Start from a clean file holding what was read: a line cut short must not glue onto the next.
+	if err := h.rewrite(pts); err != nil {
+		return nil, nil, "", err
+	}
+	return h, pts, warning, nil
+}
+
+// rewrite replaces the file with pts, atomically, and reopens it for appending.
+func (h *historyFile) rewrite(pts []HistoryPoint) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, p := range pts {
+		if err := enc.Encode(p); err != nil {
+			return fmt.Errorf("history file: %w", err)
+		}
+	}
+	if h.f != nil {
+		_ = h.f.Close()
+		h.f = nil
+	}
+	if err := atomicfile.WriteFile(h.path, buf.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("history file: %w", err)
+	}
+	f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("history file: %w", err)
+	}
+	h.f, h.lines = f, len(pts)
+	return nil
+}
+
+// append writes one point; past 2 × historyLen lines it rewrites the file with ring, the points
+// kept in memory (p among them).
+func (h *historyFile) append(p HistoryPoint, ring func() []HistoryPoint) error {
+	if h.lines+1 > 2*historyLen {
+		return h.rewrite(ring())
+	}
+	if h.f == nil {
+		return errors.New("history file: not open")
+	}
+	w := bufio.NewWriter(h.f)
+	if err := json.NewEncoder(w).Encode(p); err != nil {
+		return fmt.Errorf("history file: %w", err)
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("history file: %w", err)
+	}
+	h.lines++
+	return nil
+}
+
+func (h *historyFile) close() error {
+	if h == nil || h.f == nil {
+		return nil
+	}
+	err := h.f.Close()
+	h.f = nil
+	return err
+}
 
 // HistoryPoint is one step as the status page draws it. Absent readings are omitted, not zero.
 type HistoryPoint struct {

@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -420,4 +423,82 @@ func TestReconcileRespectsPause(t *testing.T) {
 	require.NotNil(t, d2.StatusNow().Paused)
 	d2.reconcile(t.Context())
 	assert.Zero(t, callsTo(e.gw.Budgets(), testCut), "reconcile acted during a pause: %+v", e.gw.Budgets())
+}
+
+// TestHistorySurvivesRestart: the status page's history (GET /api/v1/history) is kept in data_dir,
+// so a restarted daemon still draws the last hour; the file stays bounded however long it runs,
+// and a line cut short by a crash is dropped, not fatal.
+func TestHistorySurvivesRestart(t *testing.T) {
+	e := newEnv(t, "")
+	d1 := e.daemon()
+	for range 10 {
+		e.step(d1)
+	}
+	var before struct{ Points []HistoryPoint }
+	getJSON(t, serveAPI(t, d1).URL+"/api/v1/history", &before)
+	require.Len(t, before.Points, 10)
+
+	d2 := e.daemon() // killed: no Close, no save at exit
+	var after struct{ Points []HistoryPoint }
+	getJSON(t, serveAPI(t, d2).URL+"/api/v1/history", &after)
+	require.Len(t, after.Points, 10, "the history survived the restart")
+	for i := range before.Points {
+		assert.True(t, before.Points[i].T.Equal(after.Points[i].T))
+		assert.Equal(t, before.Points[i].State, after.Points[i].State)
+		assert.Equal(t, before.Points[i].WC, after.Points[i].WC)
+		assert.Equal(t, before.Points[i].Budget, after.Points[i].Budget)
+	}
+	e.step(d2)
+	getJSON(t, serveAPI(t, d2).URL+"/api/v1/history", &after)
+	require.Len(t, after.Points, 11, "and goes on from there")
+	assert.True(t, after.Points[10].T.After(after.Points[9].T))
+
+	// A long run: the file is rewritten with the last hour once it holds two.
+	for range 2*historyLen + 5 {
+		e.step(d2)
+	}
+	fi, err := os.Stat(historyPath(e.cfg.DataDir))
+	require.NoError(t, err)
+	assert.Less(t, fi.Size(), int64(2*historyLen*400), "bounded")
+	lines := bytes.Count(mustRead(t, historyPath(e.cfg.DataDir)), []byte("\n"))
+	assert.LessOrEqual(t, lines, 2*historyLen)
+	assert.GreaterOrEqual(t, lines, historyLen)
+
+	// A crash mid-write leaves a last line cut short.
+	f, err := os.OpenFile(historyPath(e.cfg.DataDir), os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"t":"2026-03-02T12:00:00Z","sta`)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	d3 := e.daemon()
+	getJSON(t, serveAPI(t, d3).URL+"/api/v1/history", &after)
+	assert.Len(t, after.Points, historyLen, "the last hour, without the cut line")
+	e.step(d3)
+	pts, err := readHistoryLines(historyPath(e.cfg.DataDir))
+	require.NoError(t, err, "no glued lines after the restart")
+	assert.Equal(t, historyLen+1, len(pts))
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+// readHistoryLines decodes every line of a history file, failing on any bad one.
+func readHistoryLines(path string) ([]HistoryPoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []HistoryPoint
+	for line := range bytes.Lines(b) {
+		var p HistoryPoint
+		if err := json.Unmarshal(line, &p); err != nil {
+			return nil, fmt.Errorf("%q: %w", line, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
