@@ -185,6 +185,11 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	}()
 	if cfg.Calibration != "" {
 		if d.cal, err = detector.LoadCalibration(cfg.Calibration); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// Named but absent: not a reason to guess the knee quietly, but say what to do.
+				return nil, fmt.Errorf("calibration: %w (write it with `basin calibrate -o %s`, "+
+					"or remove the key to learn the knee passively)", err, cfg.Calibration)
+			}
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
 	}
