@@ -185,15 +185,8 @@ func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	var req pauseRequest
 	if err := dec.Decode(&req); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			writeErr(w, http.StatusBadRequest, "", fmt.Sprintf("body: larger than %d bytes", mbe.Limit))
-		case errors.Is(err, io.EOF):
-			writeErr(w, http.StatusBadRequest, "", "body: empty, want {\"minutes\": N, \"reason\": \"...\"}")
-		default:
-			writeErr(w, http.StatusBadRequest, "", "body: "+err.Error())
-		}
+		param, msg := bodyError(err, pauseFields)
+		writeErr(w, http.StatusBadRequest, param, msg)
 		return
 	}
 	switch {
@@ -224,6 +217,48 @@ func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
 	d.log.Info("pause", "until", until, "reason", req.Reason)
 	paused, u, why := d.exec.Paused(now)
 	writeJSON(w, http.StatusOK, map[string]any{"paused": paused, "until": u, "reason": why})
+}
+
+// pauseFields is what each field of POST /api/v1/pause takes, for error messages.
+var pauseFields = map[string]string{
+	"minutes": "a number of minutes (0 resumes), like 30",
+	"reason":  `a string saying why, like "deploying the new model"`,
+}
+
+// pauseShape is the body POST /api/v1/pause takes.
+const pauseShape = `{"minutes": N, "reason": "..."}`
+
+// bodyError turns a JSON decoding error into the field it concerns and a message naming it in the
+// API's terms — never Go's type and struct names, which mean nothing to a caller.
+func bodyError(err error, fields map[string]string) (param, msg string) {
+	var (
+		mbe *http.MaxBytesError
+		ute *json.UnmarshalTypeError
+		se  *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return "", fmt.Sprintf("body: larger than %d bytes", mbe.Limit)
+	case errors.Is(err, io.EOF):
+		return "", "body: empty, want " + pauseShape
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "", "body: JSON cut short, want " + pauseShape
+	case errors.As(err, &se):
+		return "", fmt.Sprintf("body: not JSON at byte %d (%v), want %s", se.Offset, se, pauseShape)
+	case errors.As(err, &ute) && ute.Field == "":
+		return "", fmt.Sprintf("body: got a JSON %s, want %s", ute.Value, pauseShape)
+	case errors.As(err, &ute):
+		want := fields[ute.Field]
+		if want == "" {
+			want = "another type"
+		}
+		return ute.Field, fmt.Sprintf("field %q: got a JSON %s, want %s", ute.Field, ute.Value, want)
+	}
+	// encoding/json's unknown-field error has no type of its own: `json: unknown field "x"`.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "", fmt.Sprintf("field %s: unknown, want %s", name, pauseShape)
+	}
+	return "", "body: " + err.Error()
 }
 
 type apiError struct {

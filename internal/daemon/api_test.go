@@ -170,10 +170,13 @@ func TestPause(t *testing.T) {
 			{`{"minutes": 1440.5, "reason": "deploying"}`, "minutes", "outside [0, 1440]"},
 			{`{"minutes": 30}`, "reason", "reason: required"},
 			{`{"minutes": 30, "reason": "  "}`, "reason", "reason: required"},
-			{`{"minutes": 30, "reason": "deploying", "until": "tomorrow"}`, "", `unknown field "until"`},
-			{`{"minutes": "thirty", "reason": "deploying"}`, "", "minutes"},
+			{`{"minutes": 30, "reason": "deploying", "until": "tomorrow"}`, "", `field "until": unknown, want {"minutes": N, "reason": "..."}`},
+			{`{"minutes": "thirty", "reason": "deploying"}`, "minutes", `field "minutes": got a JSON string, want a number of minutes (0 resumes), like 30`},
+			{`{"minutes": 30, "reason": 7}`, "reason", `field "reason": got a JSON number, want a string saying why`},
+			{`[30]`, "", `body: got a JSON array, want {"minutes": N, "reason": "..."}`},
 			{``, "", "body: empty"},
-			{`{"minutes": 30,`, "", "body:"},
+			{`{"minutes": 30,`, "", "body: JSON cut short"},
+			{`{"minutes": 30 "reason": "x"}`, "", "body: not JSON at byte"},
 			{`{"minutes": 30, "reason": "` + strings.Repeat("x", 70<<10) + `"}`, "", "larger than 65536 bytes"},
 		}
 		for _, tc := range cases {
@@ -182,6 +185,10 @@ func TestPause(t *testing.T) {
 			er := decodeErr(t, body)
 			assert.Equal(t, tc.param, er.Error.Param, "%.80s", tc.body)
 			assert.Contains(t, er.Error.Message, tc.msg, "%.80s", tc.body)
+			// The caller's terms, not Go's: no struct, type or package names.
+			for _, goName := range []string{"pauseRequest", "Go struct", "float64", "json:", "of type"} {
+				assert.NotContains(t, er.Error.Message, goName, "%.80s", tc.body)
+			}
 		}
 		assert.Nil(t, status().Paused, "nothing changed")
 		assert.Empty(t, events(t, api.URL))

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -205,6 +207,7 @@ func (c *Config) validate(root *yaml.Node) error {
 	if len(c.Collector.Targets) == 0 && c.Collector.TargetFile == "" {
 		bad([]string{"collector", "targets"}, "required (or collector.target_file): the engines' and the gateway's /metrics")
 	}
+	validateTargets(probs, root, c.Collector.Targets)
 	if c.Gateway.AdminURL == "" && !c.DryRun {
 		bad([]string{"gateway", "admin_url"}, "required unless dry_run: the gateway's admin listener")
 	} else if c.Gateway.AdminURL != "" {
@@ -244,6 +247,53 @@ func (c *Config) validate(root *yaml.Node) error {
 		}
 	}
 	return probs.Err()
+}
+
+// validateTargets checks each configured target here, where the YAML's lines are known, so an
+// error says which line of the file to fix (the collector checks them again, without lines). A
+// problem with a key that is written is reported at that key's line, one with a missing key at the
+// target's.
+func validateTargets(probs *yamlconf.Problems, root *yaml.Node, targets []collector.Target) {
+	roles := collector.Roles()
+	seen := map[string]int{}
+	for i, t := range targets {
+		item := []string{"collector", "targets", strconv.Itoa(i)}
+		label := ""
+		if t.Name != "" {
+			label = fmt.Sprintf(" (target %s)", t.Name)
+		}
+		bad := func(key, format string, args ...any) {
+			path, msg := item, key+": "+fmt.Sprintf(format, args...)
+			if withKey := append(slices.Clone(item), key); yamlconf.LineOf(root, withKey...) > 0 {
+				path, msg = withKey, fmt.Sprintf(format, args...)
+			}
+			probs.Add(path, "%s%s", msg, label)
+		}
+		if t.Name == "" {
+			bad("name", "required: names the target in metrics and logs")
+		} else if j, dup := seen[t.Name]; dup {
+			bad("name", "%q already names target %d", t.Name, j)
+		} else {
+			seen[t.Name] = i
+		}
+		if u, err := url.Parse(t.URL); t.URL == "" {
+			bad("url", "required: the target's /metrics URL")
+		} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("url", "%q is not an http(s) URL with a host", t.URL)
+		}
+		if !slices.Contains(roles, t.Role) {
+			bad("role", "%q, want one of %v", t.Role, roles)
+		}
+		dialects := collector.Dialects()
+		switch {
+		case t.Dialect != "" && !slices.Contains(dialects, t.Dialect):
+			bad("dialect", "%q, want one of %v (or leave it out: auto)", t.Dialect, dialects)
+		case t.Role == collector.RoleGateway && t.Dialect != "" && t.Dialect != collector.DialectAuto && t.Dialect != collector.DialectGateway:
+			bad("dialect", "%s does not fit role gateway (the gateway speaks %s)", t.Dialect, collector.DialectGateway)
+		case t.Role != collector.RoleGateway && slices.Contains(roles, t.Role) && t.Dialect == collector.DialectGateway:
+			bad("dialect", "%s does not fit role %s (engines speak %s or %s)", t.Dialect, t.Role, collector.DialectSGLang, collector.DialectVLLM)
+		}
+	}
 }
 
 // secret reads a secret from a file (trimmed), else from an environment variable.

@@ -253,6 +253,8 @@ func TestNewNamesWhatItCannotUse(t *testing.T) {
 		}, "slack.bot_token_file"},
 		{"basic auth without password", func(e *env) { e.cfg.Alerts.BasicUser = "am" }, "alerts.basic_password_file"},
 		{"lending backend kind", func(e *env) { e.cfg.Lending.Backend.Kind = "carrier-pigeon" }, "lending.backend"},
+		{"web config file absent", func(e *env) { e.cfg.WebConfigFile = filepath.Join(e.dir, "absent-web.yml") }, "web_config_file"},
+		{"target file absent", func(e *env) { e.cfg.Collector.TargetFile = filepath.Join(e.dir, "absent-targets.json") }, "absent-targets.json"},
 		{"state file corrupt", func(e *env) {
 			require.NoError(t, os.MkdirAll(e.cfg.DataDir, 0o700))
 			require.NoError(t, os.WriteFile(statePath(e.cfg.DataDir), []byte("{"), 0o600))
@@ -269,9 +271,52 @@ func TestNewNamesWhatItCannotUse(t *testing.T) {
 			t.Setenv(SlackWebhookEnv, "")
 			e := newEnv(t, "")
 			tc.mutate(e)
+			_, statErr := os.Stat(e.cfg.DataDir)
+			existed := statErr == nil
 			_, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
+			if !existed {
+				// Nothing is created before everything the configuration names has been checked.
+				_, statErr = os.Stat(e.cfg.DataDir)
+				assert.ErrorIs(t, statErr, os.ErrNotExist, "data_dir created by a daemon that did not start")
+			}
 		})
 	}
+}
+
+// TestTargetErrorsNameFileAndLine: a bad target in daemon.yaml is reported with the file and the
+// line to fix, every one of them at once.
+func TestTargetErrorsNameFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "daemon.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`data_dir: data
+dry_run: true
+collector:
+  targets:
+    - {name: prefill-0, url: "http://p:30000/metrics", role: prefill, dialect: sglang}
+    - name: decode-0
+      url: "ftp://d:30001/metrics"
+      role: decoder
+    - {name: prefill-0, url: "http://p2:30000/metrics", role: prefill}
+    - {url: "http://g:8081/metrics", role: gateway, dialect: sglang}
+    - {name: router, role: unified, dialect: basin-gateway}
+`), 0o600))
+	_, err := LoadConfig(path)
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		"daemon config " + path + ": ",
+		`line 7: collector.targets.1.url: "ftp://d:30001/metrics" is not an http(s) URL with a host (target decode-0)`,
+		`line 8: collector.targets.1.role: "decoder", want one of [prefill decode unified gateway] (target decode-0)`,
+		`line 9: collector.targets.2.name: "prefill-0" already names target 0`,
+		`line 10: collector.targets.3: name: required`,
+		`line 10: collector.targets.3.dialect: sglang does not fit role gateway`,
+		`line 11: collector.targets.4: url: required`,
+		`line 11: collector.targets.4.dialect: basin-gateway does not fit role unified (engines speak sglang or vllm) (target router)`,
+	} {
+		assert.Contains(t, msg, want)
+	}
+	_, statErr := os.Stat(filepath.Join(dir, "data"))
+	assert.ErrorIs(t, statErr, os.ErrNotExist)
 }

@@ -171,18 +171,11 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if d.token == "" {
 		return nil, fmt.Errorf("token_file: no control API token (set token_file or %s)", TokenEnv)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data_dir: %w", err)
-	}
-	if d.unlock, err = lockDataDir(cfg.DataDir); err != nil {
-		return nil, err
-	}
-	built := false
-	defer func() {
-		if !built {
-			_ = d.unlock()
+	if f := cfg.WebConfigFile; f != "" {
+		if err := web.Validate(f); err != nil {
+			return nil, fmt.Errorf("web_config_file %s: %w", f, err)
 		}
-	}()
+	}
 	if cfg.Calibration != "" {
 		if d.cal, err = detector.LoadCalibration(cfg.Calibration); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
@@ -254,6 +247,23 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 			return nil, fmt.Errorf("lending.backend: %w", err)
 		}
 	}
+	if err := d.newOutlets(reg); err != nil {
+		return nil, err
+	}
+	// Everything the configuration names has been read and checked: only now is anything created,
+	// so a configuration that does not validate leaves no data directory or lock behind.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data_dir: %w", err)
+	}
+	if d.unlock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	built := false
+	defer func() {
+		if !built {
+			_ = d.unlock()
+		}
+	}()
 	var warn string
 	if d.audit, warn, err = remediate.OpenAudit(auditPath(cfg.DataDir)); err != nil {
 		return nil, err
@@ -283,9 +293,6 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	d.metrics = newMetrics(d)
 	if err := reg.Register(d.metrics); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
-	}
-	if err := d.newOutlets(reg); err != nil {
-		return nil, err
 	}
 	ex := remediate.ExecutorOptions{Audit: d.audit, DryRun: cfg.DryRun, Notify: d.notifyAction, Registerer: reg,
 		Logger: d.log.With("component", "executor")}
