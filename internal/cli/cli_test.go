@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/internal/calibrate"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 	"github.com/basin-dev/basin/sim/trace"
 )
@@ -339,6 +341,53 @@ func TestLoadgenAgainstSimServe(t *testing.T) {
 	code, _, stderr = basin(t, "loadgen", "--scenario", path)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "--target")
+}
+
+// TestLoadgenInterrupted: Ctrl-C during a run prints the report of what happened so far, marked
+// interrupted, and says on stderr that it is partial.
+func TestLoadgenInterrupted(t *testing.T) {
+	started := make(chan struct{}, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		_, _ = io.Copy(io.Discard, r.Body) // then the server notices the client going away
+		<-r.Context().Done()               // an engine that never answers
+	}))
+	defer hs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-started:
+			cancel()
+		case <-time.After(30 * time.Second):
+		}
+	}()
+	var out, errOut bytes.Buffer
+	path := filepath.Join(t.TempDir(), "tiny.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("name: tiny\nseed: 4\nduration: 30m\nmeasure: {from: 0s, to: 30m}\n"+
+		"deployment: {preset: paper-1p1d-h100}\nworkload: {kind: short}\narrivals: {rate_per_min: 6}\n"), 0o600))
+	code := Run(ctx, Env{Stdout: &out, Stderr: &errOut}, []string{"loadgen", "--target", hs.URL, "--scenario",
+		path, "--speed", "60"})
+	require.Equal(t, 0, code, errOut.String())
+	var rep struct {
+		Interrupted bool `json:"interrupted"`
+		Sessions    struct {
+			Arrived    int `json:"arrived"`
+			Unfinished int `json:"unfinished"`
+		} `json:"sessions"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	assert.True(t, rep.Interrupted)
+	assert.Positive(t, rep.Sessions.Arrived)
+	assert.Equal(t, rep.Sessions.Arrived, rep.Sessions.Unfinished)
+	assert.Contains(t, errOut.String(), "basin loadgen: interrupted; the report is partial")
+
+	assert.Equal(t, "minute 12.5 of 90: 40 of 300 sessions arrived, 20 live, 15 completed, 4 refused, 1 failed",
+		loadgenNote(loadgen.Progress{Elapsed: 750 * time.Second, Duration: 90 * time.Minute, Offered: 300, Arrived: 40,
+			Live: 20, Completed: 15, Refused: 4, Failed: 1}))
 }
 
 func TestRiskAndCalibrate(t *testing.T) {

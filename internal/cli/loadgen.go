@@ -12,7 +12,8 @@ import (
 )
 
 // runLoadgen drives a scenario's agent sessions over the OpenAI API against any endpoint (the
-// gateway, basin sim serve, a real engine) and prints the outcome as JSON.
+// gateway, basin sim serve, a real engine) and prints the outcome as JSON; progress goes to
+// stderr, and an interrupted run still prints its report, marked partial.
 func runLoadgen(ctx context.Context, env Env, args []string) error {
 	fs := newFlags(env)
 	target := fs.String("target", "", "base URL of the OpenAI-compatible endpoint (e.g. http://127.0.0.1:8080)")
@@ -42,7 +43,13 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	dep := sc.Deployment.Deployment
+	b := bar(env, false, "load on "+*target)
 	rep, err := loadgen.Run(ctx, loadgen.Options{
+		Progress: func(p loadgen.Progress) {
+			if p.Duration > 0 {
+				b.SetNote(float64(p.Elapsed)/float64(p.Duration), loadgenNote(p))
+			}
+		},
 		Target: *target, Scenario: sc, Speed: *speed, SessionHeader: *header, APIKey: key, NoStream: *noStream,
 		Reject429Terminal: *reject429, RetryBudget: *retries, MaxRetryWait: *maxWait, PerSession: *perSession,
 		// The scenario's deployment is what goodput's slowdown is measured against; against a real
@@ -50,6 +57,7 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 		Unloaded: func(s sim.SessionSpec) time.Duration { return dep.UnloadedTime(s) },
 		Logger:   slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
+	b.Done()
 	if err != nil {
 		return err
 	}
@@ -60,4 +68,17 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 		fmt.Fprintln(env.Stderr, "basin loadgen: interrupted; the report is partial")
 	}
 	return nil
+}
+
+// loadgenNote says where a load run is, in the scenario's minutes and its sessions so far.
+func loadgenNote(p loadgen.Progress) string {
+	s := fmt.Sprintf("minute %.1f of %g: %d of %d sessions arrived, %d live, %d completed, %d refused",
+		p.Elapsed.Minutes(), p.Duration.Minutes(), p.Arrived, p.Offered, p.Live, p.Completed, p.Refused)
+	if p.Failed > 0 {
+		s += fmt.Sprintf(", %d failed", p.Failed)
+	}
+	if p.Unfinished > 0 {
+		s += fmt.Sprintf(", %d unfinished", p.Unfinished)
+	}
+	return s
 }

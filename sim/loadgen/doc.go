@@ -24,6 +24,11 @@
 // their call in flight cancelled, and count as killed; the stream's later arrivals run, as in the
 // simulator. Arrivals stop at the scenario's duration; Run then waits for the sessions under way.
 //
+// While it runs, Options.Progress hears every ProgressEvery (a second) how far it got: virtual
+// time, sessions arrived and live, and those ended by outcome — all sessions, not only the
+// measured ones. When ctx is done, Run still returns the report of what happened until then,
+// marked interrupted, with the sessions cut counted unfinished.
+//
 // # Clock
 //
 // Virtual time runs at Speed × wall time. Arrival times and tool pauses (CallSpec.GapBefore) are

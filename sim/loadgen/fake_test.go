@@ -590,3 +590,54 @@ func TestCutBeforeTheWindow(t *testing.T) {
 	require.NotNil(t, rep.Sessions.Good)
 	assert.Zero(t, *rep.Sessions.Good)
 }
+
+// TestProgress: a run reports how it is going while it runs, and its last report agrees with the
+// final counts.
+func TestProgress(t *testing.T) {
+	script := func(id string, _ int) reply {
+		n, err := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+		if err != nil {
+			return reply{status: 400}
+		}
+		if n%3 == 1 {
+			return reply{status: 529}
+		}
+		return reply{}
+	}
+	ts := httptest.NewServer(newFake(script))
+	defer ts.Close()
+	sc := traceScenario(t, 4, "10m", "{rate_per_min: 1.5}")
+	var (
+		mu   sync.Mutex
+		seen []Progress
+	)
+	rep, err := Run(context.Background(), Options{Target: ts.URL, Scenario: sc, Speed: 600, HTTPClient: ts.Client(),
+		RetryBudget: -1, ProgressEvery: 10 * time.Millisecond, Progress: func(p Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, p)
+		}})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(seen), 2, "reports along the way and at the end")
+	for i, p := range seen {
+		assert.Equal(t, 10*time.Minute, p.Duration)
+		assert.LessOrEqual(t, p.Elapsed, p.Duration)
+		assert.Equal(t, rep.Offered, p.Offered)
+		assert.Equal(t, p.Arrived, p.Live+p.Completed+p.Refused+p.Failed+p.Unfinished, "every arrived session is counted once")
+		if i > 0 {
+			assert.GreaterOrEqual(t, p.Elapsed, seen[i-1].Elapsed)
+			assert.GreaterOrEqual(t, p.Arrived, seen[i-1].Arrived)
+		}
+	}
+	last := seen[len(seen)-1]
+	c := rep.Sessions
+	assert.Equal(t, Progress{Elapsed: last.Elapsed, Duration: 10 * time.Minute, Offered: rep.Offered, Arrived: c.Arrived,
+		Completed: c.Completed, Refused: c.Rejected + c.Shed}, last)
+	assert.Positive(t, last.Refused)
+	assert.Positive(t, last.Completed)
+
+	_, err = Run(context.Background(), Options{Target: ts.URL, Scenario: sc, ProgressEvery: -time.Second})
+	assert.ErrorContains(t, err, "progress_every: must be > 0")
+}

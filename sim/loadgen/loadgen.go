@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/basin-dev/basin/sim"
@@ -23,6 +24,11 @@ type runner struct {
 	so     sim.Options
 	client *http.Client
 	start  time.Time // wall
+
+	// counts are the sessions so far by how they ended, for Progress; ended counts them all.
+	counts struct {
+		arrived, ended, completed, refused, failed, unfinished atomic.Int64
+	}
 
 	mu struct {
 		sync.Mutex
@@ -96,6 +102,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		"speed", o.Speed, "sessions_offered", len(ofs), "run_id", o.RunID)
 	r.start = o.Now()
 
+	// Progress is reported until the sessions are done, then once more with the end.
+	progCtx, stopProgress := context.WithCancel(ctx)
+	progDone := make(chan struct{})
+	go func() {
+		defer close(progDone)
+		if o.Progress == nil {
+			return
+		}
+		for o.Sleep(progCtx, o.ProgressEvery) == nil && progCtx.Err() == nil {
+			o.Progress(r.progress(len(ofs)))
+		}
+	}()
+
 	// KillAt timers run until their time or the end of the run.
 	killCtx, stopKills := context.WithCancel(ctx)
 	var kills sync.WaitGroup
@@ -118,6 +137,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		s := r.newSession(k+1, of, systems)
 		sessions = append(sessions, s)
+		r.counts.arrived.Add(1)
 		sctx, cancel := context.WithCancelCause(ctx)
 		s.cancel = cancel
 		wg.Go(func() {
@@ -128,11 +148,53 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	wg.Wait()
 	stopKills()
 	kills.Wait()
+	stopProgress()
+	<-progDone
+	if o.Progress != nil {
+		o.Progress(r.progress(len(ofs)))
+	}
 	rep := r.report(sessions, cut)
 	o.Logger.Info("load run done", "arrived", rep.Sessions.Arrived, "completed", rep.Sessions.Completed,
 		"rejected", rep.Sessions.Rejected, "shed", rep.Sessions.Shed, "killed", rep.Sessions.Killed,
 		"error", rep.Sessions.Error, "unfinished", rep.Sessions.Unfinished, "interrupted", rep.Interrupted)
 	return rep, nil
+}
+
+// Progress is how a load run is going: virtual time and sessions so far.
+type Progress struct {
+	// Elapsed is the virtual time since the run began; Duration the scenario's.
+	Elapsed, Duration time.Duration
+	// Offered is how many sessions the scenario offers in all; Arrived how many have started, Live
+	// those still running.
+	Offered, Arrived, Live int
+	// Completed, Refused (rejected or shed), Failed (errors, killed) and Unfinished (cut by an
+	// interruption) count the sessions that ended, by how.
+	Completed, Refused, Failed, Unfinished int
+}
+
+// count books a session's end for Progress.
+func (r *runner) count(o Outcome) {
+	switch o {
+	case Completed:
+		r.counts.completed.Add(1)
+	case Rejected, Shed:
+		r.counts.refused.Add(1)
+	case Unfinished:
+		r.counts.unfinished.Add(1)
+	default:
+		r.counts.failed.Add(1)
+	}
+	r.counts.ended.Add(1)
+}
+
+func (r *runner) progress(offered int) Progress {
+	c := &r.counts
+	arrived := int(c.arrived.Load())
+	return Progress{
+		Elapsed: min(r.virtual(r.o.Now()), r.so.Duration), Duration: r.so.Duration, Offered: offered,
+		Arrived: arrived, Live: arrived - int(c.ended.Load()), Completed: int(c.completed.Load()),
+		Refused: int(c.refused.Load()), Failed: int(c.failed.Load()), Unfinished: int(c.unfinished.Load()),
+	}
 }
 
 // newTransport is the default client's transport: many sessions talk to one host at once, so keep
@@ -220,6 +282,7 @@ func (r *runner) runSession(ctx context.Context, s *session) {
 	s.started = r.virtual(r.o.Now())
 	defer func() {
 		s.end = r.virtual(r.o.Now())
+		r.count(s.outcome)
 		r.o.Logger.Debug("session ended", "session", s.id, "class", s.class, "outcome", s.outcome,
 			"calls_done", len(s.calls), "calls", len(s.spec.Calls), "retries", s.retries, "err", s.err)
 	}()

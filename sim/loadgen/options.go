@@ -28,6 +28,8 @@ const (
 	DefaultMaxSessions  = 10_000
 	// DefaultRetryAfter is the wait after a 503 or 429 without a usable Retry-After.
 	DefaultRetryAfter = time.Second
+	// DefaultProgressEvery is how often Options.Progress hears from a run, in wall time.
+	DefaultProgressEvery = time.Second
 )
 
 // Options configure a load run. The zero value of every field but Target and Scenario has a
@@ -77,6 +79,11 @@ type Options struct {
 	// MaxSessions is a safety cap (DefaultMaxSessions when zero): a scenario that offers more
 	// sessions fails at start instead of being cut short silently.
 	MaxSessions int
+	// Progress, when set, is told how the run is going about every ProgressEvery of wall time,
+	// from a goroutine of its own, and once more when the run ends. It must not block.
+	Progress func(Progress)
+	// ProgressEvery is how often Progress is called (DefaultProgressEvery when zero).
+	ProgressEvery time.Duration
 	// Logger receives the run's progress (discarded when nil).
 	Logger *slog.Logger
 	// Now is the wall clock (time.Now when nil); it is called from several goroutines.
@@ -160,6 +167,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	switch {
+	case o.ProgressEvery == 0:
+		o.ProgressEvery = DefaultProgressEvery
+	case o.ProgressEvery < 0:
+		add("progress_every: must be > 0, got %v", o.ProgressEvery)
 	}
 	if o.Sleep == nil {
 		o.Sleep = sleep
