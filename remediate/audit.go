@@ -51,6 +51,8 @@ type Record struct {
 // "lending on (decode-0 400K)", "shed [s1]"; empty for a note.
 func (r Record) Change() string {
 	switch {
+	case r.Budget != nil && r.Budget.FromCountOnly:
+		return fmt.Sprintf("budget count only → %s tokens", FormatTokens(r.Budget.To))
 	case r.Budget != nil:
 		return fmt.Sprintf("budget %s → %s tokens", FormatTokens(r.Budget.From), FormatTokens(r.Budget.To))
 	case r.Shed != nil:

@@ -31,6 +31,9 @@ type Gateway struct {
 	// Reserved is the tokens admitted sessions hold against B; WorkingSet their current contexts.
 	Reserved, WorkingSet int64
 	Live, Queued         int
+	// CountOnly: the gateway admits every session and only counts, no budget set yet
+	// (admission.count_only); Budget is then 0 and means nothing.
+	CountOnly bool
 	// HeadWait is how long the longest-waiting queued session has waited.
 	HeadWait time.Duration
 	// ShedCandidates are queued session IDs, lowest priority first.
@@ -57,9 +60,11 @@ type Inputs struct {
 
 // BudgetChange sets the gateway's budget and reference budget.
 type BudgetChange struct {
-	From      int64 `json:"from_tokens"`
-	To        int64 `json:"to_tokens"`
-	Reference int64 `json:"reference_tokens"`
+	From int64 `json:"from_tokens"`
+	// FromCountOnly: the gateway had no budget, it only counted (From is then 0).
+	FromCountOnly bool  `json:"from_count_only,omitempty"`
+	To            int64 `json:"to_tokens"`
+	Reference     int64 `json:"reference_tokens"`
 }
 
 // ShedAction drops queued sessions by ID.
@@ -198,8 +203,16 @@ func (p *Policy) Decide(in Inputs) Plan {
 		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
 		return p.finish(plan)
 	}
+	takeover := false // the first budget of a count-only gateway
 	if p.st.Target == 0 {
 		switch {
+		case in.GatewayOK && in.Gateway.CountOnly:
+			takeover = true
+			// Nothing to start from: the gateway admits everything. Start from the top of the
+			// normal range, as from an out-of-reach budget (the change below takes admission over).
+			p.st.Target = part(o.MaxFraction, ref)
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway only counts (admission.count_only): basin takes admission over from %.2f × B_ref %s",
+				o.MaxFraction, FormatTokens(ref)))
 		case in.GatewayOK:
 			p.st.Target = in.Gateway.Budget
 		case in.DryRun:
@@ -312,14 +325,22 @@ func (p *Policy) Decide(in Inputs) Plan {
 	case target != cur:
 		// The change is from what the gateway has, when basin acts and can read it: the policy's
 		// own target may not be the gateway's (it restarted, someone changed it by hand).
-		from := cur
-		if !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur {
+		from, countOnly := cur, false
+		switch {
+		case in.GatewayOK && in.Gateway.CountOnly && (!in.DryRun || takeover):
+			from, countOnly = 0, true
+		case !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur:
 			from = in.Gateway.Budget
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget is %s, not the %s basin last set",
 				FormatTokens(from), FormatTokens(cur)))
 		}
-		plan.Budget = &BudgetChange{From: from, To: target, Reference: ref}
+		plan.Budget = &BudgetChange{From: from, FromCountOnly: countOnly, To: target, Reference: ref}
 		p.st.Target, p.st.LastChange, p.st.Reference = target, now, ref
+	case !in.DryRun && in.GatewayOK && in.Gateway.CountOnly:
+		plan.Budget = &BudgetChange{FromCountOnly: true, To: cur, Reference: ref}
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway only counts (admission.count_only: no budget yet, or it restarted without one): set B %s",
+			FormatTokens(cur)))
+		p.st.LastChange, p.st.Reference = now, ref
 	case !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur:
 		plan.Budget = &BudgetChange{From: in.Gateway.Budget, To: cur, Reference: ref}
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget %s is not the %s basin last set "+
@@ -408,7 +429,7 @@ func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
 	// The listing may be only the queue's tail (GET /admin/state?queue_tail=N): the count and
 	// the oldest wait come from their own fields when the gateway reports them.
 	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,
-		Live: s.Live, Queued: max(s.Queued, len(s.Queue))}
+		Live: s.Live, Queued: max(s.Queued, len(s.Queue)), CountOnly: s.CountOnly}
 	wait := s.OldestWaitSeconds
 	for i := len(s.Queue) - 1; i >= 0; i-- { // listed best first
 		q := s.Queue[i]

@@ -279,3 +279,44 @@ func TestRestoreAndReplay(t *testing.T) {
 	assert.Equal(t, uint64(6), st.Seq)
 	assert.Equal(t, t0, st.LastChange)
 }
+
+// TestCountOnlyGatewayTakenOver: a gateway in count-only mode (admission.count_only) has budget 0
+// meaning "none". basin's first step takes admission over as from an out-of-reach budget — at the
+// top of the normal range, or at the incident cut — never from 0 up or down to the floor; and a
+// gateway that restarts count-only gets basin's budget back.
+func TestCountOnlyGatewayTakenOver(t *testing.T) {
+	countOnly := Gateway{CountOnly: true}
+	for _, tc := range []struct {
+		name  string
+		state detector.State
+		hit   float64
+		to    int64
+	}{
+		{"healthy", detector.Healthy, 0.95, 1_050_000}, // 1.1 × B_ref, then nobody queued: one step back towards B_ref
+		{"trapped", detector.Trapped, 0.3, 700_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			plan := p.Decide(Inputs{At: t0, Assessment: assess(t0, tc.state, tc.hit), GatewayOK: true, Gateway: countOnly})
+			require.NotNil(t, plan.Budget, "%q", plan.Reasons)
+			assert.Equal(t, BudgetChange{FromCountOnly: true, To: tc.to, Reference: 1_000_000}, *plan.Budget)
+			assert.Contains(t, strings.Join(plan.Reasons, "\n"), "admission.count_only")
+			assert.Equal(t, "budget count only → "+FormatTokens(tc.to)+" tokens", Record{Budget: plan.Budget}.Change())
+		})
+	}
+	// Acting, then the gateway restarts count-only: basin sets its budget again.
+	p := newPolicy(t, Options{})
+	g := gw(1_000_000, 0)
+	drive(p, &g, 0, 2, func(int) Inputs { return Inputs{Assessment: assess(time.Time{}, detector.Healthy, 0.95)} })
+	plan := p.Decide(Inputs{At: t0.Add(2 * time.Minute), Assessment: assess(t0.Add(2*time.Minute), detector.Healthy, 0.95),
+		GatewayOK: true, Gateway: countOnly})
+	require.NotNil(t, plan.Budget)
+	assert.Equal(t, BudgetChange{FromCountOnly: true, To: 1_000_000, Reference: 1_000_000}, *plan.Budget)
+	assert.Contains(t, strings.Join(plan.Reasons, "\n"), "or it restarted without one): set B 1.00M")
+	// In a dry run the gateway is not expected to follow: nothing to set again.
+	p = newPolicy(t, Options{})
+	p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Healthy, 0.95), GatewayOK: true, Gateway: countOnly, DryRun: true})
+	plan = p.Decide(Inputs{At: t0.Add(5 * time.Second), Assessment: assess(t0.Add(5*time.Second), detector.Healthy, 0.95),
+		GatewayOK: true, Gateway: countOnly, DryRun: true})
+	assert.Nil(t, plan.Budget, "%q", plan.Reasons)
+}

@@ -297,7 +297,8 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	ex := remediate.ExecutorOptions{Audit: d.audit, DryRun: cfg.DryRun, Notify: d.notifyAction, Registerer: reg,
 		Logger: d.log.With("component", "executor")}
 	if d.gw != nil {
-		ex.Budget, ex.Shed = gatewayActuator{d.gw}, gatewayActuator{d.gw}
+		act := gatewayActuator{gw: d.gw, log: d.log.With("component", "gateway")}
+		ex.Budget, ex.Shed = act, act
 	}
 	if d.lendBE != nil {
 		ex.Lending = remediate.BackendLending{Backend: d.lendBE}
@@ -734,11 +735,22 @@ func decodePool(s collector.Snapshot) []lender.Instance {
 }
 
 // gatewayActuator adapts the gateway client to the executor's interfaces.
-type gatewayActuator struct{ gw GatewayAPI }
+type gatewayActuator struct {
+	gw  GatewayAPI
+	log *slog.Logger
+}
 
+// SetBudget sets the budget and logs what the gateway says it did: whether admission holds new
+// sessions back now, and if not, when it will — a budget under the working set's reference changes
+// nothing yet, and the operator should not have to guess that.
 func (g gatewayActuator) SetBudget(ctx context.Context, tokens, reference int64, reason string) error {
-	_, err := g.gw.SetBudget(ctx, tokens, reference, reason)
-	return err
+	res, err := g.gw.SetBudget(ctx, tokens, reference, reason)
+	if err != nil {
+		return err
+	}
+	g.log.Info("gateway budget set", "tokens", tokens, "reference_tokens", reference, "was_count_only", res.Before.CountOnly,
+		"engaged", res.Engaged, "effect", res.Effect)
+	return nil
 }
 
 func (g gatewayActuator) Shed(ctx context.Context, ids []string, reason string) error {

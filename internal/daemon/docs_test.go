@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway"
 )
 
 // realEngines is the operator's guide whose configurations must run as written.
@@ -69,6 +70,18 @@ func TestRealEnginesMinimalConfigRuns(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after cancel")
 	}
+}
+
+// TestRealEnginesGatewayConfigLoads: the guide's minimal gateway configuration, which the daemon
+// above takes over, is valid as written and starts in count-only mode.
+func TestRealEnginesGatewayConfigLoads(t *testing.T) {
+	block := docBlock(t, realEngines, "The gateway (`gateway.yaml`")
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "gateway.yaml"), []byte(block), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "admin-token"), []byte("secret-admin-token"), 0o600))
+	cfg, err := gateway.LoadConfig(filepath.Join(dir, "gateway.yaml"))
+	require.NoError(t, err, "the guide's gateway configuration:\n%s", block)
+	assert.True(t, cfg.Admission.CountOnly, "the gateway goes in counting, ahead of the daemon")
 }
 
 // TestCalibrationNamedButMissing: a calibration file that is configured but absent stops the

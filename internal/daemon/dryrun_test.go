@@ -88,3 +88,41 @@ func TestLendingFollowsTheGatewaysAffinity(t *testing.T) {
 	assert.Equal(t, []bool{true, true}, e.gw.affinity)
 	assert.Contains(t, logs.String(), "the gateway's affinity switch is not the one basin last set")
 }
+
+// TestCountOnlyGatewayTakenOver: the guide's gateway starts in count-only mode (budget 0 meaning
+// none). A dry run leaves it counting; the acting daemon's first decision takes admission over at the
+// top of the normal range — recorded from count-only, not from 0 — and logs what the gateway says
+// the budget does.
+func TestCountOnlyGatewayTakenOver(t *testing.T) {
+	e := newEnv(t, "dry_run: true\n")
+	e.gw.set(func(g *fakeGateway) { g.countOnly = true })
+	var logs syncBuffer
+	e.log = slog.New(slog.NewTextHandler(&logs, nil))
+	d1 := e.daemon()
+	for range 20 {
+		e.step(d1)
+	}
+	assert.Empty(t, e.gw.Budgets(), "a dry run leaves the gateway counting")
+
+	e.cfg.DryRun = false
+	d2 := e.daemon()
+	e.stepUntil(d2, 5, "a budget set", func(Status) bool { return len(e.gw.Budgets()) > 0 })
+	calls := e.gw.Budgets()
+	require.NotEmpty(t, calls, "the acting daemon's first step sets a budget")
+	// From 1.1 × B_ref, the top of the normal range (not the floor), one step back towards B_ref:
+	// nobody queues.
+	assert.EqualValues(t, 1_050_000, calls[0].Tokens)
+	var first *remediate.Record
+	for _, r := range d2.audit.Records(0) {
+		if r.Kind == "budget" && r.Phase == remediate.PhaseDone {
+			first = &r
+			break
+		}
+	}
+	require.NotNil(t, first)
+	assert.True(t, first.Budget.FromCountOnly, "%+v", first.Budget)
+	assert.Contains(t, logs.String(), `msg="gateway budget set" component=gateway tokens=1050000`)
+	assert.Contains(t, logs.String(), `kind=budget change="budget count only → 1.05M tokens"`, "the dry run's first decision too")
+	assert.Contains(t, logs.String(), "was_count_only=true")
+	assert.Contains(t, logs.String(), "effect=")
+}

@@ -79,6 +79,8 @@ type fakeGateway struct {
 	affinity    []bool
 	// affinityOn is the gateway's affinity switch, as GET /admin/state reports it.
 	affinityOn bool
+	// countOnly is admission.count_only until the first SetBudget (budget and reference read 0).
+	countOnly bool
 }
 
 func newFakeGateway(budget int64) *fakeGateway {
@@ -91,8 +93,12 @@ func (g *fakeGateway) State(context.Context) (gateway.StateView, error) {
 	if g.stateErr != nil {
 		return gateway.StateView{}, g.stateErr
 	}
-	return gateway.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: g.budget,
-		ReferenceBudget: g.reference, Queue: append([]admission.QueuedSession(nil), g.queue...)},
+	budget, reference := g.budget, g.reference
+	if g.countOnly {
+		budget, reference = 0, 0
+	}
+	return gateway.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: budget, CountOnly: g.countOnly,
+		ReferenceBudget: reference, Queue: append([]admission.QueuedSession(nil), g.queue...)},
 		Affinity: gateway.AffinityView{Enabled: g.affinityOn}}, nil
 }
 
@@ -101,10 +107,11 @@ func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reas
 	apply := func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		res.Before = client.Budget{BudgetTokens: g.budget, ReferenceBudgetTokens: g.reference}
+		res.Before = client.Budget{BudgetTokens: g.budget, ReferenceBudgetTokens: g.reference, CountOnly: g.countOnly}
 		g.budgets = append(g.budgets, budgetCall{Tokens: tokens, Reference: reference, Reason: reason})
-		g.budget, g.reference = tokens, reference
+		g.budget, g.reference, g.countOnly = tokens, reference, false
 		res.After = client.Budget{BudgetTokens: tokens, ReferenceBudgetTokens: reference}
+		res.Effect = fmt.Sprintf("budget %d: admission engages once the working set passes %d", tokens, reference)
 	}
 	g.mu.Lock()
 	hook := g.onSetBudget
