@@ -518,7 +518,7 @@ func TestLiveRiskChecksTargetsFirst(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "metrics target decode-0 ("+goneURL+"): cannot connect:")
-	assert.Contains(t, stderr, "connection refused")
+	assert.Contains(t, stderr, "cannot connect: connection refused")
 	assert.Contains(t, stderr, "metrics target gateway-0 ("+notFound.URL+"/metrics): answered 404")
 	assert.NotContains(t, stderr, "prefill-0", "the reachable target is not blamed")
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -267,7 +268,12 @@ func checkTarget(ctx context.Context, t collector.Target) error {
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) && op.Op == "dial" {
-			return fmt.Errorf("metrics target %s (%s): cannot connect: %w", t.Name, t.URL, op.Err)
+			cause := op.Err
+			var sys *os.SyscallError
+			if errors.As(cause, &sys) {
+				cause = sys.Err // "connection refused", not "connect: connection refused"
+			}
+			return fmt.Errorf("metrics target %s (%s): cannot connect: %w", t.Name, t.URL, cause)
 		}
 		return fmt.Errorf("metrics target %s (%s): %w", t.Name, t.URL, err)
 	}
