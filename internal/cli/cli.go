@@ -311,20 +311,27 @@ func printLeafHelp(w io.Writer, path string, h help, fs *flag.FlagSet) {
 	fs.SetOutput(io.Discard)
 }
 
-// newFlags makes the running command's flag set. It reports errors instead of exiting, and prints
+// flagSet is a command's flags and its help.
+type flagSet struct {
+	*flag.FlagSet
+	help func()
+}
+
+// newFlags makes the running command's flag set. It reports errors instead of exiting and prints
 // nothing itself: parse turns -h/--help into the command's help on stdout, and a bad flag into a
-// usage error that Run prints once.
-func newFlags(env Env) *flag.FlagSet {
+// usage error that Run prints once (the flag package would print the whole help with it).
+func newFlags(env Env) *flagSet {
 	fs := flag.NewFlagSet("basin "+env.path, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() { printLeafHelp(env.Stdout, env.path, env.doc, fs) }
-	return fs
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, help: func() { printLeafHelp(env.Stdout, env.path, env.doc, fs) }}
 }
 
 // parse parses flags and rejects stray positional arguments unless allowed.
-func parse(fs *flag.FlagSet, args []string, positional int) error {
+func parse(fs *flagSet, args []string, positional int) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.help()
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)

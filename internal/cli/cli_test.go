@@ -57,9 +57,10 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, _, stderr := basin(t, tc.args...)
+			code, stdout, stderr := basin(t, tc.args...)
 			assert.Equal(t, tc.code, code)
 			assert.Contains(t, stderr, tc.want)
+			assert.Empty(t, stdout, "a mistake prints no help on stdout")
 		})
 	}
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -293,7 +292,7 @@ func observeWith(sc *scenario.Scenario, path string) error {
 
 // seedsFlag adds --seeds to fs; the function it returns checks the value and lists the seeds
 // 1, 2, … n.
-func seedsFlag(fs *flag.FlagSet, def int) func() ([]uint64, error) {
+func seedsFlag(fs *flagSet, def int) func() ([]uint64, error) {
 	n := fs.Int("seeds", def, "number of seeds (1, 2, …)")
 	return func() ([]uint64, error) {
 		if *n < 1 {
