@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -129,6 +130,8 @@ func TestEventsLimit(t *testing.T) {
 
 func TestPause(t *testing.T) {
 	e := newEnv(t, "")
+	var logs syncBuffer
+	e.log = slog.New(slog.NewTextHandler(&logs, nil))
 	d := e.daemon()
 	api := serveAPI(t, d)
 	pause := api.URL + "/api/v1/pause"
@@ -156,6 +159,15 @@ func TestPause(t *testing.T) {
 
 		assert.Nil(t, status().Paused, "nothing changed")
 		assert.Empty(t, events(t, api.URL), "nothing audited")
+		// Refusals are logged, once a minute at most, with the count in between; never the token.
+		lines := strings.Count(logs.String(), "control API: refused a call")
+		assert.Equal(t, 1, lines, "%s", logs.String())
+		assert.NotContains(t, logs.String(), "wrong-token")
+		e.clock.Advance(authLogEvery)
+		code, _ := call(t, http.MethodPost, pause, "wrong-token", `{"minutes": 30, "reason": "deploying"}`)
+		require.Equal(t, http.StatusUnauthorized, code)
+		assert.Equal(t, 2, strings.Count(logs.String(), "control API: refused a call"))
+		assert.Contains(t, logs.String(), "refused_since_last_line=4")
 		assert.Empty(t, auditLines(t, e.cfg.DataDir))
 		_, err = os.Stat(statePath(e.cfg.DataDir))
 		assert.ErrorIs(t, err, os.ErrNotExist, "nothing saved")

@@ -90,6 +90,8 @@ type Daemon struct {
 
 	// gwLog rate-limits the log of an unreachable gateway admin API; Step owns it (under loop).
 	gwLog failureLog
+	// authFailures rate-limits the log of refused control-API calls.
+	authFailures authLog
 	// hist persists the status page's history; histLog rate-limits its write errors (Step's).
 	hist    *historyFile
 	histLog failureLog
