@@ -116,7 +116,7 @@ func TestRecordChange(t *testing.T) {
 		r    Record
 		want string
 	}{
-		{Record{Budget: &BudgetChange{From: 1_000_000_000_000, To: 1_100_000}}, "budget 1000000.00M → 1.10M tokens"},
+		{Record{Budget: &BudgetChange{From: 1_000_000_000_000, To: 1_100_000}}, "budget 1.00T → 1.10M tokens"},
 		{Record{Shed: &ShedAction{IDs: []string{"s1"}}}, "shed [s1]"},
 		{Record{Lending: &LendingPlan{Enabled: true, Grants: map[string]int64{"decode-1": 20_000, "decode-0": 400_000}}},
 			"lending on (decode-0 400K, decode-1 20K)"},

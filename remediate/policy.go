@@ -409,10 +409,16 @@ func blindWhy(a detector.Assessment, in Inputs) string {
 // part is f × ref in whole tokens.
 func part(f float64, ref int64) int64 { return int64(math.Round(f * float64(ref))) }
 
-// tok formats tokens for reasons: 1.20M, 850K, 950.
+// FormatTokens formats tokens for reasons and logs: 1.20M, 850K, 950, and 1.00T for the
+// out-of-reach budget of a gateway that only counts (never "1000000.00M"). The suffixes are the
+// status page's axis units (K, M, G, T).
 func FormatTokens(v int64) string {
 	f := float64(v)
 	switch {
+	case math.Abs(f) >= 1e12:
+		return fmt.Sprintf("%.2fT", f/1e12)
+	case math.Abs(f) >= 1e9:
+		return fmt.Sprintf("%.2fG", f/1e9)
 	case math.Abs(f) >= 1e6:
 		return fmt.Sprintf("%.2fM", f/1e6)
 	case math.Abs(f) >= 1e4:

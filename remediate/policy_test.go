@@ -198,7 +198,7 @@ func TestGatewayBudgetReconciled(t *testing.T) {
 		GatewayOK: true, Gateway: g})
 	require.NotNil(t, plan.Budget)
 	assert.Equal(t, BudgetChange{From: 1_000_000_000_000, To: 700_000, Reference: 1_000_000}, *plan.Budget)
-	assert.Contains(t, strings.Join(plan.Reasons, "\n"), "the gateway's budget is 1000000.00M, not the 1.00M basin last set")
+	assert.Contains(t, strings.Join(plan.Reasons, "\n"), "the gateway's budget is 1.00T, not the 1.00M basin last set")
 	// in a dry run the gateway is not expected to follow
 	p = newPolicy(t, Options{})
 	g = gw(1_000_000, 0)
@@ -319,4 +319,14 @@ func TestCountOnlyGatewayTakenOver(t *testing.T) {
 	plan = p.Decide(Inputs{At: t0.Add(5 * time.Second), Assessment: assess(t0.Add(5*time.Second), detector.Healthy, 0.95),
 		GatewayOK: true, Gateway: countOnly, DryRun: true})
 	assert.Nil(t, plan.Budget, "%q", plan.Reasons)
+}
+
+// TestFormatTokens: token counts for people, the out-of-reach budget included.
+func TestFormatTokens(t *testing.T) {
+	for v, want := range map[int64]string{
+		950: "950", 9_999: "9999", 850_000: "850K", 1_200_000: "1.20M", 999_990_000: "999.99M",
+		2_500_000_000: "2.50G", 1_000_000_000_000: "1.00T", -700_000: "-700K",
+	} {
+		assert.Equal(t, want, FormatTokens(v), "%d", v)
+	}
 }

@@ -41,7 +41,7 @@ func TestDryRunThenActing(t *testing.T) {
 	assert.Empty(t, e.gw.Budgets(), "a dry run never acts")
 	assert.Empty(t, e.gw.affinity)
 	assert.Contains(t, logs.String(), `msg="dry run: would act"`, "dry-run decisions are logged")
-	assert.Contains(t, logs.String(), `kind=budget change="budget 1000000.00M →`)
+	assert.Contains(t, logs.String(), `kind=budget change="budget 1.00T →`)
 
 	e.cfg.DryRun = false
 	d2 := e.daemon()
