@@ -113,8 +113,8 @@ const (
 	EventState EventKind = "state"
 	// EventAction: the run's daemon decided an action (taken, or only recorded in a dry run).
 	EventAction EventKind = "action"
-	// EventLag: the run fell behind the wall clock (see MaxLag); Text says by how much. Said once
-	// per run, the first time its waits' mean lateness over LagWindow passes MaxLag.
+	// EventLag: the run fell behind the wall clock (see MaxLag and MaxMeanLag); Text says by how
+	// much. Said once per run, the first time its waits' lateness passes a tolerance.
 	EventLag EventKind = "lag"
 )
 
@@ -334,7 +334,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 // watchLag says, once per run, when a run's load generator falls behind the wall clock by more
-// than MaxLag on average over the last LagWindow: while it runs, so that whoever watches knows
+// than its tolerances (lagMeter.behind): while it runs, so that whoever watches knows
 // before the table why the numbers will not count.
 func watchLag(ctx context.Context, stacks []*stack, meters []*lagMeter, virtual func(time.Time) time.Duration, emit func(Event)) {
 	t := time.NewTicker(250 * time.Millisecond)
@@ -346,14 +346,16 @@ func watchLag(ctx context.Context, stacks []*stack, meters []*lagMeter, virtual 
 			return
 		case now := <-t.C:
 			for i, s := range stacks {
-				mean, n := meters[i].recent(now)
-				if said[i] || n < minWaits || mean <= MaxLag {
+				if said[i] {
+					continue
+				}
+				how, behind := meters[i].behind(now)
+				if !behind {
 					continue
 				}
 				said[i] = true
-				emit(Event{Run: s.name, Kind: EventLag, At: virtual(now), Text: fmt.Sprintf(
-					"falling behind the wall clock: waits end %s late on average over the last %s (tolerance %s); "+
-						"this run will not count for a verdict", seconds(mean), minutes(LagWindow), seconds(MaxLag))})
+				emit(Event{Run: s.name, Kind: EventLag, At: virtual(now), Text: "falling behind the wall clock: " + how +
+					"; this run will not count for a verdict"})
 			}
 		}
 	}

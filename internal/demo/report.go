@@ -26,7 +26,8 @@ func Write(w io.Writer, res *Result) {
 	whyNot := noVerdict(res)
 	if !res.KeptTime() {
 		fmt.Fprintf(w, "NOT KEEPING TIME at %g×: the numbers below are what this machine managed to play, not what the\n"+
-			"deployment would do (late per wait over %s in the table).\n\n", res.Speed, seconds(MaxLag))
+			"deployment would do (late per wait past %s on average or %s over %s in the table).\n\n",
+			res.Speed, seconds(MaxMeanLag), seconds(MaxLag), minutes(LagWindow))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "\t")
@@ -79,15 +80,15 @@ func Write(w io.Writer, res *Result) {
 		}
 		return Tokens(r.Budget)
 	})
-	row("late per wait (s)", func(r RunResult) string {
+	row("late per wait, mean/worst (s)", func(r RunResult) string {
 		t := r.Timing
 		switch {
 		case t.Waits == 0:
 			return "?"
 		case !t.Kept():
-			return fmt.Sprintf("%.2f NOT KEPT", t.Worst.Seconds())
+			return fmt.Sprintf("%.2f/%.2f NOT KEPT", t.Mean.Seconds(), t.Worst.Seconds())
 		}
-		return fmt.Sprintf("%.2f", t.Worst.Seconds())
+		return fmt.Sprintf("%.2f/%.2f", t.Mean.Seconds(), t.Worst.Seconds())
 	})
 	tw.Flush()
 	from, to := measureWindow(res)
@@ -96,9 +97,9 @@ func Write(w io.Writer, res *Result) {
 		"first answer is the time from a session's start to its first call's whole answer, queueing included.\n"+
 		"Daemon actions leave out the budget updates that only moved the reference budget B_ref.\n"+
 		"Late per wait is how much later than asked the load generator's arrivals and tool pauses ended,\n"+
-		"in the deployment's seconds, the worst mean over %s; past %s a session's every call comes\n"+
-		"late enough to crowd the cache, and the run did not keep time.\n",
-		from, to, minutes(LagWindow), seconds(MaxLag))
+		"in the deployment's seconds: the mean over the run, and the worst mean over %s. Past %s\n"+
+		"or %s the machine is behind enough to crowd the cache by itself: the run did not keep time.\n",
+		from, to, minutes(LagWindow), seconds(MaxMeanLag), seconds(MaxLag))
 	fmt.Fprintf(w, "\n%s\n", Verdict(res))
 }
 
@@ -143,18 +144,23 @@ func noVerdict(res *Result) string {
 		return "Interrupted: no verdict from a partial run."
 	}
 	if !res.KeptTime() {
-		var behind []string
-		worst := time.Duration(0)
+		var (
+			behind []string
+			worst  Timing // the run furthest past its tolerances
+		)
 		for _, r := range res.Runs {
 			if !r.Timing.Kept() {
 				behind = append(behind, r.Name)
-				worst = max(worst, r.Timing.Worst)
+				if len(behind) == 1 || r.Timing.over() > worst.over() {
+					worst = r.Timing
+				}
 			}
 		}
 		return fmt.Sprintf("No verdict: the %s run%s did not keep time. Waits ended up to %s late on average\n"+
-			"over %s of the deployment's time, past the %s tolerance: the table shows this machine's\n"+
-			"lag, not the deployment. %s, or a quieter machine.", strings.Join(behind, ", "), plural(len(behind)), seconds(worst), minutes(LagWindow),
-			seconds(MaxLag), slower(res.Speed, worst))
+			"(tolerance %s) and %s over the worst %s of the deployment's time (tolerance %s): the\n"+
+			"table shows this machine's lag, not the deployment. %s, or a quieter machine.",
+			strings.Join(behind, ", "), plural(len(behind)), seconds(worst.Mean), seconds(MaxMeanLag),
+			seconds(worst.Worst), minutes(LagWindow), seconds(MaxLag), slower(res.Speed, worst))
 	}
 	r := res.Runs[0]
 	good, arrived := r.Report.Sessions.Good, r.Report.Sessions.Arrived
@@ -174,20 +180,22 @@ func noVerdict(res *Result) string {
 	return ""
 }
 
-// slower suggests a speed at which a run late by worst at speed would have kept time, if its
+// slower suggests a speed at which a run with this timing at speed would have kept time, if its
 // lateness in wall time stayed the same (it shrinks at a lower speed, so this errs on the safe side).
-func slower(speed float64, worst time.Duration) string {
-	if worst <= 0 {
+func slower(speed float64, t Timing) string {
+	over := t.over()
+	if !(over > 0) {
 		return "Try a lower speed"
 	}
-	s := speed * float64(MaxLag) / float64(worst)
+	s := speed / over
 	switch {
 	case s >= 10:
 		s = math.Floor(s/10) * 10
 	case s >= 1:
 		s = math.Floor(s)
 	default:
-		return fmt.Sprintf("Even 1× would be %s late per wait here: try a quieter machine instead of a lower speed", seconds(time.Duration(float64(worst)/speed)))
+		return fmt.Sprintf("Even 1× would be %s late per wait here: try a quieter machine instead of a lower speed",
+			seconds(time.Duration(float64(t.Worst)/speed)))
 	}
 	return fmt.Sprintf("Try a speed of %g (--speed or BASIN_DEMO_SPEED)", s)
 }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -19,16 +20,26 @@ import (
 // later than asked each wait ends. Every part of a run shares this process's scheduler, so these
 // waits stand for the rest.
 //
-// What breaks the result is a tool pause that ends late. The session's next call comes later, at
-// every call, so each session lives longer; more sessions are live at once (Little's law) and the
-// working set grows toward the knee. The deployment is pushed toward the trap by the machine, not
-// by the traffic: that is how a busy machine collapsed the no-spike reference. A terminal-bench
-// session's call cycle (a tool run, median 6 s, then a call of several seconds) lasts about
-// 15–20 s, so MaxLag, 1 s late per wait, lengthens its life and the live sessions by about 5–7%.
-// It is also a thirtieth of the detector's 30 s holds and of the daemon's 30 s loop.
+// What breaks the result is a machine late to wake whatever waits. The simulator's answers
+// reach the client late and tool pauses end late, so every call takes longer in the deployment's
+// time than the deployment made it; sessions live longer, more of them are live at once (Little's
+// law) and the working set grows toward the knee. The deployment is pushed toward the trap by the
+// machine, not by the traffic: that is how a busy machine collapsed the no-spike reference.
+//
+// The waits are a gauge of that, not the whole of it: they do not see an answer delivered late or
+// a call queued for CPU in the gateway. Making only the waits late (0.9 s each, at 30×) left the
+// reference healthy (215 of 221 sessions within the SLO). Measured on a 2-core machine shared
+// with other work, at 90×: runs whose waits were late by themselves by 1–1.5 s on average and
+// 4–8 s over their worst five minutes trapped the reference (0–38 sessions/h instead of about
+// 215); runs that served it as in virtual time measured 0.10–0.15 s on average and 0.3–0.7 s at
+// worst. The two tolerances lie between, on the healthy side: MaxMeanLag for a machine behind
+// all run long, MaxLag for a few bad minutes (a thirtieth of the detector's 30 s holds and of
+// the daemon's 30 s loop).
 const (
-	// MaxLag is the most, in the deployment's time, that the load generator's waits may end late
-	// on average over any LagWindow for a run to count as keeping time.
+	// MaxMeanLag is the most, in the deployment's time, that the load generator's waits may end
+	// late on average over the whole run for it to count as keeping time.
+	MaxMeanLag = 500 * time.Millisecond
+	// MaxLag is the most that they may end late on average over any LagWindow.
 	MaxLag = time.Second
 	// LagWindow is the span the lateness is averaged over: ten of the daemon's loops. One
 	// hiccup is spread over a window's waits; a machine that stays behind for a few minutes of
@@ -53,11 +64,17 @@ type Timing struct {
 	Max time.Duration
 }
 
-// Kept reports whether the run kept time: enough waits were measured and none of the windows'
-// means (nor the run's) passed MaxLag. A run with too few waits to tell has not shown it kept
-// time.
+// Kept reports whether the run kept time: enough waits were measured, their mean stayed within
+// MaxMeanLag and no window's mean passed MaxLag. A run with too few waits to tell has not shown
+// it kept time.
 func (t Timing) Kept() bool {
-	return t.Waits >= minWaits && t.Worst <= MaxLag && t.Mean <= MaxLag
+	return t.Waits >= minWaits && t.over() <= 1
+}
+
+// over is how far past its tolerances the run's lateness went: the larger of Mean/MaxMeanLag
+// and Worst/MaxLag (≤ 1 within both).
+func (t Timing) over() float64 {
+	return max(float64(t.Mean)/float64(MaxMeanLag), float64(t.Worst)/float64(MaxLag))
 }
 
 // lagMeter wraps the load generator's wall-clock wait and records how late each one ends, by
@@ -153,6 +170,27 @@ func (m *lagMeter) windowLocked(end int) (time.Duration, int) {
 		return 0, 0
 	}
 	return b.sum / time.Duration(b.n), b.n
+}
+
+// behind says, from the waits up to wall time t, whether the run is past a tolerance already:
+// the last LagWindow's mean past MaxLag, or the run's mean past MaxMeanLag once a LagWindow has
+// been played. The string says by how much.
+func (m *lagMeter) behind(t time.Time) (string, bool) {
+	recent, n := m.recent(t)
+	if n >= minWaits && recent > MaxLag {
+		return fmt.Sprintf("waits end %s late on average over the last %s (tolerance %s)",
+			seconds(recent), minutes(LagWindow), seconds(MaxLag)), true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.start.IsZero() || m.mu.n < minWaits || len(m.mu.minutes) <= int(LagWindow/time.Minute) {
+		return "", false
+	}
+	if mean := m.mu.sum / time.Duration(m.mu.n); mean > MaxMeanLag {
+		return fmt.Sprintf("waits end %s late on average since the start (tolerance %s)",
+			seconds(mean), seconds(MaxMeanLag)), true
+	}
+	return "", false
 }
 
 // timing summarises the waits so far.

@@ -39,6 +39,9 @@ func TestLagMeter(t *testing.T) {
 		{"a little late, within the tolerance", 600, func(int) time.Duration { return 5 * time.Millisecond }, true,
 			450 * time.Millisecond},
 		{"late throughout", 600, func(int) time.Duration { return 20 * time.Millisecond }, false, 1800 * time.Millisecond},
+		// 0.63 s every wait: within a window's tolerance, past the run's.
+		{"a little too late all along", 600, func(int) time.Duration { return 7 * time.Millisecond }, false,
+			630 * time.Millisecond},
 		// One wait of 300 ms (27 s of the deployment's time) among the 45 of its window: a
 		// hiccup, spread to 0.6 s.
 		{"one hiccup", 600, func(i int) time.Duration {
@@ -115,5 +118,29 @@ func TestLagMeterCounts(t *testing.T) {
 		mean, _ = m.recent(f.now)
 		assert.Zero(t, mean)
 		assert.False(t, m.timing().Kept(), "the run as a whole still fell behind")
+	})
+	t.Run("behind: the last window, or the run's mean once a window has been played", func(t *testing.T) {
+		late := time.Duration(0)
+		f := &fakeWaits{now: time.Unix(1e9, 0), late: func(int) time.Duration { return late }}
+		m := newLagMeter(speed, f.clock, f.sleep)
+		m.begin(f.now)
+		pause := 6 * time.Second / speed
+		wait := func(n int, l time.Duration) {
+			late = l
+			for range n {
+				require.NoError(t, m.Sleep(t.Context(), pause))
+			}
+		}
+		wait(20, 10*time.Millisecond) // 1 s late: past the run's tolerance, but too early to tell
+		_, behind := m.behind(f.now)
+		assert.False(t, behind, "too few waits")
+		wait(40, 6*time.Millisecond) // 0.6 s late for six minutes
+		how, behind := m.behind(f.now)
+		assert.True(t, behind)
+		assert.Contains(t, how, "late on average since the start (tolerance 0.50 s)")
+		wait(40, 15*time.Millisecond) // 1.5 s late
+		how, behind = m.behind(f.now)
+		assert.True(t, behind)
+		assert.Contains(t, how, "late on average over the last 5 minutes (tolerance 1.00 s)")
 	})
 }
