@@ -226,8 +226,11 @@ func (p *Policy) Decide(in Inputs) Plan {
 	}
 	cur := p.st.Target
 	plateau := a.Plateau
-	onPlateau := a.HitRate >= plateau-o.PlateauTolerance
-	left := a.HitRate < plateau-o.LeaveDrop
+	// A hit rate on too little evidence (a quiet window, a burst of first calls) is no reading:
+	// it neither loosens nor tightens the budget (detector.Evidence).
+	reading := a.HitEvidence.Enough
+	onPlateau := reading && a.HitRate >= plateau-o.PlateauTolerance
+	left := reading && a.HitRate < plateau-o.LeaveDrop
 	trouble := a.State == detector.Drifting || a.State == detector.Trapped
 	// A blind detector holds its last state: a drifting or trapped it can no longer see is not
 	// evidence of an incident, and cutting on it would throttle a deployment basin cannot see (all

@@ -19,7 +19,37 @@ const testC = 1_000_000.0 // cache tokens; knee 1.34 → B_ref = min(0.9 × 1.34
 // assess is an assessment at t with the given state and hit rate (plateau 0.95, knee 1.34).
 func assess(t time.Time, st detector.State, hit float64) detector.Assessment {
 	return detector.Assessment{At: t, ObservedAt: t, State: st, HitRate: hit, Plateau: 0.95,
+		HitEvidence: detector.Evidence{Enough: true},
 		Knee: detector.Knee{Ratio: 1.34}, KneeTokens: 1.34 * testC, PeakCompletionRate: 5.1 / 60}
+}
+
+// TestNoReadingNoBudgetChange: a hit rate on too little evidence (two tiny sessions, every call a
+// first call's miss) reads 0.00; it must not tighten the budget as a hit rate off its plateau
+// would, nor loosen it as one on the plateau would.
+func TestNoReadingNoBudgetChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		hit    float64
+		queued int
+		budget int64
+	}{
+		{name: "a low non-reading does not tighten", hit: 0, budget: 1_000_000},
+		{name: "a high non-reading does not loosen", hit: 1, queued: 3, budget: 600_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			now := t0
+			for i := range 10 {
+				a := assess(now, detector.Healthy, tc.hit)
+				a.HitEvidence = detector.Evidence{Enough: false, Why: "hit rate not a reading: 2 calls < 20"}
+				plan := p.Decide(Inputs{At: now, Assessment: a, Gateway: gw(tc.budget, tc.queued), GatewayOK: true})
+				if plan.Budget != nil { // the first plan only sets the reference budget
+					require.Equal(t, tc.budget, plan.Budget.To, "step %d: %q", i, plan.Reasons)
+				}
+				now = now.Add(time.Minute)
+			}
+		})
+	}
 }
 
 func gw(budget int64, queued int) Gateway {

@@ -589,7 +589,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	snap := d.snapshot()
 	now := snap.At
 	a := d.det.Step(snap)
-	if a.Blind == nil && a.State != detector.Trapped && a.State != detector.Recovering {
+	if a.Blind == nil && a.HitEvidence.Enough && a.State != detector.Trapped && a.State != detector.Recovering {
 		d.passive.Observe(a.WorkingSetOverCache, a.HitRate)
 	}
 	if tr := a.Transition; tr != nil {

@@ -188,6 +188,8 @@ type exposition struct {
 	// inCall is the gateway's sessions in a call, exported when > 0 (the lender's risk rule needs
 	// it).
 	inCall float64
+	// quiet: no prompt, call, arrival or completion from now on (the counters stand still).
+	quiet bool
 	// Cumulative counters.
 	cacheTokens, computeTokens, calls, arrivals, completions float64
 }
@@ -209,6 +211,9 @@ func (x *exposition) recover() { x.hit, x.workingSet = 0.95, testCapacity }
 // arrivalRate sessions/s in and 0.05 out.
 func (x *exposition) advance(d time.Duration) {
 	s := d.Seconds()
+	if x.quiet {
+		return
+	}
 	x.cacheTokens += 20_000 * s * x.hit
 	x.computeTokens += 20_000 * s * (1 - x.hit)
 	x.calls += 1.5 * s

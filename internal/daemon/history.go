@@ -141,8 +141,11 @@ func (d *Daemon) recordLocked(p HistoryPoint) {
 func historyPoint(a detector.Assessment, budget, reserved int64) HistoryPoint {
 	p := HistoryPoint{T: a.At, State: a.State, Budget: budget, Reserved: reserved}
 	if !a.ObservedAt.IsZero() && len(a.Blind) == 0 {
-		p.WC, p.Hit, p.Plateau, p.Live = ptr(a.WorkingSetOverCache), ptr(a.HitRate), ptr(a.Plateau), ptr(a.LiveSessions)
+		p.WC, p.Plateau, p.Live = ptr(a.WorkingSetOverCache), ptr(a.Plateau), ptr(a.LiveSessions)
 		p.Knee = ptr(a.Knee.Ratio)
+		if a.HitEvidence.Enough { // a gap in the hit-rate line where there was no reading
+			p.Hit = ptr(a.HitRate)
+		}
 	}
 	return p
 }

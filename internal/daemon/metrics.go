@@ -99,7 +99,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		return // no complete observation yet: no numbers rather than zeros
 	}
 	gauge(m.wc, a.WorkingSetOverCache)
-	gauge(m.hit, a.HitRate)
+	if a.HitEvidence.Enough { // a quiet window has no hit rate: no series rather than a made-up 0
+		gauge(m.hit, a.HitRate)
+	}
 	gauge(m.plateau, a.Plateau)
 	gauge(m.knee, a.Knee.Ratio)
 	gauge(m.live, a.LiveSessions)
