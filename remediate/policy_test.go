@@ -20,7 +20,7 @@ const testC = 1_000_000.0 // cache tokens; knee 1.34 → B_ref = min(0.9 × 1.34
 func assess(t time.Time, st detector.State, hit float64) detector.Assessment {
 	return detector.Assessment{At: t, ObservedAt: t, State: st, HitRate: hit, Plateau: 0.95,
 		HitEvidence: detector.Evidence{Enough: true},
-		Knee: detector.Knee{Ratio: 1.34}, KneeTokens: 1.34 * testC, PeakCompletionRate: 5.1 / 60}
+		Knee:        detector.Knee{Ratio: 1.34}, KneeTokens: 1.34 * testC, PeakCompletionRate: 5.1 / 60}
 }
 
 // TestNoReadingNoBudgetChange: a hit rate on too little evidence (two tiny sessions, every call a
