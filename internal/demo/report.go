@@ -157,8 +157,8 @@ func noVerdict(res *Result) string {
 			}
 		}
 		return fmt.Sprintf("No verdict: the %s run%s did not keep time. Waits ended up to %s late on average\n"+
-			"(tolerance %s) and %s over the worst %s of the deployment's time (tolerance %s): the\n"+
-			"table shows this machine's lag, not the deployment. %s, or a quieter machine.",
+			"(tolerance %s) and %s over the worst %s (tolerance %s), in the deployment's time:\n"+
+			"the table shows this machine's lag, not the deployment.\n%s, or a quieter machine.",
 			strings.Join(behind, ", "), plural(len(behind)), seconds(worst.Mean), seconds(MaxMeanLag),
 			seconds(worst.Worst), minutes(LagWindow), seconds(MaxLag), slower(res.Speed, worst))
 	}

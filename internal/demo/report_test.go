@@ -47,16 +47,18 @@ func TestWriteAndVerdict(t *testing.T) {
 			res: Result{Speed: 90, Runs: []RunResult{
 				run(NoSpike, 28, 221, 4*time.Second), run(DryRun, 24, 221, 3*time.Second), run(Acting, 195, 221, onTime)}},
 			want: []string{"NOT KEEPING TIME at 90×", "2.00/4.00 NOT KEPT", "1.50/3.00 NOT KEPT",
-				"No verdict: the no spike, dry run runs did not keep time", "up to 2.00 s late on average\n(tolerance 0.50 s)",
-				"4.00 s over the worst 5 minutes of the deployment's time (tolerance 1.00 s)", "Try a speed of 20"},
+				"No verdict: the no spike, dry run runs did not keep time", "up to 2.00 s late on average\n(tolerance 0.20 s)",
+				"4.00 s over the worst 5 minutes (tolerance 0.75 s), in the deployment's time", "Try a speed of 9 "},
 			not: []string{"kept 6", "%;", "0.86", "6.96"},
 			re:  `ratio to no spike +— +— +—\n`,
 		},
 		{
-			name: "one run a little behind is enough",
+			name: "one run behind for a few minutes is enough",
 			res: Result{Speed: 90, Runs: []RunResult{
-				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 217, 221, 1100*time.Millisecond)}},
-			want: []string{"NOT KEEPING TIME", "No verdict: the acting run did not keep time", "Try a speed of 80"},
+				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime),
+				{Name: Acting, Report: run(Acting, 217, 221, 0).Report,
+					Timing: Timing{Waits: 5000, Mean: 100 * time.Millisecond, Worst: 900 * time.Millisecond}}}},
+			want: []string{"0.10/0.90 NOT KEPT", "NOT KEEPING TIME", "No verdict: the acting run did not keep time", "Try a speed of 70"},
 			not:  []string{"kept 100%", "1.00     0.11"},
 		},
 		{
@@ -65,8 +67,8 @@ func TestWriteAndVerdict(t *testing.T) {
 			res: Result{Speed: 90, Runs: []RunResult{
 				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime),
 				{Name: Acting, Report: run(Acting, 217, 221, 0).Report,
-					Timing: Timing{Waits: 5000, Mean: 600 * time.Millisecond, Worst: 900 * time.Millisecond}}}},
-			want: []string{"0.60/0.90 NOT KEPT", "No verdict: the acting run did not keep time", "Try a speed of 70"},
+					Timing: Timing{Waits: 5000, Mean: 300 * time.Millisecond, Worst: 500 * time.Millisecond}}}},
+			want: []string{"0.30/0.50 NOT KEPT", "No verdict: the acting run did not keep time", "Try a speed of 60"},
 			not:  []string{"kept 100%"},
 		},
 		{
@@ -124,11 +126,10 @@ func TestSlowerSuggestion(t *testing.T) {
 		mean, worst time.Duration
 		want        string
 	}{
-		{90, time.Second, 4 * time.Second, "Try a speed of 20 "},
-		{90, 0, 1100 * time.Millisecond, "Try a speed of 80 "},
-		{90, 900 * time.Millisecond, 900 * time.Millisecond, "Try a speed of 50 "}, // the mean binds
-		{30, 0, 2 * time.Second, "Try a speed of 10 "},                             // 15, rounded down to tens
-		{9, 0, 2 * time.Second, "Try a speed of 4 "},
+		{90, time.Second, 4 * time.Second, "Try a speed of 10 "}, // 16.9, rounded down to tens
+		{90, 0, 1100 * time.Millisecond, "Try a speed of 60 "},
+		{90, 300 * time.Millisecond, 300 * time.Millisecond, "Try a speed of 60 "}, // the mean binds
+		{9, 0, 2 * time.Second, "Try a speed of 3 "},
 		{5, 0, 10 * time.Second, "Even 1× would be 2.00 s late per wait here"},
 	} {
 		assert.Contains(t, slower(tc.speed, Timing{Waits: 100, Mean: tc.mean, Worst: tc.worst})+" ", tc.want)

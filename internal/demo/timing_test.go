@@ -36,12 +36,12 @@ func TestLagMeter(t *testing.T) {
 		worst time.Duration // virtual, within 1%
 	}{
 		{"on time", 600, func(int) time.Duration { return 0 }, true, 0},
-		{"a little late, within the tolerance", 600, func(int) time.Duration { return 5 * time.Millisecond }, true,
-			450 * time.Millisecond},
+		{"a little late, within the tolerance", 600, func(int) time.Duration { return 2 * time.Millisecond }, true,
+			180 * time.Millisecond},
 		{"late throughout", 600, func(int) time.Duration { return 20 * time.Millisecond }, false, 1800 * time.Millisecond},
-		// 0.63 s every wait: within a window's tolerance, past the run's.
-		{"a little too late all along", 600, func(int) time.Duration { return 7 * time.Millisecond }, false,
-			630 * time.Millisecond},
+		// 0.27 s every wait: within a window's tolerance, past the run's.
+		{"a little too late all along", 600, func(int) time.Duration { return 3 * time.Millisecond }, false,
+			270 * time.Millisecond},
 		// One wait of 300 ms (27 s of the deployment's time) among the 45 of its window: a
 		// hiccup, spread to 0.6 s.
 		{"one hiccup", 600, func(i int) time.Duration {
@@ -134,13 +134,13 @@ func TestLagMeterCounts(t *testing.T) {
 		wait(20, 10*time.Millisecond) // 1 s late: past the run's tolerance, but too early to tell
 		_, behind := m.behind(f.now)
 		assert.False(t, behind, "too few waits")
-		wait(40, 6*time.Millisecond) // 0.6 s late for six minutes
+		wait(40, 4*time.Millisecond) // 0.4 s late for six minutes
 		how, behind := m.behind(f.now)
 		assert.True(t, behind)
-		assert.Contains(t, how, "late on average since the start (tolerance 0.50 s)")
+		assert.Contains(t, how, "late on average since the start (tolerance 0.20 s)")
 		wait(40, 15*time.Millisecond) // 1.5 s late
 		how, behind = m.behind(f.now)
 		assert.True(t, behind)
-		assert.Contains(t, how, "late on average over the last 5 minutes (tolerance 1.00 s)")
+		assert.Contains(t, how, "late on average over the last 5 minutes (tolerance 0.75 s)")
 	})
 }
