@@ -234,9 +234,10 @@ type servicePort struct {
 type service struct {
 	typeMeta `yaml:",inline"`
 	Spec     struct {
-		Type     string            `yaml:"type"`
-		Selector map[string]string `yaml:"selector"`
-		Ports    []servicePort     `yaml:"ports"`
+		Type                     string            `yaml:"type"`
+		PublishNotReadyAddresses bool              `yaml:"publishNotReadyAddresses"`
+		Selector                 map[string]string `yaml:"selector"`
+		Ports                    []servicePort     `yaml:"ports"`
 	} `yaml:"spec"`
 }
 
@@ -885,4 +886,13 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	assert.NoError(t, err, "systemd-analyze verify:\n%s", out)
 	assert.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify")
+}
+
+// TestDaemonServiceReachesABlindDaemon: a blind daemon answers /readyz 503, and Alertmanager's
+// webhook must still reach it through its Service then.
+func TestDaemonServiceReachesABlindDaemon(t *testing.T) {
+	m := loadManifests(t)
+	svc, ok := m.services["basin-daemon"]
+	require.True(t, ok, "the daemon's Service")
+	assert.True(t, svc.Spec.PublishNotReadyAddresses, "publishNotReadyAddresses: true")
 }
