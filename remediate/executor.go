@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,8 @@ type LendingPlan struct {
 	Grants  map[string]int64 `json:"grants_tokens,omitempty"`
 	// MaxFraction is the largest fraction of any instance's KV lent (for backends with one knob).
 	MaxFraction float64 `json:"max_fraction"`
+	// Reasons are the lender's (the plan's carry every action's), as BudgetChange.Reasons.
+	Reasons []string `json:"-"`
 }
 
 // Notifier hears about each recorded action; it must not block.
@@ -138,18 +141,26 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 	}
 	base := Record{Seq: p.Seq, At: p.At, State: string(p.State), Mode: p.Mode, Reasons: p.Reasons}
 	var intents []Record
+	// Each record carries its own action's reasons, so that a budget change is not explained by
+	// the lender's measurements (the plan's reasons hold them all, in order).
+	own := func(r Record, reasons []string) Record {
+		if len(reasons) > 0 {
+			r.Reasons = slices.Clone(reasons)
+		}
+		return r
+	}
 	if p.Budget != nil {
-		r := base
+		r := own(base, p.Budget.Reasons)
 		r.Kind, r.Budget = "budget", p.Budget
 		intents = append(intents, r)
 	}
 	if p.Shed != nil {
-		r := base
+		r := own(base, p.Shed.Reasons)
 		r.Kind, r.Shed = "shed", p.Shed
 		intents = append(intents, r)
 	}
 	if p.Lending != nil {
-		r := base
+		r := own(base, p.Lending.Reasons)
 		r.Kind, r.Lending = "lending", p.Lending
 		intents = append(intents, r)
 	}
@@ -206,7 +217,7 @@ func (e *Executor) act(ctx context.Context, r Record, reconciled bool) error {
 	defer cancel()
 	reason := fmt.Sprintf("basin plan %d (%s, %s)", r.Seq, r.State, r.Mode)
 	if len(r.Reasons) > 0 {
-		reason += ": " + r.Reasons[len(r.Reasons)-1]
+		reason += ": " + strings.Join(r.Reasons, "; ")
 	}
 	var err error
 	switch {

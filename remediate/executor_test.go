@@ -23,7 +23,9 @@ type fakeGateway struct {
 	budget int64
 	queued map[string]bool
 	calls  []string
-	fail   error
+	// reasons are the reasons sent with each call.
+	reasons []string
+	fail    error
 }
 
 func (g *fakeGateway) intentRecorded(kind string) {
@@ -35,8 +37,9 @@ func (g *fakeGateway) intentRecorded(kind string) {
 	g.t.Errorf("%s acted on with no pending intent in the audit log", kind)
 }
 
-func (g *fakeGateway) SetBudget(_ context.Context, tokens, _ int64, _ string) error {
+func (g *fakeGateway) SetBudget(_ context.Context, tokens, _ int64, reason string) error {
 	g.intentRecorded("budget")
+	g.reasons = append(g.reasons, reason)
 	if g.fail != nil {
 		return g.fail
 	}
@@ -45,8 +48,9 @@ func (g *fakeGateway) SetBudget(_ context.Context, tokens, _ int64, _ string) er
 	return nil
 }
 
-func (g *fakeGateway) Shed(_ context.Context, ids []string, _ string) error {
+func (g *fakeGateway) Shed(_ context.Context, ids []string, reason string) error {
 	g.intentRecorded("shed")
+	g.reasons = append(g.reasons, reason)
 	for _, id := range ids {
 		if g.queued[id] {
 			delete(g.queued, id)
@@ -93,6 +97,31 @@ func TestExecuteRecordsBeforeActing(t *testing.T) {
 	assert.Empty(t, a.Pending())
 	assert.Len(t, notified, 2)
 	assert.Equal(t, 1.0, testutil.ToFloat64(e.actions.WithLabelValues("budget", "done")))
+}
+
+// TestEachActionItsOwnReasons: a plan that cuts the budget, sheds and switches lending records
+// each action with the reasons that led to it, and sends the gateway those, not the plan's last
+// line (which was the lender's measurement).
+func TestEachActionItsOwnReasons(t *testing.T) {
+	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
+	g := &fakeGateway{t: t, audit: a, budget: 1_000_000, queued: map[string]bool{"s1": true}}
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	p := Plan{Seq: 1, At: t0, State: "trapped", Mode: Incident,
+		Budget:  &BudgetChange{From: 1_000_000, To: 700_000, Reference: 1_000_000, Reasons: []string{"mode normal → incident", "incident: cut"}},
+		Shed:    &ShedAction{IDs: []string{"s1"}, Reasons: []string{"head waited 15m"}},
+		Reasons: []string{"mode normal → incident", "incident: cut", "head waited 15m", "lend: decode-0 reserved 300000 / 800000"}}
+	require.NoError(t, e.Execute(context.Background(), p, nil))
+	got := map[string][]string{}
+	for _, r := range a.Records(0) {
+		if r.Phase == PhaseDone {
+			got[r.Kind] = r.Reasons
+		}
+	}
+	assert.Equal(t, []string{"mode normal → incident", "incident: cut"}, got["budget"])
+	assert.Equal(t, []string{"head waited 15m"}, got["shed"])
+	assert.Equal(t, []string{"basin plan 1 (trapped, incident): mode normal → incident; incident: cut",
+		"basin plan 1 (trapped, incident): head waited 15m"}, g.reasons)
 }
 
 func TestDryRunNeverActs(t *testing.T) {

@@ -22,7 +22,7 @@ func (p *Policy) Lend(plan Plan, l *lender.Lender, snap collector.Snapshot, knee
 	if !d.Changed {
 		return plan
 	}
-	lp := LendingPlan{Enabled: d.Enabled, MaxFraction: d.MaxFraction}
+	lp := LendingPlan{Enabled: d.Enabled, MaxFraction: d.MaxFraction, Reasons: slices.Clone(d.Reasons)}
 	if len(d.Grants) > 0 {
 		lp.Grants = make(map[string]int64, len(d.Grants))
 		for _, g := range d.Grants {

@@ -65,11 +65,16 @@ type BudgetChange struct {
 	FromCountOnly bool  `json:"from_count_only,omitempty"`
 	To            int64 `json:"to_tokens"`
 	Reference     int64 `json:"reference_tokens"`
+	// Reasons are this change's own (the plan's carry every action's); the executor records
+	// and sends them with the change.
+	Reasons []string `json:"-"`
 }
 
 // ShedAction drops queued sessions by ID.
 type ShedAction struct {
 	IDs []string `json:"session_ids"`
+	// Reasons are the shedding's own, as BudgetChange.Reasons.
+	Reasons []string `json:"-"`
 }
 
 // Plan is one decision: what to change and why, with numbers. An empty plan changes nothing.
@@ -356,7 +361,14 @@ func (p *Policy) Decide(in Inputs) Plan {
 			FormatTokens(p.st.Reference), FormatTokens(ref), o.ReferenceFraction, a.Knee.Ratio, FormatTokens(int64(a.KneeTokens/a.Knee.Ratio))))
 		p.st.Reference = ref
 	}
+	if plan.Budget != nil { // what led to the budget change: everything decided so far
+		plan.Budget.Reasons = slices.Clone(plan.Reasons)
+	}
+	n := len(plan.Reasons)
 	p.shed(in, &plan, blind)
+	if plan.Shed != nil {
+		plan.Shed.Reasons = slices.Clone(plan.Reasons[n:])
+	}
 	return p.finish(plan)
 }
 

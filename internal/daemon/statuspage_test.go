@@ -145,8 +145,18 @@ func TestStatusPageActionReasons(t *testing.T) {
 	var both bool
 	for i := 0; i < 40 && !both; i++ {
 		step()
+		tightened, lent := map[uint64]bool{}, map[uint64]bool{}
 		for _, r := range d.audit.Records(100) {
-			both = both || r.Kind == "lending" && r.Phase == "done" && len(r.Reasons) > 2 && strings.Contains(r.Reasons[0], "tighten B")
+			switch {
+			case r.Phase != "done":
+			case r.Kind == "budget" && len(r.Reasons) > 0 && strings.Contains(r.Reasons[len(r.Reasons)-1], "tighten B"):
+				tightened[r.Seq] = true
+			case r.Kind == "lending":
+				lent[r.Seq] = true
+			}
+		}
+		for seq := range tightened {
+			both = both || lent[seq]
 		}
 	}
 	require.True(t, both, "a plan tightened the budget and switched lending together")
