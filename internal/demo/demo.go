@@ -19,11 +19,11 @@
 // The gateways start with a session budget out of reach: on their own they only count, as an
 // engine router would. Only the acting daemon changes that (and switches lending).
 //
-// Playing at 90× needs the CPU to keep up: on a busy machine the load generators' waits end late,
-// sessions live longer than the deployment would make them, and the runs collapse from the
-// machine's lag, not the traffic (see MaxLag). Every run's waits are timed; a run that falls
-// behind says so while it runs (EventLag), and Write then marks the table and Verdict gives no
-// verdict, as it does when the no-spike reference itself did not stay healthy.
+// Playing at 90× needs the CPU to keep up: on a busy machine every wake-up comes late, sessions
+// live longer than the deployment would make them, and the runs collapse from the machine's lag,
+// not the traffic (see MaxMeanLag and MaxLag). Every run's load generator waits are timed; a run
+// that falls behind says so while it runs (EventLag), and Write then marks the table and Verdict
+// gives no verdict, as it does when the no-spike reference itself did not stay healthy.
 package demo
 
 import (

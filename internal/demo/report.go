@@ -86,9 +86,9 @@ func Write(w io.Writer, res *Result) {
 		case t.Waits == 0:
 			return "?"
 		case !t.Kept():
-			return fmt.Sprintf("%.2f/%.2f NOT KEPT", t.Mean.Seconds(), t.Worst.Seconds())
+			return fmt.Sprintf("%.2f/%.2f NOT KEPT", hundredths(t.Mean), hundredths(t.Worst))
 		}
-		return fmt.Sprintf("%.2f/%.2f", t.Mean.Seconds(), t.Worst.Seconds())
+		return fmt.Sprintf("%.2f/%.2f", hundredths(t.Mean), hundredths(t.Worst))
 	})
 	tw.Flush()
 	from, to := measureWindow(res)
@@ -146,21 +146,20 @@ func noVerdict(res *Result) string {
 	if !res.KeptTime() {
 		var (
 			behind []string
-			worst  Timing // the run furthest past its tolerances
+			worst  Timing // the largest mean and worst window of the runs behind
 		)
 		for _, r := range res.Runs {
 			if !r.Timing.Kept() {
 				behind = append(behind, r.Name)
-				if len(behind) == 1 || r.Timing.over() > worst.over() {
-					worst = r.Timing
-				}
+				worst.Mean, worst.Worst = max(worst.Mean, r.Timing.Mean), max(worst.Worst, r.Timing.Worst)
 			}
 		}
-		return fmt.Sprintf("No verdict: the %s run%s did not keep time. Waits ended up to %s late on average\n"+
-			"(tolerance %s) and %s over the worst %s (tolerance %s), in the deployment's time:\n"+
-			"the table shows this machine's lag, not the deployment.\n%s, or a quieter machine.",
-			strings.Join(behind, ", "), plural(len(behind)), seconds(worst.Mean), seconds(MaxMeanLag),
-			seconds(worst.Worst), minutes(LagWindow), seconds(MaxLag), slower(res.Speed, worst))
+		return fmt.Sprintf("No verdict: the %s run%s did not keep time.\n"+
+			"Waits ended up to %s late on average (tolerance %s) and up to %s over the worst\n"+
+			"%s (tolerance %s), in the deployment's time: the table shows this machine's lag, not\n"+
+			"the deployment. %s, or a quieter machine.",
+			strings.Join(behind, ", "), plural(len(behind)), lateness(worst.Mean), seconds(MaxMeanLag),
+			lateness(worst.Worst), minutes(LagWindow), seconds(MaxLag), slower(res.Speed, worst))
 	}
 	r := res.Runs[0]
 	good, arrived := r.Report.Sessions.Good, r.Report.Sessions.Arrived
@@ -224,6 +223,21 @@ func num(v *float64, prec int) string {
 		return "—"
 	}
 	return strconv.FormatFloat(*v, 'f', prec, 64)
+}
+
+// lateness writes a lateness in seconds, rounded up to the hundredth, so that one just past its
+// tolerance never reads as equal to it.
+func lateness(d time.Duration) string {
+	if d < 10*time.Second {
+		return fmt.Sprintf("%.2f s", hundredths(d))
+	}
+	return fmt.Sprintf("%d s", (d+time.Second-1)/time.Second)
+}
+
+// hundredths is d in seconds, rounded up to the hundredth.
+func hundredths(d time.Duration) float64 {
+	const h = 10 * time.Millisecond
+	return float64((d+h-1)/h) / 100
 }
 
 // seconds writes a duration in seconds for people: "0.35 s", "12 s".

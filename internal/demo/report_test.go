@@ -47,8 +47,8 @@ func TestWriteAndVerdict(t *testing.T) {
 			res: Result{Speed: 90, Runs: []RunResult{
 				run(NoSpike, 28, 221, 4*time.Second), run(DryRun, 24, 221, 3*time.Second), run(Acting, 195, 221, onTime)}},
 			want: []string{"NOT KEEPING TIME at 90×", "2.00/4.00 NOT KEPT", "1.50/3.00 NOT KEPT",
-				"No verdict: the no spike, dry run runs did not keep time", "up to 2.00 s late on average\n(tolerance 0.20 s)",
-				"4.00 s over the worst 5 minutes (tolerance 0.75 s), in the deployment's time", "Try a speed of 9 "},
+				"No verdict: the no spike, dry run runs did not keep time", "up to 2.00 s late on average (tolerance 0.20 s)",
+				"up to 4.00 s over the worst\n5 minutes (tolerance 0.75 s), in the deployment's time", "Try a speed of 9 "},
 			not: []string{"kept 6", "%;", "0.86", "6.96"},
 			re:  `ratio to no spike +— +— +—\n`,
 		},
@@ -60,6 +60,19 @@ func TestWriteAndVerdict(t *testing.T) {
 					Timing: Timing{Waits: 5000, Mean: 100 * time.Millisecond, Worst: 900 * time.Millisecond}}}},
 			want: []string{"0.10/0.90 NOT KEPT", "NOT KEEPING TIME", "No verdict: the acting run did not keep time", "Try a speed of 70"},
 			not:  []string{"kept 100%", "1.00     0.11"},
+		},
+		{
+			// The most behind on average and the worst window come from different runs: the
+			// message names the largest of each.
+			name: "behind in different ways",
+			res: Result{Speed: 90, Runs: []RunResult{
+				{Name: NoSpike, Report: run(NoSpike, 42, 221, 0).Report,
+					Timing: Timing{Waits: 5000, Mean: 670 * time.Millisecond, Worst: 6340 * time.Millisecond}},
+				run(DryRun, 2, 221, onTime),
+				{Name: Acting, Report: run(Acting, 122, 221, 0).Report,
+					Timing: Timing{Waits: 5000, Mean: 500 * time.Millisecond, Worst: 9130 * time.Millisecond}}}},
+			want: []string{"No verdict: the no spike, acting runs did not keep time.",
+				"up to 0.67 s late on average", "up to 9.13 s over the worst"},
 		},
 		{
 			// Late all along by less than a window's tolerance: an hour of extra sessions.
@@ -118,6 +131,13 @@ func TestWriteAndVerdict(t *testing.T) {
 			assert.Contains(t, out, Verdict(&tc.res), "Write ends with the verdict")
 		})
 	}
+}
+
+func TestLatenessJustPastItsToleranceDoesNotReadAsIt(t *testing.T) {
+	assert.Equal(t, "0.21 s", lateness(MaxMeanLag+time.Microsecond))
+	assert.Equal(t, "0.20 s", lateness(MaxMeanLag))
+	assert.Equal(t, "0.76 s", lateness(MaxLag+time.Millisecond))
+	assert.Equal(t, "12 s", lateness(11*time.Second+time.Millisecond))
 }
 
 func TestSlowerSuggestion(t *testing.T) {

@@ -179,7 +179,7 @@ func (m *lagMeter) behind(t time.Time) (string, bool) {
 	recent, n := m.recent(t)
 	if n >= minWaits && recent > MaxLag {
 		return fmt.Sprintf("waits end %s late on average over the last %s (tolerance %s)",
-			seconds(recent), minutes(LagWindow), seconds(MaxLag)), true
+			lateness(recent), minutes(LagWindow), seconds(MaxLag)), true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -188,7 +188,7 @@ func (m *lagMeter) behind(t time.Time) (string, bool) {
 	}
 	if mean := m.mu.sum / time.Duration(m.mu.n); mean > MaxMeanLag {
 		return fmt.Sprintf("waits end %s late on average since the start (tolerance %s)",
-			seconds(mean), seconds(MaxMeanLag)), true
+			lateness(mean), seconds(MaxMeanLag)), true
 	}
 	return "", false
 }
