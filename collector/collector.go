@@ -122,7 +122,7 @@ func New(o Options) (*Collector, error) {
 			err = conflicts(o.Targets, file)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("collector: options: TargetFile %s: %w", o.TargetFile, err)
+			return nil, fmt.Errorf("collector: options: TargetFile: %w", err)
 		}
 		c.mu.file, c.mu.fileStamp = file, stamp
 	}

@@ -60,21 +60,59 @@ func loadTargetFile(path string) ([]Target, error) {
 		dec.KnownFields(true)
 		// An empty document is an empty list, as an empty JSON array is.
 		if err := dec.Decode(&groups); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("yaml: %w", err)
+			return nil, fmt.Errorf("%s: %w", path, err) // yaml's own message names the line
 		}
 		lines = yamlLines(data)
 	default:
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&groups); err != nil {
-			return nil, fmt.Errorf("json: %w", err)
+			return nil, fmt.Errorf("%s: %w", jsonAt(path, data, err, dec.InputOffset()), plainJSONError(err))
 		}
 		if dec.More() {
-			return nil, errors.New("json: data after the top-level array")
+			return nil, fmt.Errorf("%s: json: data after the top-level array", jsonAt(path, data, nil, dec.InputOffset()))
 		}
 		lines = jsonLines(data)
 	}
-	return targetsFromGroups(filepath.Base(path), groups, lines)
+	return targetsFromGroups(path, groups, lines)
+}
+
+// jsonAt is path:line of a JSON decoding error: its own offset when it has one (syntax and type
+// errors), else where the decoder stopped.
+func jsonAt(path string, data []byte, err error, stopped int64) string {
+	off := stopped
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		off = syn.Offset
+	case errors.As(err, &typ):
+		off = typ.Offset
+	}
+	off = min(max(off, 0), int64(len(data)))
+	return fmt.Sprintf("%s:%d", path, bytes.Count(data[:off], []byte("\n"))+1)
+}
+
+// plainJSONError says a type mismatch in the file's terms (the field, a JSON kind) rather than
+// encoding/json's, which names Go types ("Go struct field fileGroup.targets of type []string").
+func plainJSONError(err error) error {
+	var typ *json.UnmarshalTypeError
+	if !errors.As(err, &typ) {
+		return err
+	}
+	want := map[string]string{"[]string": `a list of "host:port" strings`, "map[string]string": "an object of string labels",
+		"string": "a string"}[typ.Type.String()]
+	if want == "" {
+		want = "a target group" // the top level or a group
+	}
+	got := "a " + typ.Value
+	if typ.Value != "" && strings.IndexByte("aeiou", typ.Value[0]) >= 0 {
+		got = "an " + typ.Value
+	}
+	if typ.Field == "" {
+		return fmt.Errorf("json: got %s, want a list of target groups", got)
+	}
+	return fmt.Errorf("json: field %q: got %s, want %s", typ.Field, got, want)
 }
 
 // groupLines is where a target group and each of its targets start in the file: 1-based lines, 0
