@@ -17,7 +17,8 @@
 //
 // TestFirstHourQuiet is an operator's first hour with the same processes but no Prometheus: an
 // acting daemon over an idle deployment that then sees four tiny sessions of one call each. It
-// must not call a handful of first calls' misses a trap, nor a quiet deployment blind.
+// must not call a handful of first calls' misses a trap, nor a quiet deployment blind; and once
+// the engine and the gateway are gone it must say it is blind (status, basin_blind, /readyz).
 //
 // The deployment runs S times faster than the wall clock, so every duration that is meant in the
 // deployment's time is divided by S: the daemon's (clock_speed), the gateway's idle timeout, and

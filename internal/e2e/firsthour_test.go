@@ -37,13 +37,15 @@ type firstHourStatus struct {
 }
 
 // TestFirstHourQuiet is an operator's first hour, as processes on 127.0.0.1: `basin sim serve`
-// as the engine, `basin gateway` in front of it with its budget out of reach, and an *acting*
-// `basin daemon` with the deployment's calibration, all started with no traffic; then two tiny
+// as the engine, `basin gateway` in front of it counting only (as docs/real-engines.md starts
+// it), and an *acting* `basin daemon` with the deployment's calibration, all started with no
+// traffic; then two tiny
 // sessions ("hi", three tokens out, one call each) and two more a little later, then nothing. Every call is a first call's miss and the
 // windows hold a handful of prompt tokens, so the hit rate reads 0.00 — which once took the
 // daemon from healthy to trapped within 40 s and made it cut the budget. The daemon must stay out
 // of drifting and trapped and out of incident mode, and once the traffic is gone it is quiet, not
-// blind, and ready.
+// blind, and ready. Then the engine and the gateway go away: now the daemon is blind, and says so
+// in its status, its metrics and its readiness.
 func TestFirstHourQuiet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end: builds basin and runs a simulated deployment, the gateway and the daemon for about 40 s")
@@ -72,7 +74,8 @@ admin_listen: %s
 admin_token_file: admin-token
 upstreams: ["http://%s"]
 admission:
-  budget_tokens: 1000000000000
+  count_only: true
+state_file: gateway-state.json
 `, gwAddr, gwAdmin, simAddr))
 	writeTestFile(t, dir, "daemon.yaml", fmt.Sprintf(`deployment: first-hour
 listen: %s
@@ -159,6 +162,31 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 	assert.False(t, last.Assessment.HitEvidence.Enough, "a handful of tokens is no hit-rate reading")
 	ok, why := ready(ctx, "http://"+daemonAddr+"/readyz")
 	assert.True(t, ok, "ready while quiet: %s", why)
+
+	// Everything it watches goes away: blind, in the status, the metrics and /readyz.
+	sim.stop()
+	gw.stop()
+	mustWaitFor(t, time.Now().Add(20*time.Second), "the daemon blind", []*proc{daemon}, func() (bool, string) {
+		var st struct {
+			Blind  bool     `json:"blind"`
+			Unseen []string `json:"unseen"`
+		}
+		if err := getJSON(ctx, "http://"+daemonAddr+"/api/v1/status", "", &st); err != nil {
+			return false, err.Error()
+		}
+		return st.Blind && len(st.Unseen) > 0, fmt.Sprintf("blind %v, unseen %q", st.Blind, st.Unseen)
+	})
+	ok, why = ready(ctx, "http://"+daemonAddr+"/readyz")
+	assert.False(t, ok, "not ready while blind: %s", why)
+	resp, err := httpClient.Get("http://" + daemonAddr + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(metrics), `basin_blind{deployment="first-hour"} 1`)
+	ok, _ = ready(ctx, "http://"+daemonAddr+"/healthz")
+	assert.True(t, ok, "up all the same")
+
 	if t.Failed() {
 		var b bytes.Buffer
 		for _, r := range last.Assessment.Reasons {
