@@ -113,8 +113,9 @@ const (
 	EventState EventKind = "state"
 	// EventAction: the run's daemon decided an action (taken, or only recorded in a dry run).
 	EventAction EventKind = "action"
-	// EventLag: the run fell behind the wall clock (see MaxLag and MaxMeanLag); Text says by how
-	// much. Said once per run, the first time its waits' lateness passes a tolerance.
+	// EventLag: the run fell behind the wall clock for good (its waits' mean lateness over the last
+	// LagWindow passed MaxLag); Text says by how much. Said once per run. A run whose mean over
+	// the whole run passes MaxMeanLag is only known at the end: Write says so then.
 	EventLag EventKind = "lag"
 )
 
@@ -333,9 +334,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, errors.Join(errs...)
 }
 
-// watchLag says, once per run, when a run's load generator falls behind the wall clock by more
-// than its tolerances (lagMeter.behind): while it runs, so that whoever watches knows
-// before the table why the numbers will not count.
+// watchLag says, once per run, when a run's load generator has fallen behind the wall clock for
+// good (lagMeter.behind): while it runs, so that whoever watches knows before the table why the
+// numbers will not count.
 func watchLag(ctx context.Context, stacks []*stack, meters []*lagMeter, virtual func(time.Time) time.Duration, emit func(Event)) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
