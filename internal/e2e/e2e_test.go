@@ -130,17 +130,7 @@ data_dir: daemon-data
 dry_run: true
 clock_speed: %d
 calibration: calibration.json
-collector:
-  timeout: 5s
-  targets:
-    - {name: prefill-0, url: "http://%[4]s/metrics/prefill-0", role: prefill, dialect: sglang}
-    - {name: decode-0, url: "http://%[4]s/metrics/decode-0", role: decode, dialect: sglang}
-    - {name: gateway, url: "http://%[5]s/metrics", role: gateway, dialect: basin-gateway}
-gateway:
-  admin_url: "http://%[5]s"
-  token_file: admin-token
-cron: {daily_summary: "-", knee_reestimate: "-"}
-`, deployment, a.daemon, speed, a.sim, a.gatewayAdmin))
+`, deployment, a.daemon, speed)+watching(a.sim, a.gatewayAdmin, "5s"))
 
 	// basin's rules on the deployment's clock, and the example configurations pointed at this
 	// test's processes; each checked by the tool that loads it.
@@ -483,4 +473,24 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// watching is the part of a daemon's configuration that points it at `basin sim serve` at sim and
+// the gateway's admin listener at admin, with the daily jobs off; timeout, when set, is the
+// collector's scrape timeout.
+func watching(sim, admin, timeout string) string {
+	var to string
+	if timeout != "" {
+		to = "\n  timeout: " + timeout
+	}
+	return fmt.Sprintf(`collector:%[3]s
+  targets:
+    - {name: prefill-0, url: "http://%[1]s/metrics/prefill-0", role: prefill, dialect: sglang}
+    - {name: decode-0, url: "http://%[1]s/metrics/decode-0", role: decode, dialect: sglang}
+    - {name: gateway, url: "http://%[2]s/metrics", role: gateway, dialect: basin-gateway}
+gateway:
+  admin_url: "http://%[2]s"
+  token_file: admin-token
+cron: {daily_summary: "-", knee_reestimate: "-"}
+`, sim, admin, to)
 }

@@ -84,16 +84,7 @@ data_dir: daemon-data
 dry_run: false
 clock_speed: %d
 calibration: calibration.json
-collector:
-  targets:
-    - {name: prefill-0, url: "http://%[3]s/metrics/prefill-0", role: prefill, dialect: sglang}
-    - {name: decode-0, url: "http://%[3]s/metrics/decode-0", role: decode, dialect: sglang}
-    - {name: gateway, url: "http://%[4]s/metrics", role: gateway, dialect: basin-gateway}
-gateway:
-  admin_url: "http://%[4]s"
-  token_file: admin-token
-cron: {daily_summary: "-", knee_reestimate: "-"}
-`, daemonAddr, firstHourSpeed, simAddr, gwAdmin))
+`, daemonAddr, firstHourSpeed)+watching(simAddr, gwAdmin, ""))
 
 	ps := newProcs(t, dir)
 	sim := ps.start("sim", basin, "sim", "serve", "--scenario", scenarioDeployment, "--speed", strconv.Itoa(firstHourSpeed), "--listen", simAddr)
