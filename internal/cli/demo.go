@@ -3,12 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/basin-dev/basin/internal/demo"
@@ -103,116 +101,13 @@ func runDemo(ctx context.Context, env Env, args []string) error {
 		if ctx.Err() != nil {
 			fmt.Fprintln(out, "Interrupted: what was measured until then.")
 		}
-		printDemoTable(out, res)
-		fmt.Fprintf(out, "\n%s\n", demoVerdict(res))
+		demo.Write(out, res)
 		if *keep != "" {
 			fmt.Fprintf(out, "The runs' configs, calibration, audit logs and state are in %s.\n", dir)
 		}
 		fmt.Fprintf(out, "Took %v.\n", res.Elapsed.Round(time.Second))
 	}
 	return err
-}
-
-// printDemoTable writes the three runs side by side.
-func printDemoTable(w io.Writer, res *demo.Result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "\t")
-	for _, r := range res.Runs {
-		fmt.Fprintf(tw, "%s\t", r.Name)
-	}
-	fmt.Fprintln(tw)
-	var ref *float64
-	if len(res.Runs) > 0 && res.Runs[0].Report != nil {
-		ref = res.Runs[0].Report.GoodputPerHour
-	}
-	row := func(name string, f func(r demo.RunResult) string) {
-		fmt.Fprintf(tw, "%s\t", name)
-		for _, r := range res.Runs {
-			v := "—"
-			if r.Report != nil {
-				v = f(r)
-			}
-			fmt.Fprintf(tw, "%s\t", v)
-		}
-		fmt.Fprintln(tw)
-	}
-	row("goodput (sessions/h)", func(r demo.RunResult) string { return num(r.Report.GoodputPerHour, 1) })
-	row("ratio to no spike", func(r demo.RunResult) string {
-		if ref == nil || *ref == 0 || r.Report.GoodputPerHour == nil {
-			return "—"
-		}
-		return fmt.Sprintf("%.2f", *r.Report.GoodputPerHour / *ref)
-	})
-	row("prefix hit rate", func(r demo.RunResult) string { return num(r.Report.PrefixHitRate, 3) })
-	row("first answer p50 (s)", func(r demo.RunResult) string { return num(r.Report.FirstCallWaitP50, 1) })
-	row("sessions completed", func(r demo.RunResult) string {
-		return fmt.Sprintf("%d/%d", r.Report.Sessions.Completed, r.Report.Sessions.Arrived)
-	})
-	row("detector at the end", func(r demo.RunResult) string { return orDash(r.FinalState) })
-	row("daemon actions", func(r demo.RunResult) string {
-		if r.StatusURL == "" {
-			return "—"
-		}
-		return strconv.Itoa(r.Actions)
-	})
-	row("session budget at the end", func(r demo.RunResult) string {
-		if r.Budget < 0 {
-			return "?"
-		}
-		return demo.Tokens(r.Budget)
-	})
-	tw.Flush()
-	from, to := measureWindow(res)
-	fmt.Fprintf(w, "\nSessions are counted if they arrived in minutes %g–%g; goodput counts those finished within their\n"+
-		"SLO by the end, the hit rate is the share of their prompt tokens the engine served from cache, the\n"+
-		"first answer is the time from a session's start to its first call's whole answer, queueing included.\n"+
-		"Daemon actions leave out the budget updates that only moved the reference budget B_ref.\n",
-		from, to)
-}
-
-// measureWindow is the measurement window of the runs' reports, in minutes.
-func measureWindow(res *demo.Result) (from, to float64) {
-	for _, r := range res.Runs {
-		if r.Report != nil {
-			return r.Report.MeasureFromMin, r.Report.MeasureToMin
-		}
-	}
-	return 0, 0
-}
-
-// demoVerdict says in a sentence what the table shows, from the numbers: it does not assume the
-// trap closed or that basin avoided it.
-func demoVerdict(res *demo.Result) string {
-	get := func(name string) *float64 {
-		for _, r := range res.Runs {
-			if r.Name == name && r.Report != nil {
-				return r.Report.GoodputPerHour
-			}
-		}
-		return nil
-	}
-	ref, dry, act := get(demo.NoSpike), get(demo.DryRun), get(demo.Acting)
-	if ref == nil || dry == nil || act == nil || *ref == 0 {
-		return "The runs did not all finish: no verdict."
-	}
-	rd, ra := *dry / *ref, *act / *ref
-	switch {
-	case rd < 0.5 && ra >= 0.9:
-		return fmt.Sprintf("Without basin acting, the spike left the deployment in the trap (%.0f%% of its no-spike goodput);\n"+
-			"with basin acting on the gateway's session budget and decode KV lending it kept %.0f%%.", 100*rd, 100*ra)
-	case rd < 0.5:
-		return fmt.Sprintf("The spike trapped the dry run (%.0f%% of no-spike goodput); basin acting kept %.0f%%.", 100*rd, 100*ra)
-	default:
-		return fmt.Sprintf("On this run the spike did not trap the deployment (dry run %.0f%% of no-spike goodput, acting %.0f%%):\n"+
-			"the trap is stochastic; try another --speed, or a scenario with a larger spike.", 100*rd, 100*ra)
-	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "—"
-	}
-	return s
 }
 
 // spikeMinutes describes the scenario's spikes in minutes: "arrivals ×2 in minutes 15–25".

@@ -139,8 +139,10 @@ type RunResult struct {
 	States, Actions int
 	// FinalState is the detector's state at the end ("" without a daemon).
 	FinalState string
-	// Budget is the gateway's session budget at the end (-1 if the gateway could not say).
-	Budget int64
+	// Budget is the gateway's session budget at the end (-1 if the gateway could not say);
+	// CountOnly, that the gateway still only counted (no budget was ever set).
+	Budget    int64
+	CountOnly bool
 	// Timing is how well the run kept the deployment's time; a run that did not (see
 	// Timing.Kept) measured the machine, not the deployment, and Verdict leaves it out.
 	Timing Timing
@@ -316,7 +318,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		r := RunResult{Name: s.name, Report: reports[i], StatusURL: s.statusURL, Budget: -1}
 		if st, err := s.g.State(context.Background()); err == nil {
-			r.Budget = st.Budget
+			r.Budget, r.CountOnly = st.Budget, st.CountOnly
 		}
 		s.mu.Lock()
 		r.States, r.Actions, r.FinalState = s.mu.states, s.mu.actions, s.mu.state

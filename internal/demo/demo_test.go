@@ -114,7 +114,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	assert.Positive(t, would, "the dry run's daemon records what it would have done")
-	assert.GreaterOrEqual(t, res.Runs[1].Budget, int64(1e11), "the dry run's gateway budget is untouched")
+	assert.True(t, res.Runs[1].CountOnly, "the dry run's gateway still only counts")
 	assert.Equal(t, would, res.Runs[1].Actions, "every dry-run record was reported")
 
 	// The acting daemon set the budget through the gateway's admin API.
@@ -127,6 +127,7 @@ func TestRun(t *testing.T) {
 	}
 	assert.Positive(t, done, "the acting daemon changed the budget")
 	assert.Less(t, res.Runs[2].Budget, int64(1e11), "the acting gateway's budget was set")
+	assert.False(t, res.Runs[2].CountOnly, "the acting gateway enforces a budget")
 	assert.Positive(t, res.Runs[2].Actions)
 
 	mu.Lock()

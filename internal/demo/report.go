@@ -75,8 +75,11 @@ func Write(w io.Writer, res *Result) {
 		return strconv.Itoa(r.Actions)
 	})
 	row("session budget at the end", func(r RunResult) string {
-		if r.Budget < 0 {
+		switch {
+		case r.Budget < 0:
 			return "?"
+		case r.CountOnly:
+			return "count only"
 		}
 		return Tokens(r.Budget)
 	})

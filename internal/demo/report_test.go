@@ -155,3 +155,15 @@ func TestSlowerSuggestion(t *testing.T) {
 		assert.Contains(t, slower(tc.speed, Timing{Waits: 100, Mean: tc.mean, Worst: tc.worst})+" ", tc.want)
 	}
 }
+
+// TestBudgetRow: a gateway that never had a budget set says so, not "0" or "∞".
+func TestBudgetRow(t *testing.T) {
+	onTime := 100 * time.Millisecond
+	counting := run(DryRun, 24, 221, onTime)
+	counting.Budget, counting.CountOnly = 0, true
+	acting := run(Acting, 217, 221, onTime)
+	acting.Budget = 650_000
+	var b strings.Builder
+	Write(&b, &Result{Speed: 90, Runs: []RunResult{run(NoSpike, 217, 221, onTime), counting, acting}})
+	assert.Regexp(t, `session budget at the end +∞ +count only +650K\n`, b.String())
+}

@@ -306,7 +306,11 @@ func describe(r remediate.Record) string {
 	var what string
 	switch {
 	case r.Budget != nil:
-		what = fmt.Sprintf("%sset the session budget %s → %s tokens", verb, Tokens(r.Budget.From), Tokens(r.Budget.To))
+		from := Tokens(r.Budget.From)
+		if r.Budget.FromCountOnly {
+			from = "count only"
+		}
+		what = fmt.Sprintf("%sset the session budget %s → %s tokens", verb, from, Tokens(r.Budget.To))
 	case r.Shed != nil:
 		what = fmt.Sprintf("%sshed queued session %s", verb, strings.Join(r.Shed.IDs, ", "))
 	case r.Lending != nil:
