@@ -153,7 +153,10 @@ type GatewayStatus struct {
 	Reserved        int64  `json:"reserved_tokens"`
 	Live            int    `json:"live_sessions"`
 	Queued          int    `json:"queued_sessions"`
-	Error           string `json:"error,omitempty"`
+	// CountOnly: the gateway admits every session and only counts (admission.count_only); it has
+	// no budget until basin sets one.
+	CountOnly bool   `json:"count_only,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // StatusNow assembles the status.
@@ -166,7 +169,8 @@ func (d *Daemon) StatusNow() Status {
 		s.LastPlan = &p
 	}
 	if v := d.mu.gateway; v != nil {
-		s.Gateway = &GatewayStatus{Budget: v.Budget, ReferenceBudget: v.ReferenceBudget, Reserved: v.Reserved, Live: v.Live, Queued: len(v.Queue)}
+		s.Gateway = &GatewayStatus{Budget: v.Budget, ReferenceBudget: v.ReferenceBudget, Reserved: v.Reserved, Live: v.Live,
+			Queued: len(v.Queue), CountOnly: v.CountOnly}
 	} else if d.mu.gatewayErr != "" {
 		s.Gateway = &GatewayStatus{Error: d.mu.gatewayErr}
 	}

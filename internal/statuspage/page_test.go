@@ -88,7 +88,8 @@ func budgetEvent(seq int, phase string, from, to int64, reasons ...string) map[s
 }
 
 // The reasons of one plan that tightened the budget and switched lending on, as the policy and the
-// lender wrote them: the audit gives both of its actions all of them.
+// lender wrote them: audit logs written before each action carried its own reasons give both of
+// its actions all of them, and the page still splits them.
 var planReasons = []string{
 	"hit rate 0.73 left its plateau 0.95 (− 0.05): tighten B 1.00M → 950K",
 	"lending on: cache-first (risk rule: cache-first (cache limit 76.0 sessions; decode limit 153.6 sessions)); hottest decode decode-0 reserved 0.38 ≤ pressure-off 0.70, nothing waiting for decode KV",
@@ -191,6 +192,23 @@ func TestPageInChromium(t *testing.T) {
 			}
 			assert.NotContains(t, chart, "1050000", "the count-only budget is not on the axis")
 			assert.Empty(t, pathCommands(dom, "budget-line"), "no line for a budget that is not one")
+		}},
+		{"count-only gateway", api{
+			status: status(func(_, _, g map[string]any) {
+				g["budget_tokens"], g["reference_budget_tokens"], g["count_only"] = 0, 0, true
+			}),
+			events: []map[string]any{func() map[string]any {
+				e := budgetEvent(1, "done", 0, 682_500, "the gateway only counts (admission.count_only): basin takes admission over")
+				e["budget"].(map[string]any)["from_count_only"] = true
+				return e
+			}()},
+		}, func(t *testing.T, dom string) {
+			text, _ := chromiumtest.Text(dom, "budget-note")
+			assert.Contains(t, text, "no budget yet: the gateway only counts (admission.count_only) and admits every session")
+			assert.NotContains(t, text, "B 0")
+			rows := chromiumtest.Rows(dom, "actions")
+			require.Len(t, rows, 1)
+			assert.Equal(t, "B count only → 683K", rows[0][3])
 		}},
 		{"token counts", api{status: status(nil), events: []map[string]any{
 			budgetEvent(1, "done", 999, 1000, "a"),

@@ -179,7 +179,8 @@ function drawBudgetNote(s) {
   } else if (g.error) {
     parts.push("the gateway's budget is unknown: " + g.error);
   } else {
-    parts.push(g.budget_tokens >= COUNT_ONLY ?
+    parts.push(g.count_only ? "no budget yet: the gateway only counts (admission.count_only) and admits every session" :
+      g.budget_tokens >= COUNT_ONLY ?
       `B ${COUNT_ONLY_TEXT}: out of reach, the gateway counts sessions and admits them all` :
       `B ${tokens(g.budget_tokens)}`);
     if (g.reference_budget_tokens && g.reference_budget_tokens < COUNT_ONLY) parts.push(`B_ref ${tokens(g.reference_budget_tokens)}`);
@@ -230,6 +231,7 @@ const OUTCOMES = { dry_run: "dry run: not done" };
 function changeText(e) {
   if (e.budget) {
     const b = e.budget;
+    if (b.from_count_only) return `B count only → ${tokens(b.to_tokens)}`;
     if (b.from_tokens === b.to_tokens) return `B ${tokens(b.to_tokens)}, B_ref ${tokens(b.reference_tokens)}`;
     return `B ${tokens(b.from_tokens)} → ${tokens(b.to_tokens)}`;
   }
