@@ -148,11 +148,11 @@ type LendingView struct {
 
 // GatewayStatus is what the daemon last read of the gateway.
 type GatewayStatus struct {
-	Budget          int64  `json:"budget_tokens"`
-	ReferenceBudget int64  `json:"reference_budget_tokens"`
-	Reserved        int64  `json:"reserved_tokens"`
-	Live            int    `json:"live_sessions"`
-	Queued          int    `json:"queued_sessions"`
+	Budget          int64 `json:"budget_tokens"`
+	ReferenceBudget int64 `json:"reference_budget_tokens"`
+	Reserved        int64 `json:"reserved_tokens"`
+	Live            int   `json:"live_sessions"`
+	Queued          int   `json:"queued_sessions"`
 	// CountOnly: the gateway admits every session and only counts (admission.count_only); it has
 	// no budget until basin sets one.
 	CountOnly bool   `json:"count_only,omitempty"`
