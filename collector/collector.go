@@ -267,11 +267,11 @@ func (c *Collector) Snapshot() Snapshot { return c.SnapshotAt(c.opts.Now()) }
 func (c *Collector) SnapshotAt(now time.Time) Snapshot {
 	all := AllSignals()
 	snap := Snapshot{At: now, Signals: make(map[Signal]Value, len(all)), Window: c.opts.Window}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.mu.cacheRestart.After(now) {
 		snap.CacheRestart = c.mu.cacheRestart
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, sig := range all {
 		v, ok := c.mu.values[sig]
 		switch {
