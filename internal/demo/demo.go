@@ -199,7 +199,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.sleep == nil {
-		o.sleep = sleep
+		o.sleep = loadgen.Sleep
 	}
 	return o, errors.Join(errs...)
 }
@@ -361,21 +361,6 @@ func watchLag(ctx context.Context, stacks []*stack, meters []*lagMeter, virtual 
 					"; this run will not count for a verdict"})
 			}
 		}
-	}
-}
-
-// sleep waits d or until ctx is done: the load generator's own wait, measured by lagMeter.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
@@ -179,7 +180,7 @@ func TestRunFallsBehind(t *testing.T) {
 				mu.Unlock()
 			}
 		},
-		sleep: func(ctx context.Context, d time.Duration) error { return sleep(ctx, max(d, 0)+late) },
+		sleep: func(ctx context.Context, d time.Duration) error { return loadgen.Sleep(ctx, max(d, 0)+late) },
 	})
 	require.NoError(t, err)
 	require.Len(t, res.Runs, 3)

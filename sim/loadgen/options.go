@@ -175,13 +175,14 @@ func (o Options) withDefaults() (Options, error) {
 		add("progress_every: must be > 0, got %v", o.ProgressEvery)
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleep
+		o.Sleep = Sleep
 	}
 	return o, errors.Join(errs...)
 }
 
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx is done: Options.Sleep's default, for callers that wrap it (the
+// demo times each wait).
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
