@@ -7,8 +7,9 @@ RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collect
 
 .PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
 
+# -buildvcs=auto: stamp the commit into `basin --version` even where GOFLAGS turns stamping off.
 build:
-	$(GO) build -o $(BIN) ./cmd/basin
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/basin
 
 OPENAI_CLIENT := gateway/testdata/openai-client
 

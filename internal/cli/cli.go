@@ -349,12 +349,20 @@ func runVersion(_ context.Context, env Env, args []string) error {
 	}
 	v := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
+		// Go stamps the main module's version from the checkout (a pseudo-version naming the
+		// commit, "+dirty" for uncommitted changes) unless VCS stamping is off; then it is
+		// "(devel)" and the commit, if stamped at all, is in the settings.
 		if bi.Main.Version != "" {
 			v = bi.Main.Version
 		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				v += " " + s.Value[:min(12, len(s.Value))]
+		if v == "(devel)" {
+			for _, s := range bi.Settings {
+				switch {
+				case s.Key == "vcs.revision":
+					v += " " + s.Value[:min(12, len(s.Value))]
+				case s.Key == "vcs.modified" && s.Value == "true":
+					v += "-dirty"
+				}
 			}
 		}
 	}
