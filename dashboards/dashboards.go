@@ -169,11 +169,16 @@ func Overview() (dashboard.Dashboard, error) {
 		codes = append(codes, fmt.Sprintf(`%d * (%s == 1)`, i, sel("basin_state", j, `state="`+s+`"`)))
 		stateMap = append(stateMap, valueText{value: fmt.Sprint(i), text: s, color: colors[i]})
 	}
+	// Blind (basin_blind 1: a needed signal or the gateway's admin API unseen) outranks the state
+	// the detector holds meanwhile, which is not a reading.
+	codes = append(codes, fmt.Sprintf(`%d * (%s == 1)`, len(states), sel("basin_blind", j)))
+	stateMap = append(stateMap, valueText{value: fmt.Sprint(len(states)), text: "blind", color: "text"})
 	b.panel(stateTimeline("Detector state",
 		"basin's detector, with hysteresis: healthy; pressure (the working set near the knee, hit rate still on its "+
 			"plateau); drifting (the hit rate leaving its plateau, or sessions piling up near the knee); trapped (the "+
-			"cache collapsed or N past the unstable equilibrium: no way back by itself); recovering. Utilisation, "+
-			"queue length and KV usage can look healthy throughout.",
+			"cache collapsed or N past the unstable equilibrium: no way back by itself); recovering; blind when the "+
+			"daemon cannot see a signal it needs or the gateway (the state it holds then is not a reading). "+
+			"Utilisation, queue length and KV usage can look healthy throughout.",
 		5, valueMappings(stateMap...),
 		target{"max by (deployment) (" + strings.Join(codes, " or ") + ")", "{{deployment}}"}))
 

@@ -457,6 +457,7 @@ var daemonMetrics = []string{
 	"basin_equilibrium_unstable_sessions", "basin_time_to_trap_seconds", "basin_budget_tokens",
 	"basin_reference_budget_tokens", "basin_remediation_paused", "basin_lending_enabled",
 	"basin_remediation_actions_total", "basin_slack_messages_total", "basin_cron_runs_total", "basin_cron_panics_total",
+	"basin_blind", "basin_gateway_admin_up", "basin_dry_run", "basin_daemon_ready",
 }
 
 func TestDaemonMetricsDocumented(t *testing.T) {
