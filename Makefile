@@ -25,10 +25,14 @@ $(OPENAI_CLIENT)/node_modules: $(OPENAI_CLIENT)/package-lock.json
 	  npm ci --prefix $(OPENAI_CLIENT) --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: the gateway's openai client test will be skipped (install Node.js 20+ and npm)"; fi
 
+# staticcheck at a pinned version, from the Go module proxy (its configuration: staticcheck.conf).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 demo: build
 	./$(BIN) demo

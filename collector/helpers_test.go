@@ -58,15 +58,6 @@ func newTest(t testing.TB, o Options) (*Collector, *prometheus.Registry, *clock)
 	return c, reg, clk
 }
 
-// clone deep-copies families (through the text format) so tests can change counters between
-// readings.
-func clone(t testing.TB, fams map[string]*dto.MetricFamily) map[string]*dto.MetricFamily {
-	t.Helper()
-	out, err := ParseText(bytes.NewReader(text(t, fams)))
-	require.NoError(t, err)
-	return out
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // matches reports whether a series has all the given labels.
@@ -149,15 +140,6 @@ func observe(t testing.TB, fams map[string]*dto.MetricFamily, name string, match
 		h.SampleSum = ptr(h.GetSampleSum() + v*n)
 	}
 	require.NotZero(t, k, "observe %s%v: no series", name, match)
-}
-
-// merge returns the union of several targets' families (for one text body in tests).
-func merge(fams ...map[string]*dto.MetricFamily) map[string]*dto.MetricFamily {
-	out := map[string]*dto.MetricFamily{}
-	for _, f := range fams {
-		maps.Copy(out, f)
-	}
-	return out
 }
 
 // text encodes families in the text format, as an engine would serve them.

@@ -109,13 +109,6 @@ type hist struct {
 	cum    []float64
 }
 
-func (h hist) count() float64 {
-	if len(h.cum) == 0 {
-		return 0
-	}
-	return h.cum[len(h.cum)-1]
-}
-
 func (h hist) clone() hist {
 	return hist{bounds: slices.Clone(h.bounds), cum: slices.Clone(h.cum)}
 }

@@ -148,17 +148,6 @@ func (c *prefixCache) makeRoom(need int) bool {
 	return c.free() >= need
 }
 
-// drop removes e entirely (its session was killed or the tier was switched off).
-func (c *prefixCache) drop(e *entry) {
-	c.unlinkLRU(e)
-	if e.pinUntil != 0 {
-		e.pinUntil = 0
-		c.pinned--
-	}
-	c.used -= e.tokens
-	e.tokens = 0
-}
-
 // lentEntry is the KV of a session's last call that a decode instance keeps after the call
 // finished (KV lending). It is reclaimed, least recently used first, when decode needs memory.
 type lentEntry struct {

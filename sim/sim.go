@@ -140,9 +140,7 @@ type Sim struct {
 	minutes    []Minute
 	minuteBase int           // index of minutes[0] (non-zero once Forget trims the timeline)
 	end        time.Duration // when arrivals stop
-	stopAt     time.Duration
-	stopped    bool
-	firstW     []float64 // first-call waits of measured sessions
+	firstW     []float64     // first-call waits of measured sessions
 }
 
 // New prepares a run.

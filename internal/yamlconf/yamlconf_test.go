@@ -72,8 +72,9 @@ func TestKeys(t *testing.T) {
 		Items    []item `yaml:"items"`
 		Skip     int    `yaml:"-"`
 		embedded `yaml:",inline"`
-		private  int
-		Plain    bool
+		//lint:ignore U1000 the walk must pass over an unexported field
+		private int
+		Plain   bool
 	}
 	assert.Equal(t, []string{"a", "inner", "inner.b", "items", "items[].name", "e", "plain"}, Keys(cfg{}))
 	assert.Equal(t, Keys(cfg{}), Keys((*cfg)(nil)), "a nil pointer names the same keys")

@@ -923,7 +923,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *gene
 			case sim.Done:
 				if sent < g.req.output {
 					err = send(g.response(true, []choice{g.choice(true, sent, g.req.output, false)}, nil))
-					sent = g.req.output
 				}
 				if err == nil {
 					err = send(g.response(true, []choice{g.choice(true, 0, 0, true)}, nil))
@@ -935,7 +934,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *gene
 					_, err = io.WriteString(w, "data: [DONE]\n\n")
 				}
 				if err == nil {
-					err = rc.Flush()
+					_ = rc.Flush()
 				}
 				return // the call is over whether or not the client got the end
 			case sim.Aborted:

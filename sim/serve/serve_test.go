@@ -626,7 +626,7 @@ func TestClientDisconnectAborts(t *testing.T) {
 				if err == nil {
 					if stream {
 						// Read the first chunk, then hang up mid-stream.
-						_, err = bufio.NewReader(resp.Body).ReadString('\n')
+						_, _ = bufio.NewReader(resp.Body).ReadString('\n')
 						cancel()
 					}
 					_, err = io.ReadAll(resp.Body)
