@@ -37,7 +37,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {
 			g.metrics.authFailures.Inc()
-			if ok, held := g.authLog.allow(g.now()); ok {
+			if ok, held := g.authLog.Allow(g.now()); ok {
 				why := "no bearer token"
 				if _, has := bearer(r.Header.Get("Authorization")); has {
 					why = "wrong token"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/predictor"
+	"github.com/basin-dev/basin/internal/ratelog"
 )
 
 // DefaultShutdownTimeout bounds how long a shutdown waits for calls in flight.
@@ -75,8 +76,8 @@ type Gateway struct {
 	journal   *journal  // nil without a state file
 	saveEvery time.Duration
 	readiness readiness
-	authLog   rateLog // failed admin logins
-	errLog    rateLog // journal errors on the call path
+	authLog   ratelog.Limiter // failed admin logins
+	errLog    ratelog.Limiter // journal errors on the call path
 
 	affinity atomic.Bool
 	rr       atomic.Uint64 // round-robin position for new sessions
@@ -128,8 +129,8 @@ func New(o Options) (*Gateway, error) {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now, shutdownTimeout: o.ShutdownTimeout,
-		stopping: make(chan struct{}), saveEvery: saveEvery, authLog: rateLog{every: logEvery},
-		errLog: rateLog{every: logEvery}}
+		stopping: make(chan struct{}), saveEvery: saveEvery, authLog: ratelog.Limiter{Every: logEvery},
+		errLog: ratelog.Limiter{Every: logEvery}}
 	g.mu.waiters = map[string][]*waiter{}
 	g.mu.sessions = map[string]*sessionInfo{}
 	g.affinity.Store(cfg.Affinity.Enabled)

@@ -106,25 +106,3 @@ func (g *Gateway) probe(ctx context.Context, u *upstream) error {
 	}
 	return nil
 }
-
-// rateLog logs one line per interval about a recurring event (failed admin logins, journal
-// errors), with the number of events left unlogged since the last line, so that a flood cannot
-// fill the log and a single event is never lost.
-type rateLog struct {
-	every time.Duration
-	mu    sync.Mutex
-	last  time.Time
-	held  int
-}
-
-// allow reports whether to log an event now, and how many were held back before it.
-func (l *rateLog) allow(now time.Time) (ok bool, held int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every && !now.Before(l.last) {
-		l.held++
-		return false, 0
-	}
-	held, l.held, l.last = l.held, 0, now
-	return true, held
-}

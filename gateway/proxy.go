@@ -143,7 +143,7 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 			// The admission is durable before the call leaves: a crash from here on cannot make
 			// the session's next call look new.
 			if err := g.journal.sync(); err != nil {
-				if ok, held := g.errLog.allow(g.now()); ok {
+				if ok, held := g.errLog.Allow(g.now()); ok {
 					g.log.Error("journaling an admission; the session is not durable until the next state save",
 						"session", c.id, "err", err, "more_since_last_logged", held)
 				}

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -54,7 +52,7 @@ func (d *Daemon) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(d.token)) != 1 {
-			d.authFailures.refused(d.log, d.now(), r)
+			d.authRefused(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="basin daemon"`)
 			writeErr(w, http.StatusUnauthorized, "", "this endpoint needs the daemon's token: Authorization: Bearer <token>")
 			return
@@ -68,27 +66,14 @@ func (d *Daemon) authed(h http.HandlerFunc) http.HandlerFunc {
 // scanner) is seen without flooding the log.
 const authLogEvery = time.Minute
 
-// authLog logs refused control-API calls, rate-limited; safe for the HTTP server's goroutines.
-type authLog struct {
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-func (a *authLog) refused(log *slog.Logger, now time.Time, r *http.Request) {
-	a.mu.Lock()
-	if !a.last.IsZero() && now.Sub(a.last) < authLogEvery {
-		a.suppressed++
-		a.mu.Unlock()
-		return
+// authRefused logs a refused control-API call, at most once per authLogEvery with the count held
+// back. The token itself is never logged, right or wrong.
+func (d *Daemon) authRefused(r *http.Request) {
+	if ok, held := d.authFailures.Allow(d.now()); ok {
+		d.log.Warn("control API: refused a call without the daemon's token", "method", r.Method, "path", r.URL.Path,
+			"remote", r.RemoteAddr, "has_bearer", strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "),
+			"refused_since_last_line", held)
 	}
-	n := a.suppressed
-	a.last, a.suppressed = now, 0
-	a.mu.Unlock()
-	// The token itself is never logged, right or wrong.
-	log.Warn("control API: refused a call without the daemon's token", "method", r.Method, "path", r.URL.Path,
-		"remote", r.RemoteAddr, "has_bearer", strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "),
-		"refused_since_last_line", n)
 }
 
 func (d *Daemon) serveReady(w http.ResponseWriter, _ *http.Request) {

@@ -25,6 +25,7 @@ import (
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/atomicfile"
+	"github.com/basin-dev/basin/internal/ratelog"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
@@ -91,7 +92,7 @@ type Daemon struct {
 	// gwLog rate-limits the log of an unreachable gateway admin API; Step owns it (under loop).
 	gwLog failureLog
 	// authFailures rate-limits the log of refused control-API calls.
-	authFailures authLog
+	authFailures ratelog.Limiter
 	// hist persists the status page's history; histLog rate-limits its write errors (Step's).
 	hist    *historyFile
 	histLog failureLog
@@ -308,6 +309,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
 		return nil, err
 	}
+	d.authFailures.Every = authLogEvery
 	d.gwLog = failureLog{down: "unreachable; basin is blind to it and takes no action that needs it"}
 	d.histLog = failureLog{down: "not written; the status page's history will miss these steps after a restart"}
 	d.mu.timeInState = map[detector.State]time.Duration{}
