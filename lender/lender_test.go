@@ -118,45 +118,57 @@ func TestSwitch(t *testing.T) {
 	waiting := []Instance{dec("decode-0", 60_000, 0, 0), dec("decode-1", 90_000, 0, 2)} // a queue on decode-1
 	blind := []Instance{dec("decode-0", 60_000, 0, 0), {Name: "decode-1"}}              // decode-1 reports no capacity
 
+	full := []Instance{dec("decode-0", 60_000, 0, 0), dec("decode-1", 150_000, 0, 0)} // hottest 1.00
+	sensitive := Options{PressureOn: 0.85}                                            // an engine without on-demand reclaim
+
 	tests := []struct {
 		name  string
+		opts  Options
 		steps []step
 	}{
-		{"cache-first with headroom switches on", []step{
+		{"cache-first with headroom switches on", Options{}, []step{
 			{0, calm, false, true, true, "lending on: cache-first (risk rule); hottest decode decode-1 reserved 0.60 ≤ pressure-off 0.70"},
 			{time.Minute, calm, false, true, false, "lending on: cache-first"},
 		}},
-		{"decode-first stays off", []step{
+		{"decode-first stays off", Options{}, []step{
 			{0, calm, true, false, false, "lending off: decode-first (risk rule)"},
 		}},
-		{"hottest instance above pressure-off stays off", []step{
+		{"hottest instance above pressure-off stays off", Options{}, []step{
 			{0, warm, false, false, false, "hottest decode decode-1 reserved 0.80 > pressure-off 0.70"},
 		}},
-		{"requests waiting for decode KV keep it off", []step{
+		{"requests waiting for decode KV keep it off", Options{}, []step{
 			{0, waiting, false, false, false, "decode-1 has 2 requests waiting for decode KV"},
 		}},
-		{"no usable reading keeps it off", []step{
+		{"no usable reading keeps it off", Options{}, []step{
 			{0, blind, false, false, false, "no usable reading from decode-1, cannot confirm headroom"},
 		}},
-		{"no instances keep it off", []step{
+		{"no instances keep it off", Options{}, []step{
 			{0, nil, false, false, false, "no decode instance reported"},
 		}},
-		{"no memory beyond the headroom keeps it off", []step{
+		{"no memory beyond the headroom keeps it off", Options{}, []step{
 			{0, []Instance{{Name: "decode-0", CapacityTokens: 100, FreeTokens: 5, ReservedTokens: 60, LentTokens: 0}},
 				false, false, false, "no decode instance has memory beyond its headroom"},
 		}},
-		{"pressure reclaims at once, bypassing the dwell", []step{
+		{"by default a high reservation alone does not reclaim: the engine reclaims lent pages on demand", Options{}, []step{
+			{0, calm, false, true, true, "lending on"},
+			{10 * time.Second, hot, false, true, false, "hottest decode decode-1 reserved 0.87 < pressure-on 1.00"},
+		}},
+		{"a wholly reserved instance reclaims at once", Options{}, []step{
+			{0, calm, false, true, true, "lending on"},
+			{10 * time.Second, full, false, false, true, "lending off (reclaim): decode-1 reserved 1.00 ≥ pressure-on 1.00; immediate"},
+		}},
+		{"pressure reclaims at once, bypassing the dwell", sensitive, []step{
 			{0, calm, false, true, true, "lending on"},
 			{10 * time.Second, hot, false, false, true, "lending off (reclaim): decode-1 reserved 0.87 ≥ pressure-on 0.85; immediate"},
 		}},
-		{"hysteresis: between pressure-off and pressure-on the switch holds either way", []step{
+		{"hysteresis: between pressure-off and pressure-on the switch holds either way", sensitive, []step{
 			{0, calm, false, true, true, "lending on"},
 			{time.Minute, warm, false, true, false, "hottest decode decode-1 reserved 0.80 < pressure-on 0.85"},
 			{2 * time.Minute, hot, false, false, true, "reclaim"},
 			{20 * time.Minute, warm, false, false, false, "reserved 0.80 > pressure-off 0.70"},
 			{21 * time.Minute, calm, false, true, true, "lending on"},
 		}},
-		{"the dwell holds switching on again after a reclaim", []step{
+		{"the dwell holds switching on again after a reclaim", sensitive, []step{
 			{0, calm, false, true, true, "lending on"},
 			{time.Minute, hot, false, false, true, "reclaim"},
 			{2 * time.Minute, calm, false, false, false,
@@ -164,25 +176,25 @@ func TestSwitch(t *testing.T) {
 			{6*time.Minute - time.Second, calm, false, false, false, "held"},
 			{6 * time.Minute, calm, false, true, true, "lending on"},
 		}},
-		{"decode-first switches off only after the dwell", []step{
+		{"decode-first switches off only after the dwell", Options{}, []step{
 			{0, calm, false, true, true, "lending on"},
 			{time.Minute, calm, true, true, false, "lending on, held: decode-first (risk rule), but lending switched on 1m0s ago"},
 			{5 * time.Minute, calm, true, false, true, "lending off: decode-first (risk rule) — decode memory binds before the cache"},
 		}},
-		{"a queue for decode KV reclaims once it lasts the waiting hold", []step{
+		{"a queue for decode KV reclaims once it lasts the waiting hold", Options{}, []step{
 			{0, calm, false, true, true, "lending on"},
 			{10 * time.Second, waiting, false, true, false, "decode-1 has requests waiting for decode KV (0s of 15s before a reclaim), its grant is 0"},
 			{20 * time.Second, waiting, false, true, false, "(10s of 15s"},
 			{25 * time.Second, waiting, false, false, true, "lending off (reclaim): decode-1 has had requests waiting for decode KV for 15s ≥ 15s (2 now)"},
 		}},
-		{"the waiting hold starts again when the queue clears", []step{
+		{"the waiting hold starts again when the queue clears", Options{}, []step{
 			{0, calm, false, true, true, "lending on"},
 			{10 * time.Second, waiting, false, true, false, "(0s of 15s"},
 			{20 * time.Second, calm, false, true, false, "lending on"},
 			{30 * time.Second, waiting, false, true, false, "(0s of 15s"},
 			{40 * time.Second, waiting, false, true, false, "(10s of 15s"},
 		}},
-		{"a blind reading holds lending on and zeroes that grant", []step{
+		{"a blind reading holds lending on and zeroes that grant", Options{}, []step{
 			{0, calm, false, true, true, "lending on"},
 			{time.Minute, blind, false, true, false, "no usable reading from decode-1: grant 0, the switch holds"},
 			{2 * time.Minute, nil, false, true, false, "lending on: cache-first (risk rule); no decode instance reported, the switch holds"},
@@ -190,7 +202,7 @@ func TestSwitch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := newLender(t, Options{})
+			l := newLender(t, tt.opts)
 			for i, s := range tt.steps {
 				d := l.Decide(Inputs{At: t0.Add(s.after), Instances: s.instances, CacheFirst: !s.decodeFirst, Reason: "risk rule"})
 				require.NotEmpty(t, d.Reasons)
@@ -310,7 +322,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"pressure-on above 1", Options{PressureOn: 1.2}, "PressureOn: 1.2 outside (0, 1]"},
 		{"pressure-off negative", Options{PressureOff: -0.1}, "PressureOff: -0.1 outside (0, 1)"},
 		{"no hysteresis", Options{PressureOn: 0.8, PressureOff: 0.8}, "PressureOff: 0.8 must be below PressureOn 0.8"},
-		{"off above the default on", Options{PressureOff: 0.9}, "PressureOff: 0.9 must be below PressureOn 0.85"},
+		{"off above the default on", Options{PressureOff: 1}, "PressureOff: 1 outside (0, 1)"},
+		{"off above on", Options{PressureOn: 0.85, PressureOff: 0.9}, "PressureOff: 0.9 must be below PressureOn 0.85"},
 		{"negative dwell", Options{MinDwell: -time.Second}, "MinDwell: -1s, must not be negative"},
 		{"negative waiting hold", Options{WaitingHold: -time.Second}, "WaitingHold: -1s, must not be negative"},
 	}
@@ -338,6 +351,6 @@ func TestOptionsValidate(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	l := newLender(t, Options{})
-	assert.Equal(t, Options{MaxFraction: 0.5, HeadroomFraction: 0.1, PressureOn: 0.85, PressureOff: 0.7,
+	assert.Equal(t, Options{MaxFraction: 0.5, HeadroomFraction: 0.1, PressureOn: 1, PressureOff: 0.7,
 		MinDwell: 5 * time.Minute, WaitingHold: 15 * time.Second}, l.Options())
 }
