@@ -25,6 +25,13 @@ func Classify(s collector.Snapshot, knee float64) (cacheFirst bool, why string, 
 	}
 	ok = true
 	c, dec := get(collector.CacheCapacity), get(collector.DecodeCapacity)
+	// The deployment's own cache, without the KV decode lends now: lending moves memory from
+	// decode to the cache, so counting it here would make the answer depend on the switch it
+	// decides — lending on grows the cache and reads decode-first, lending off shrinks it and
+	// reads cache-first — and the lender would flap with its dwell.
+	for _, d := range s.Decode {
+		c -= d.LentTokens
+	}
 	w, n, inCall := get(collector.WorkingSet), get(collector.LiveSessions), get(collector.SessionsInCall)
 	if !ok || n < 1 || inCall <= 0 || w <= 0 {
 		return false, "", false

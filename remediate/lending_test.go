@@ -53,3 +53,21 @@ func (f backendFunc) Apply(_ context.Context, d lender.Decision) error {
 	f(d)
 	return nil
 }
+
+// TestClassifyIgnoresLentKV: lending moves memory from decode to the cache, so the risk rule must
+// read the deployment's own cache; counting the KV lent now made the answer depend on the switch
+// it decides (on: the cache looks big, decode-first, off; off: cache-first, on) and the lender
+// flapped with its dwell. The 1P1D preset's numbers: a 650K cache, 800K of decode KV of which up
+// to 400K lent, 40 live sessions of 25K with half in a call: the cache limit (1.9 × 650K ÷ 25K ≈ 49
+// sessions) binds before decode's (800K ÷ 25K ÷ 0.5 = 64), lending or not.
+func TestClassifyIgnoresLentKV(t *testing.T) {
+	for _, lent := range []float64{0, 200_000, 400_000} {
+		snap := snapshotOf(map[collector.Signal]float64{collector.CacheCapacity: 650_000 + lent, collector.DecodeCapacity: 800_000,
+			collector.WorkingSet: 1e6, collector.LiveSessions: 40, collector.SessionsInCall: 20})
+		snap.Decode = []collector.DecodeInstance{{Name: "decode-0", State: collector.OK, Complete: true,
+			CapacityTokens: 800_000, FreeTokens: 800_000 - 300_000 - lent, ReservedTokens: 300_000, LentTokens: lent}}
+		cf, why, ok := Classify(snap, 1.9)
+		require.True(t, ok)
+		assert.True(t, cf, "lent %.0f: %s", lent, why)
+	}
+}

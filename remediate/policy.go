@@ -107,7 +107,11 @@ type PolicyState struct {
 	// ArrivalEWMA is the long-run arrival rate, sessions/s, as of ArrivalAt.
 	ArrivalEWMA float64   `json:"arrival_ewma_per_s"`
 	ArrivalAt   time.Time `json:"arrival_at"`
-	Seq         uint64    `json:"seq"`
+	// CapacityEWMA is the cache capacity B_ref is computed from, tokens, averaged over
+	// Options.ReferenceWindow as of CapacityAt.
+	CapacityEWMA float64   `json:"capacity_ewma_tokens,omitempty"`
+	CapacityAt   time.Time `json:"capacity_at,omitzero"`
+	Seq          uint64    `json:"seq"`
 }
 
 // Policy is basin's remediation policy: the budget controller and the shedding rule. The
@@ -172,7 +176,9 @@ func (p *Policy) Replay(recs []Record) {
 }
 
 // Reference is B_ref = min(ReferenceFraction × knee·C, C) for an assessment, tokens; 0 when the
-// assessment has no capacity yet. It reads only the options, so unlike the rest of Policy it may
+// assessment has no capacity yet. It takes C as read; Decide takes it averaged over
+// ReferenceWindow (reference), so while lent KV moves the two differ by what was lent or
+// reclaimed in the last minutes. It reads only the options, so unlike the rest of Policy it may
 // be called from any goroutine.
 func (p *Policy) Reference(a detector.Assessment) int64 {
 	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
@@ -180,6 +186,25 @@ func (p *Policy) Reference(a detector.Assessment) int64 {
 	}
 	c := a.KneeTokens / a.Knee.Ratio
 	return int64(math.Round(min(p.o.ReferenceFraction*a.KneeTokens, c)))
+}
+
+// reference is B_ref from the cache capacity averaged over ReferenceWindow: the capacity counts
+// the KV decode lends now, which decode reclaims and lends again from one scrape to the next, and
+// a budget that followed each reading would be re-sent every step and cut on every dip.
+func (p *Policy) reference(a detector.Assessment, now time.Time) int64 {
+	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
+		return 0
+	}
+	c := a.KneeTokens / a.Knee.Ratio
+	switch dt := now.Sub(p.st.CapacityAt); {
+	case p.st.CapacityAt.IsZero() || p.st.CapacityEWMA <= 0:
+		p.st.CapacityEWMA = c
+	case dt > 0:
+		p.st.CapacityEWMA += (1 - math.Exp(-dt.Seconds()/p.o.ReferenceWindow.Seconds())) * (c - p.st.CapacityEWMA)
+	}
+	p.st.CapacityAt = now
+	c = p.st.CapacityEWMA
+	return int64(math.Round(min(p.o.ReferenceFraction*a.Knee.Ratio*c, c)))
 }
 
 // Decide makes one decision. It never loosens while blind (a needed signal stale or missing, or
@@ -202,7 +227,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 		p.st.ArrivalAt = now
 	}
 
-	ref := p.Reference(a)
+	ref := p.reference(a, now)
 	if ref <= 0 {
 		plan.Mode = p.st.Mode
 		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
@@ -275,6 +300,9 @@ func (p *Policy) Decide(in Inputs) Plan {
 		switch {
 		case blind:
 			plan.Reasons = append(plan.Reasons, "restoring, but blind ("+blindWhy(a, in)+"): B held")
+		case left && now.Sub(p.st.LastChange) < o.StepInterval:
+			// Off the plateau again: tighten, but one step an interval as in normal mode, so a
+			// hit rate that needs a window to answer is not read as a reason to cut every tick.
 		case left:
 			target = min(cur, max(part(o.MinFraction, ref), cur-part(o.RestoreStep, ref)))
 			if target < cur {

@@ -367,3 +367,71 @@ func TestFormatTokens(t *testing.T) {
 		assert.Equal(t, want, FormatTokens(v), "%d", v)
 	}
 }
+
+// TestReferenceFollowsCapacityNotLentJitter: the capacity counts the KV decode lends now, which
+// decode reclaims and lends again from one scrape to the next (±30% every 5 s in the simulator's
+// 1P1D overload). B_ref must not follow each reading — it was re-sent to the gateway every step and
+// the budget cut on every dip — but must follow a lasting change within a few windows.
+func TestReferenceFollowsCapacityNotLentJitter(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := gw(1_000_000, 0)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 5 * time.Second) }
+	withC := func(i int, c float64) Inputs {
+		a := assess(at(i), detector.Healthy, 0.95)
+		a.KneeTokens = 1.34 * c
+		return Inputs{At: at(i), Assessment: a, Gateway: g, GatewayOK: true}
+	}
+	refChanges := 0
+	for i := range 120 { // ten minutes of readings alternating between 1.0M and 0.7M
+		c := testC
+		if i%2 == 1 {
+			c = 0.7 * testC
+		}
+		plan := p.Decide(withC(i, c))
+		if plan.Budget != nil && plan.Budget.To == plan.Budget.From {
+			refChanges++
+		}
+		if plan.Budget != nil {
+			g.Budget = plan.Budget.To
+		}
+	}
+	// A few while the mean settles from the first reading; following each reading sent 119.
+	assert.LessOrEqual(t, refChanges, 3, "B_ref re-sent %d times in ten minutes of lent KV coming and going", refChanges)
+	assert.InDelta(t, 0.85*testC, p.State().CapacityEWMA, 0.03*testC, "the capacity B_ref uses is the readings' mean")
+
+	// Lending switched off for good: the capacity falls to 0.65M and stays there.
+	for i := 120; i < 120+12*8; i++ {
+		plan := p.Decide(withC(i, 0.65*testC))
+		if plan.Budget != nil {
+			g.Budget = plan.Budget.To
+		}
+	}
+	assert.InDelta(t, 0.65*testC, p.State().CapacityEWMA, 0.02*testC, "followed within eight minutes (four windows)")
+}
+
+// TestRestoringTightensOneStepAnInterval: after an incident, a hit rate still off its plateau
+// tightens B, but one step a StepInterval, not one every 5 s step of the daemon (it went from
+// 0.7 × B_ref to the 0.5 × B_ref floor in 20 seconds).
+func TestRestoringTightensOneStepAnInterval(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := gw(1_000_000, 0)
+	step := func(at time.Time, st detector.State, hit float64) {
+		plan := p.Decide(Inputs{At: at, Assessment: assess(at, st, hit), Gateway: g, GatewayOK: true})
+		if plan.Budget != nil {
+			g.Budget = plan.Budget.To
+		}
+	}
+	step(t0, detector.Drifting, 0.80)
+	require.Equal(t, int64(700_000), g.Budget, "incident cut")
+	var budgets []int64
+	for i := 1; i <= 36; i++ { // three minutes at the daemon's 5 s step, recovering but off the plateau
+		step(t0.Add(time.Duration(i)*5*time.Second), detector.Recovering, 0.85)
+		budgets = append(budgets, g.Budget)
+	}
+	assert.Equal(t, Restoring, p.State().Mode)
+	assert.Equal(t, int64(700_000), budgets[10], "none in the minute after the cut")
+	assert.Equal(t, int64(650_000), budgets[11], "the first a minute after the cut")
+	assert.Equal(t, int64(650_000), budgets[22], "none in the next minute")
+	assert.Equal(t, int64(600_000), budgets[23], "the next a minute later")
+	assert.Equal(t, int64(550_000), budgets[35], "three steps in three minutes")
+}
