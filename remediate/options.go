@@ -48,12 +48,12 @@ const (
 	// DefaultShedInterval: at most one shed a minute (chosen: one session at a time, each shed's
 	// effect seen in the queue before the next).
 	DefaultShedInterval = time.Minute
-	// DefaultReferenceWindow is the time constant of the cache capacity B_ref is taken from.
-	// Chosen: decode lends and reclaims KV from one scrape to the next (the lent part of the
-	// capacity moved by ±30% every 5 s on the 1P1D preset under load), and a budget that followed
-	// it would be re-sent every step and cut on a dip; two minutes is two of the collector's rate
-	// windows, so a lasting change (lending switched off, an instance gone) is 63% followed in two
-	// minutes and 95% in six.
+	// DefaultReferenceWindow is the time constant with which B_ref follows a fall of the cache
+	// capacity (a rise is taken at once). Chosen: decode lends and reclaims KV from one scrape to
+	// the next (the lent part of the capacity moved by ±30% every 5 s on the 1P1D preset under
+	// load), and a budget that followed it was re-sent every step and cut on a dip; two minutes
+	// is two of the collector's rate windows, so a lasting fall (lending switched off, an
+	// instance gone) is 63% followed in two minutes and 95% in six.
 	DefaultReferenceWindow = 2 * time.Minute
 )
 
@@ -63,9 +63,9 @@ type Options struct {
 	// ReferenceFraction sets the reference budget B_ref = min(ReferenceFraction × knee·C, C),
 	// in (0, 1].
 	ReferenceFraction float64 `yaml:"reference_fraction"`
-	// ReferenceWindow is the time constant of the cache capacity the policy's B_ref is computed
-	// from (an exponentially weighted mean), so KV lent and reclaimed from second to second does
-	// not move the budget.
+	// ReferenceWindow is the time constant with which the policy's B_ref follows a fall of the
+	// cache capacity (a rise is taken at once), so KV lent and reclaimed from second to second
+	// does not move the budget.
 	ReferenceWindow time.Duration `yaml:"reference_window"`
 	// Step is how far B moves at a time in normal operation, as a fraction of B_ref, in (0, 0.5].
 	Step float64 `yaml:"step"`

@@ -34,10 +34,10 @@ func TestOverloadScenarioIsSustainedOverload(t *testing.T) {
 // deployment's calibration) must serve at least as many good sessions as Continuum on the same
 // hardware, in every seed (the worst seed is the check, not the median).
 func TestBasinNotWorseThanContinuumUnderSustainedOverload(t *testing.T) {
-	t.Skip("issue 14, open: basin still loses on paper-1p1d-h100-overload — seeds 1–3: basin 311/269/340 " +
-		"good sessions/h against continuum's 369/337/377 (0.80–0.90×; 0.68–0.76× before the lender, reference " +
-		"and restoring fixes). basin's gate at its best fixed budget reaches 0.97–0.98×: the rest is where the " +
-		"backlog waits (docs/simulator.md, Sustained overload).")
+	t.Skip("issue 14, open: basin still loses on paper-1p1d-h100-overload — seeds 1–3: basin 345/303/364 " +
+		"good sessions/h against continuum's 369/337/377 (0.90–0.97×; 0.68–0.76× before the lender, reference " +
+		"and restoring fixes; the oracle predictor reaches 380/359/371). basin's gate at its best fixed budget " +
+		"reaches 0.97–0.98×: the rest is where the backlog waits (docs/simulator.md, Sustained overload).")
 	if testing.Short() {
 		t.Skip("three seeds of a 90-minute overload run, with calibration")
 	}
