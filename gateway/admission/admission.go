@@ -11,6 +11,13 @@
 // "current" mode a demand is a session's current context, in "peak" mode its predicted peak. When
 // nothing is live, the head is admitted even over budget, so the service always makes progress.
 //
+// One departure from the paper, for sustained overload (arrivals above what the deployment can
+// complete, so the queue never empties): once the head has waited Options.LIFOAfter the queue
+// serves newest first (adaptive LIFO, as Facebook's request queues and CockroachDB's epoch-LIFO
+// do) until it empties. In arrival order every session would wait as long as the backlog is deep
+// and be admitted too late to finish in time; newest first keeps the sessions that still can, and
+// the oldest become the lowest priority, the ones the shedding rule drops.
+//
 // Every mutating method takes the current time and returns the events it caused (sessions
 // admitted from the queue, sessions shed); the caller delivers them. Core is safe for concurrent
 // use.
@@ -71,6 +78,14 @@ type Options struct {
 	DrainWindow time.Duration
 	// IdleTimeout ends a live session whose last call finished this long ago (default 10 min).
 	IdleTimeout time.Duration
+	// LIFOAfter turns the queue to newest first once the session next in line has waited this
+	// long, until the queue empties (adaptive LIFO; default 5 min, negative: never). In a queue
+	// that does not empty, serving in arrival order makes every session wait as long as the
+	// backlog is deep, so under sustained overload each one is admitted too late to finish in
+	// time and the capacity is spent on sessions that fail anyway; newest first serves the
+	// sessions that still can, and leaves the oldest to the shedding rule (they are then the
+	// lowest priority). Size ordering holds in both: the key is peak/r − arrival.
+	LIFOAfter time.Duration
 }
 
 // Defaults.
@@ -80,6 +95,11 @@ const (
 	DefaultShedMemory      = 30 * time.Minute
 	DefaultDrainWindow     = 5 * time.Minute
 	DefaultIdleTimeout     = 10 * time.Minute
+	// DefaultLIFOAfter: chosen against the simulator's overload rows (docs/simulator.md): well
+	// above the first-call waits of a queue that drains (under a minute in the spike presets),
+	// a third of the Basin paper's 15-minute shedding wait, and a fifth of an unloaded
+	// Terminal-Bench session's 4 × 6.5-minute deadline.
+	DefaultLIFOAfter = 5 * time.Minute
 )
 
 // Validate reports every option that cannot configure a Core, naming it.
@@ -134,6 +154,9 @@ func (o Options) withDefaults() (Options, error) {
 	def(&o.ShedMemory, DefaultShedMemory, "shed_memory")
 	def(&o.DrainWindow, DefaultDrainWindow, "drain_window")
 	def(&o.IdleTimeout, DefaultIdleTimeout, "idle_timeout")
+	if o.LIFOAfter == 0 {
+		o.LIFOAfter = DefaultLIFOAfter
+	}
 	return o, errors.Join(errs...)
 }
 
@@ -236,6 +259,8 @@ type session struct {
 	queued      bool
 	heapIndex   int
 	demandCache int64
+	// key and tie order the queue (less); keyLocked sets them for the queue's current order.
+	key, tie int64
 }
 
 type memo struct {
@@ -261,6 +286,9 @@ type Core struct {
 		admits     []time.Time // recent admissions, for the drain-rate estimate
 		nextSweep  time.Time
 		counters   Counters
+		// lifo: the queue serves newest first (Options.LIFOAfter) since lifoSince.
+		lifo      bool
+		lifoSince time.Time
 	}
 }
 
@@ -275,6 +303,8 @@ type Counters struct {
 	Shed              uint64 `json:"shed"`
 	Cancelled         uint64 `json:"cancelled"`
 	Ended             uint64 `json:"ended"`
+	// LIFOTurns counts the queue turning newest first (Options.LIFOAfter).
+	LIFOTurns uint64 `json:"lifo_turns"`
 }
 
 // New returns a Core, or an error naming every bad option.
@@ -354,6 +384,8 @@ func (c *Core) Arrive(now time.Time, r Request) Decision {
 		peak: r.FirstPrompt, seq: c.mu.seq, heapIndex: -1}
 	s.priority = c.priority(arrival, predicted)
 	c.mu.tenants[r.Tenant]++
+	c.orderLocked(now)
+	c.keyLocked(s)
 	if c.mu.queue.Len() == 0 && c.fitsLocked(s) {
 		c.admitLocked(now, s)
 		c.mu.counters.AdmittedAtOnce++
@@ -412,9 +444,36 @@ func (c *Core) admitLocked(now time.Time, s *session) {
 	c.mu.admits = append(c.mu.admits, now)
 }
 
+// keyLocked sets a session's place in the queue's current order: by priority, or newest first
+// with the same size term (peak/r − arrival) while the queue is LIFO.
+func (c *Core) keyLocked(s *session) {
+	if c.mu.lifo {
+		s.key, s.tie = int64(s.priority.Sub(s.arrival))-s.arrival.UnixNano(), -int64(s.seq)
+		return
+	}
+	s.key, s.tie = s.priority.UnixNano(), int64(s.seq)
+}
+
+// orderLocked turns the queue newest first when the session next in line has waited LIFOAfter,
+// and back to priority order when it is empty.
+func (c *Core) orderLocked(now time.Time) {
+	switch {
+	case c.mu.lifo && c.mu.queue.Len() == 0:
+		c.mu.lifo, c.mu.lifoSince = false, time.Time{}
+	case !c.mu.lifo && c.mu.o.LIFOAfter > 0 && c.mu.queue.Len() > 0 && now.Sub(c.mu.queue.Peek().arrival) >= c.mu.o.LIFOAfter:
+		c.mu.lifo, c.mu.lifoSince = true, now
+		c.mu.counters.LIFOTurns++
+		for _, s := range c.mu.queue.Items() {
+			c.keyLocked(s)
+		}
+		c.mu.queue.Reorder()
+	}
+}
+
 // drainLocked admits queue heads while they fit.
 func (c *Core) drainLocked(now time.Time) []Event {
 	var evs []Event
+	c.orderLocked(now)
 	for c.mu.queue.Len() > 0 {
 		h := c.mu.queue.Peek()
 		if !c.fitsLocked(h) {
@@ -426,6 +485,7 @@ func (c *Core) drainLocked(now time.Time) []Event {
 		c.mu.counters.AdmittedFromQueue++
 		evs = append(evs, Event{Kind: EventAdmitted, ID: h.id, At: now, Waited: now.Sub(h.arrival)})
 	}
+	c.orderLocked(now) // emptied: priority order again
 	return evs
 }
 

@@ -1,11 +1,13 @@
 package admission
 
-// less orders the queue: smaller priority first, then earlier arrival at the gateway.
+// less orders the queue: smaller key first, then the tie order. The key is the fixed priority
+// p = arrival + peak/r while the queue serves in priority order, and peak/r − arrival while it
+// serves newest first (adaptive LIFO, see Options.LIFOAfter); keyLocked sets both.
 func less(a, b *session) bool {
-	if !a.priority.Equal(b.priority) {
-		return a.priority.Before(b.priority)
+	if a.key != b.key {
+		return a.key < b.key
 	}
-	return a.seq < b.seq
+	return a.tie < b.tie
 }
 
 // Less, SetIndex and Index make a session an indexheap element: the queue is an

@@ -33,6 +33,9 @@ func (h *Heap[T]) Pop() T { return heap.Pop(&h.a).(T) }
 // Remove takes x out of the heap; x must be in it.
 func (h *Heap[T]) Remove(x T) { heap.Remove(&h.a, x.Index()) }
 
+// Reorder restores the heap after the elements' order changed (every element's Less at once).
+func (h *Heap[T]) Reorder() { heap.Init(&h.a) }
+
 // Items returns the elements in heap order (not sorted). The slice is the heap's own: read it,
 // do not keep or change it.
 func (h *Heap[T]) Items() []T { return h.a }
