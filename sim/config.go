@@ -38,15 +38,73 @@ type PrefillPool struct {
 }
 
 // DecodePool is the decode side.
+//
+// A decode step reads, from the GPU's HBM, the weights the batch's tokens route to, the KV of
+// every running sequence and each sequence's fixed-size state; decode is memory-bound, so the step
+// takes those bytes over the achievable bandwidth, plus a fixed overhead:
+//
+//	step = step_overhead_ms + (weight_bytes + expert_weight_bytes × coverage(n)
+//	        + kv_bytes_per_token × batch context tokens + state_bytes_per_seq × n)
+//	        / (hbm_gb_per_sec × 1e9 × bandwidth_efficiency)
+//
+// where coverage(n) = 1 − (1 − experts_per_token/experts)^n is the expected share of experts a
+// batch of n sequences routes to (uniform, independent routing). docs/simulator.md derives the
+// presets' values from the served model and the GPUs.
+//
+// The older empirical form, step_base_ms + step_per_ktoken_ms × context/1000 + step_per_seq_ms × n,
+// still works when hbm_gb_per_sec is 0; setting both is an error.
 type DecodePool struct {
 	Instances int `yaml:"instances"`
 	// KVTokens is the KV memory of one instance, in tokens.
 	KVTokens int `yaml:"kv_tokens"`
-	// StepBaseMs, StepPerKTokenMs and StepPerSeqMs give the decode step time:
-	// base + perKToken × (batch context tokens / 1000) + perSeq × batch size.
+
+	// HBMGBPerSec is the peak memory bandwidth of one decode GPU (GB/s, 10^9 bytes); > 0 selects
+	// the bandwidth-derived step.
+	HBMGBPerSec float64 `yaml:"hbm_gb_per_sec"`
+	// BandwidthEfficiency is the fraction of peak bandwidth decode kernels achieve (in (0, 1]).
+	BandwidthEfficiency float64 `yaml:"bandwidth_efficiency"`
+	// WeightBytes are the weights every step reads whatever the batch: attention and linear
+	// attention projections, shared experts, router, LM head.
+	WeightBytes float64 `yaml:"weight_bytes"`
+	// ExpertWeightBytes are the routed experts' weights; a step reads the share its tokens route
+	// to. With Experts 0 they are read in full (a dense model: put everything in WeightBytes).
+	ExpertWeightBytes float64 `yaml:"expert_weight_bytes"`
+	// Experts and ExpertsPerToken describe the routing (256 and 8 for the paper's model).
+	Experts         int `yaml:"experts"`
+	ExpertsPerToken int `yaml:"experts_per_token"`
+	// KVBytesPerToken is the attention KV of one context token (all layers, K and V).
+	KVBytesPerToken float64 `yaml:"kv_bytes_per_token"`
+	// StateBytesPerSeq is what a step reads and writes per sequence whatever its length (the
+	// recurrent and convolution state of linear-attention layers).
+	StateBytesPerSeq float64 `yaml:"state_bytes_per_seq"`
+	// StepOverheadMs is the part of a step that moves no bytes worth counting: scheduling, kernel
+	// launches, sampling.
+	StepOverheadMs float64 `yaml:"step_overhead_ms"`
+
+	// StepBaseMs, StepPerKTokenMs and StepPerSeqMs are the empirical step formula, used only when
+	// HBMGBPerSec is 0: base + perKToken × (batch context tokens / 1000) + perSeq × batch size.
 	StepBaseMs      float64 `yaml:"step_base_ms"`
 	StepPerKTokenMs float64 `yaml:"step_per_ktoken_ms"`
 	StepPerSeqMs    float64 `yaml:"step_per_seq_ms"`
+}
+
+// bandwidthModel reports whether the decode step is derived from bandwidth (else the empirical
+// formula).
+func (q DecodePool) bandwidthModel() bool { return q.HBMGBPerSec != 0 }
+
+// expertCoverage is the expected share of routed experts a batch of n sequences reads in one step.
+func (q DecodePool) expertCoverage(n int) float64 {
+	if q.Experts <= 0 {
+		return 1
+	}
+	return 1 - math.Pow(1-float64(q.ExpertsPerToken)/float64(q.Experts), float64(n))
+}
+
+// StepBytes is what one decode step reads from HBM for a batch of n sequences holding tokens of
+// context (bandwidth model only).
+func (q DecodePool) StepBytes(n int, tokens int64) float64 {
+	return q.WeightBytes + q.ExpertWeightBytes*q.expertCoverage(n) + q.KVBytesPerToken*float64(tokens) +
+		q.StateBytesPerSeq*float64(n)
 }
 
 // Transfer is the prefill→decode KV link, also used by lending write-backs.
@@ -86,13 +144,72 @@ func (d Deployment) Validate() error {
 	nonNeg("deployment.prefill.overhead_ms", d.Prefill.OverheadMs)
 	pos("deployment.decode.instances", float64(d.Decode.Instances))
 	pos("deployment.decode.kv_tokens", float64(d.Decode.KVTokens))
-	pos("deployment.decode.step_base_ms", d.Decode.StepBaseMs)
-	nonNeg("deployment.decode.step_per_ktoken_ms", d.Decode.StepPerKTokenMs)
-	nonNeg("deployment.decode.step_per_seq_ms", d.Decode.StepPerSeqMs)
+	errs = append(errs, d.Decode.validateStep())
 	nonNeg("deployment.transfer.latency_ms", d.Transfer.LatencyMs)
 	pos("deployment.transfer.tokens_per_sec", d.Transfer.TokensPerSec)
 	if f := d.Lending.MaxFraction; !(f >= 0 && f <= 1) {
 		errs = append(errs, fmt.Errorf("deployment.lending.max_fraction: must be in [0, 1], got %v", f))
+	}
+	return errors.Join(errs...)
+}
+
+// validateStep checks the decode step's parameters: the bandwidth model's when hbm_gb_per_sec is
+// set, else the empirical formula's; a file mixing both is refused, because one of them would be
+// silently ignored.
+func (q DecodePool) validateStep() error {
+	var errs []error
+	bad := func(name, want string, v any) {
+		errs = append(errs, fmt.Errorf("deployment.decode.%s: must be %s, got %v", name, want, v))
+	}
+	finite := func(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
+	if !q.bandwidthModel() {
+		if !(q.StepBaseMs > 0) || !finite(q.StepBaseMs) {
+			bad("step_base_ms", "> 0 (or describe the hardware with hbm_gb_per_sec and the fields that go with it)", q.StepBaseMs)
+		}
+		if !(q.StepPerKTokenMs >= 0) || !finite(q.StepPerKTokenMs) {
+			bad("step_per_ktoken_ms", "≥ 0", q.StepPerKTokenMs)
+		}
+		if !(q.StepPerSeqMs >= 0) || !finite(q.StepPerSeqMs) {
+			bad("step_per_seq_ms", "≥ 0", q.StepPerSeqMs)
+		}
+		return errors.Join(errs...)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"step_base_ms", q.StepBaseMs}, {"step_per_ktoken_ms", q.StepPerKTokenMs}, {"step_per_seq_ms", q.StepPerSeqMs}} {
+		if f.v != 0 {
+			errs = append(errs, fmt.Errorf("deployment.decode.%s: the empirical step formula cannot be combined "+
+				"with hbm_gb_per_sec (the bandwidth-derived step); set hbm_gb_per_sec: 0 to use it, or remove %s",
+				f.name, f.name))
+		}
+	}
+	if !(q.HBMGBPerSec > 0) || !finite(q.HBMGBPerSec) {
+		bad("hbm_gb_per_sec", "> 0", q.HBMGBPerSec)
+	}
+	if !(q.BandwidthEfficiency > 0 && q.BandwidthEfficiency <= 1) {
+		bad("bandwidth_efficiency", "in (0, 1]", q.BandwidthEfficiency)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"weight_bytes", q.WeightBytes}, {"expert_weight_bytes", q.ExpertWeightBytes},
+		{"kv_bytes_per_token", q.KVBytesPerToken}, {"state_bytes_per_seq", q.StateBytesPerSeq},
+		{"step_overhead_ms", q.StepOverheadMs}} {
+		if !(f.v >= 0) || !finite(f.v) {
+			bad(f.name, "≥ 0", f.v)
+		}
+	}
+	if q.WeightBytes+q.ExpertWeightBytes <= 0 {
+		bad("weight_bytes", "> 0 (with expert_weight_bytes: a step reads the model's weights)", q.WeightBytes)
+	}
+	switch {
+	case q.Experts < 0:
+		bad("experts", "≥ 0", q.Experts)
+	case q.Experts == 0 && q.ExpertsPerToken != 0:
+		bad("experts_per_token", "0 when experts is 0 (a dense model)", q.ExpertsPerToken)
+	case q.Experts > 0 && (q.ExpertsPerToken < 1 || q.ExpertsPerToken > q.Experts):
+		bad("experts_per_token", fmt.Sprintf("in [1, experts = %d]", q.Experts), q.ExpertsPerToken)
 	}
 	return errors.Join(errs...)
 }
@@ -120,9 +237,16 @@ func (d *Deployment) transferTime(prompt int) time.Duration {
 
 // stepTime is one decode step for a batch of n sequences holding tokens of context.
 func (d *Deployment) stepTime(n int, tokens int64) time.Duration {
-	q := d.Decode
+	q := &d.Decode
+	if q.bandwidthModel() {
+		return seconds(q.StepOverheadMs/1000 + q.StepBytes(n, tokens)/(q.HBMGBPerSec*1e9*q.BandwidthEfficiency))
+	}
 	return seconds((q.StepBaseMs + q.StepPerKTokenMs*float64(tokens)/1000 + q.StepPerSeqMs*float64(n)) / 1000)
 }
+
+// StepTime is one decode step of this deployment for a batch of n sequences holding tokens of
+// context: what the simulator charges, exported so tools and docs can tabulate it.
+func (d Deployment) StepTime(n int, tokens int64) time.Duration { return d.stepTime(n, tokens) }
 
 // UnloadedTime is the session's duration alone on this deployment: every call finds its previous
 // prompt cached, nothing queues, decode runs a batch of one. It uses the same cost functions as
@@ -159,10 +283,10 @@ var deploymentPresets = map[string]Deployment{
 	// simulator-calibration notes, which reproduced the paper's 1P1D observations.
 	"paper-1p1d-h100": {
 		Prefill: PrefillPool{
-			Instances: 1, CacheTokens: 650_000, LoadBackTokensPerSec: 300_000,
+			Instances: 1, CacheTokens: 560_000, LoadBackTokensPerSec: 300_000,
 			TokensPerSec: 24_000, ContextScaleTokens: 256_000, OverheadMs: 3,
 		},
-		Decode:   DecodePool{Instances: 1, KVTokens: 800_000, StepBaseMs: 15, StepPerKTokenMs: 0.01, StepPerSeqMs: 0.05},
+		Decode:   qwen36Decode(1, 800_000, 3350),
 		Transfer: Transfer{LatencyMs: 120, TokensPerSec: 1_000_000},
 		Lending:  LendingState{MaxFraction: 0.5},
 	},
@@ -174,10 +298,22 @@ var deploymentPresets = map[string]Deployment{
 			Instances: 1, CacheTokens: 1_250_000, LoadBackTokensPerSec: 300_000,
 			TokensPerSec: 24_000, ContextScaleTokens: 256_000, OverheadMs: 3,
 		},
-		Decode:   DecodePool{Instances: 3, KVTokens: 1_500_000, StepBaseMs: 15, StepPerKTokenMs: 0.01, StepPerSeqMs: 0.05},
+		Decode:   qwen36Decode(3, 1_500_000, 4800),
 		Transfer: Transfer{LatencyMs: 120, TokensPerSec: 1_000_000},
 		Lending:  LendingState{MaxFraction: 0.5},
 	},
+}
+
+// qwen36Decode is a decode pool serving the paper's model, Qwen3.6-35B-A3B, with FP8 weights
+// (one GPU per instance: bf16 weights, ≈ 70 GB, would leave an 80 GB H100 no room for KV) and a
+// bf16 KV cache, on GPUs of the given peak HBM bandwidth. docs/simulator.md has the arithmetic:
+// 40 layers of which 10 use attention (2 KV heads × 256) and 30 Gated DeltaNet (float32 state,
+// SGLang's default), 256 experts with 8 routed per token.
+func qwen36Decode(instances, kvTokens int, hbmGBPerSec float64) DecodePool {
+	return DecodePool{Instances: instances, KVTokens: kvTokens,
+		HBMGBPerSec: hbmGBPerSec, BandwidthEfficiency: 0.7,
+		WeightBytes: 2.45e9, ExpertWeightBytes: 32.2e9, Experts: 256, ExpertsPerToken: 8,
+		KVBytesPerToken: 20_480, StateBytesPerSeq: 128.8e6, StepOverheadMs: 3}
 }
 
 // DeploymentPreset returns a copy of a named deployment preset.

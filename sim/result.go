@@ -17,6 +17,12 @@ type SessionCounts struct {
 	Rejected  int `json:"rejected"`
 	Shed      int `json:"shed"`
 	Killed    int `json:"killed"`
+	// Late counts completed sessions that missed the slowdown clause (finished after
+	// slo.slowdown × their unloaded time); SlowTokens those that missed the TPOT clause (fewer than
+	// slo.tpot_fraction of their decode steps within slo.tpot_ms). A session can miss both, so
+	// Completed − Good ≤ Late + SlowTokens.
+	Late       int `json:"late"`
+	SlowTokens int `json:"slow_tokens"`
 }
 
 // Result is the outcome of one run. Its JSON form is a contract: `basin sim run --json` prints it
@@ -115,8 +121,15 @@ func (s *Sim) fillGoodput(r *Result) {
 		switch ss.state {
 		case stDone:
 			c.Completed++
-			if s.good(ss) {
+			late, slow := s.missed(ss)
+			if !late && !slow {
 				c.Good++
+			}
+			if late {
+				c.Late++
+			}
+			if slow {
+				c.SlowTokens++
 			}
 		case stRejected:
 			c.Rejected++

@@ -681,10 +681,16 @@ func (s *Sim) good(ss *session) bool {
 	if ss.state != stDone {
 		return false
 	}
-	if float64(ss.end-ss.arrival) > s.o.SLO.Slowdown*float64(ss.unloaded) {
-		return false
-	}
-	return ss.steps == 0 || ss.goodSteps/ss.steps >= s.o.SLO.TPOTFraction
+	late, slow := s.missed(ss)
+	return !late && !slow
+}
+
+// missed reports which clauses of the SLO a finished session missed: late when it took longer than
+// Slowdown × its unloaded time, slow when too few of its decode steps were within TPOTMs.
+func (s *Sim) missed(ss *session) (late, slow bool) {
+	late = float64(ss.end-ss.arrival) > s.o.SLO.Slowdown*float64(ss.unloaded)
+	slow = ss.steps > 0 && ss.goodSteps/ss.steps < s.o.SLO.TPOTFraction
+	return late, slow
 }
 
 func (s *Sim) minute() *Minute { return &s.minutes[len(s.minutes)-1] }

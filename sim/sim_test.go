@@ -504,3 +504,81 @@ func BenchmarkTrapped1P1D(b *testing.B) {
 		s.Run()
 	}
 }
+
+// TestDecodeStepFromBandwidth checks the bandwidth-derived step against the arithmetic in
+// docs/simulator.md and the properties the model rests on.
+func TestDecodeStepFromBandwidth(t *testing.T) {
+	h100 := preset(t, "paper-1p1d-h100")
+	// A batch of one at 25K tokens of context: 2.45 GB of dense weights, 8/256 of 32.2 GB of
+	// experts, 25,000 × 20,480 B of KV and 128.8 MB of state over 0.7 × 3.35 TB/s, plus 3 ms.
+	want := 3 + (2.45e9+32.2e9*8/256+25_000*20_480+128.8e6)/(0.7*3350e9)*1000
+	assert.InDelta(t, want, float64(h100.StepTime(1, 25_000))/1e6, 1e-3)
+
+	q := h100.Decode
+	assert.InDelta(t, 8.0/256, q.expertCoverage(1), 1e-12, "one token reads its 8 experts")
+	assert.Greater(t, q.expertCoverage(200), 0.99, "a large batch reads nearly every expert")
+	assert.Greater(t, h100.StepTime(20, 600_000), h100.StepTime(10, 600_000), "more sequences, more bytes")
+	assert.Greater(t, h100.StepTime(10, 600_000), h100.StepTime(10, 300_000), "more context, more KV")
+
+	h200 := preset(t, "paper-1p3d-h200")
+	assert.Less(t, h200.StepTime(10, 300_000), h100.StepTime(10, 300_000), "H200 has more bandwidth")
+
+	// The fullest batch each decode GPU can hold (its whole KV pool, sequences of 25K tokens)
+	// stays under the 50 ms TPOT: on these presets the TPOT clause cannot bind.
+	for _, d := range []Deployment{h100, h200} {
+		n := d.Decode.KVTokens / 25_000
+		assert.Less(t, d.StepTime(n, int64(d.Decode.KVTokens)), 50*time.Millisecond)
+	}
+
+	legacy := h100
+	legacy.Decode = DecodePool{Instances: 1, KVTokens: 800_000, StepBaseMs: 15, StepPerKTokenMs: 0.01, StepPerSeqMs: 0.05}
+	require.NoError(t, legacy.Validate())
+	assert.Equal(t, seconds((15+0.01*300+0.05*10)/1000), legacy.StepTime(10, 300_000), "the empirical formula still works")
+}
+
+func TestDecodeStepValidation(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(q *DecodePool)
+		field string
+	}{
+		{"both formulas", func(q *DecodePool) { q.StepBaseMs = 15 }, "deployment.decode.step_base_ms"},
+		{"neither formula", func(q *DecodePool) { q.HBMGBPerSec = 0 }, "deployment.decode.step_base_ms"},
+		{"efficiency above 1", func(q *DecodePool) { q.BandwidthEfficiency = 1.2 }, "deployment.decode.bandwidth_efficiency"},
+		{"no efficiency", func(q *DecodePool) { q.BandwidthEfficiency = 0 }, "deployment.decode.bandwidth_efficiency"},
+		{"negative KV bytes", func(q *DecodePool) { q.KVBytesPerToken = -1 }, "deployment.decode.kv_bytes_per_token"},
+		{"no weights", func(q *DecodePool) { q.WeightBytes, q.ExpertWeightBytes = 0, 0 }, "deployment.decode.weight_bytes"},
+		{"more routed than experts", func(q *DecodePool) { q.ExpertsPerToken = 300 }, "deployment.decode.experts_per_token"},
+		{"routing without experts", func(q *DecodePool) { q.Experts = 0 }, "deployment.decode.experts_per_token"},
+		{"infinite bandwidth", func(q *DecodePool) { q.HBMGBPerSec = math.Inf(1) }, "deployment.decode.hbm_gb_per_sec"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := preset(t, "paper-1p1d-h100")
+			c.edit(&d.Decode)
+			err := d.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.field)
+		})
+	}
+	d := preset(t, "paper-1p1d-h100")
+	d.Decode.Experts, d.Decode.ExpertsPerToken = 0, 0
+	require.NoError(t, d.Validate(), "a dense model: experts 0 reads all expert bytes")
+	assert.InDelta(t, 1, d.Decode.expertCoverage(1), 1e-12)
+}
+
+func TestSessionCountsSplitTheSLOClauses(t *testing.T) {
+	o := opts1P1D(t, 1, 1)
+	o.Duration, o.MeasureFrom, o.MeasureTo = 30*time.Minute, 5*time.Minute, 25*time.Minute
+	o.SLO = SLO{Slowdown: 4, TPOTMs: 1, TPOTFraction: 0.95} // no decode step is that fast
+	r := run(t, o)
+	require.Positive(t, r.Sessions.Completed)
+	assert.Equal(t, r.Sessions.Completed, r.Sessions.SlowTokens)
+	assert.Zero(t, r.Sessions.Late, "a healthy deployment finishes within 4× unloaded")
+	assert.Zero(t, r.Sessions.Good)
+	o.SLO = SLO{Slowdown: 1, TPOTMs: 50, TPOTFraction: 0.95} // any queueing makes a session late
+	r = run(t, o)
+	assert.Positive(t, r.Sessions.Late)
+	assert.Zero(t, r.Sessions.SlowTokens)
+	assert.Equal(t, r.Sessions.Completed-r.Sessions.Late, r.Sessions.Good)
+}

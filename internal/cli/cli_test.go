@@ -170,7 +170,7 @@ func TestSimCompareTable(t *testing.T) {
 }
 
 func TestSimCurveJSON(t *testing.T) {
-	code, stdout, stderr := basin(t, "sim", "curve", "--scenario", "paper-1p1d-h100", "-n", "10,40,80", "--json")
+	code, stdout, stderr := basin(t, "sim", "curve", "--scenario", "paper-1p1d-h100", "-n", "10,30,80", "--json")
 	require.Equal(t, 0, code, stderr)
 	var c struct {
 		Points []struct {
@@ -532,8 +532,8 @@ func TestLiveRiskWithoutTheGateway(t *testing.T) {
 	code, stdout, stderr := runQuick(t, 30*time.Second, "risk", "--metrics", metrics, "--window", "10m")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "which limit binds first is unknown without a gateway target")
-	for _, want := range []string{"cache capacity   650K tokens\n",
-		"knee             W/C 1.90 (the Basin paper's, without --calibration): working set 1.24M tokens\n",
+	for _, want := range []string{"cache capacity   560K tokens\n",
+		"knee             W/C 1.90 (the Basin paper's, without --calibration): working set 1.06M tokens\n",
 		"decode capacity  800K tokens\n", "unknown          cache and decode limits in sessions", "add gateway=URL"} {
 		assert.Contains(t, stdout, want)
 	}

@@ -99,7 +99,7 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, cal.Save(filepath.Join(dir, "calibration.json")))
 
 	sim := servetest.Start(t, speed)
-	const capacity = 650_000 // paper-1p1d-h100's prefill cache
+	const capacity = 560_000 // paper-1p1d-h100's prefill cache
 
 	const gwToken = "e2e-gateway-admin-token"
 	gcfg, err := gateway.ParseConfig([]byte("upstreams: [" + sim.URL + "]\nmax_queue_wait: 5s\nadmission: {budget_tokens: 1000000000000}\n"))

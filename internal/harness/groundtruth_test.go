@@ -26,6 +26,10 @@ func TestGroundTruthFindsTheBindingLimit(t *testing.T) {
 			dep, err := sim.DeploymentPreset("paper-1p1d-h100")
 			require.NoError(t, err)
 			dep.Decode.KVTokens = tc.kv
+			// A 650K prefill cache (the preset's before the decode step was derived from bandwidth):
+			// with the faster step the preset's 560K cache collapses at about the population where
+			// 200K of decode memory fills, which would blur the first case.
+			dep.Prefill.CacheTokens = 650_000
 			gt, err := MeasureGroundTruth(dep, w, 1, 2, 120)
 			require.NoError(t, err)
 			assert.Equal(t, tc.binding, gt.Binding)

@@ -20,7 +20,7 @@ func TestPaperObservations(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 	r, err := Run(seeds, nil)
 	require.NoError(t, err)
-	want := map[string]int{"a": 10, "b": 8, "c": 8, "d": 4, "e": 8}
+	want := map[string]int{"a": 10, "b": 7, "c": 9, "d": 5, "e": 7}
 	for id, min := range want {
 		c := r.Check(id)
 		assert.GreaterOrEqual(t, c.Passed, min, "(%s) %s: %s", id, c.Criterion, c.Detail)
@@ -29,6 +29,9 @@ func TestPaperObservations(t *testing.T) {
 	var md bytes.Buffer
 	require.NoError(t, r.Markdown(&md, "test"))
 	assert.Contains(t, md.String(), "| (e) |")
+	assert.Contains(t, md.String(), "## Healthy goodput")
+	require.Len(t, r.Healthy, len(seeds))
+	assert.Positive(t, r.MaxStepMs["paper-1p1d-h100"])
 }
 
 func TestRecoveryMinutes(t *testing.T) {

@@ -39,7 +39,7 @@ func TestParseIssueExample(t *testing.T) {
 	assert.Equal(t, 500_000, d.Prefill.CacheTokens, "the file overrides the preset")
 	assert.Equal(t, 500_000, d.Decode.KVTokens)
 	assert.Equal(t, 24_000.0, d.Prefill.TokensPerSec, "keys the file omits keep the preset's value")
-	assert.Equal(t, 15.0, d.Decode.StepBaseMs)
+	assert.Equal(t, 3350.0, d.Decode.HBMGBPerSec, "the preset's decode hardware is kept")
 	o, err := sc.Options("")
 	require.NoError(t, err)
 	require.Len(t, o.Streams, 3)
@@ -60,6 +60,8 @@ func TestParseErrorsNameKeyAndLine(t *testing.T) {
 		{"unknown top-level key", "name: x\nduraton: 90m\n", []string{"line 2", `unknown key "duraton"`}},
 		{"unknown nested key", "name: x\nduration: 1h\ndeployment:\n  preset: paper-1p1d-h100\n  prefill: {cache_tokenz: 1}\n",
 			[]string{"line 5", `unknown key "cache_tokenz"`}},
+		{"old step formula on a bandwidth preset", "name: x\nduration: 1h\ndeployment:\n  preset: paper-1p1d-h100\n  decode: {step_base_ms: 15}\nworkload: {kind: short}\n",
+			[]string{"deployment.decode.step_base_ms", "hbm_gb_per_sec: 0"}},
 		{"bad duration", "name: x\nduration: ninety\n", []string{"line 2", "duration", "ninety"}},
 		{"wrong type", "name: x\nduration: 1h\nseed: [1]\n", []string{"line 3"}},
 		{"unknown preset", "name: x\nduration: 1h\ndeployment: {preset: h999}\nworkload: {kind: short}\n",
