@@ -112,9 +112,9 @@ type AdmissionConfig struct {
 	PriorityTokensPerSec float64 `yaml:"priority_tokens_per_sec"`
 	// ArrivalOrder orders the queue by arrival alone.
 	ArrivalOrder bool `yaml:"arrival_order"`
-	// LIFOAfter turns the queue newest first once the session next in line has waited this long,
-	// until it empties (admission.DefaultLIFOAfter; negative: never). See admission.Options.
-	LIFOAfter Duration `yaml:"lifo_after"`
+	// StaleAfter is how long a queued session may wait before it goes stale: behind every fresh
+	// session, the stale ones newest first (admission.DefaultStaleAfter; negative: never).
+	StaleAfter Duration `yaml:"stale_after"`
 	// TenantQuota caps each tenant's live plus queued sessions (0: no cap).
 	TenantQuota int `yaml:"tenant_quota"`
 	// Quotas overrides TenantQuota per tenant.
@@ -290,7 +290,7 @@ func (c *Config) admissionOptions() admission.Options {
 		ReferenceBudget: a.ReferenceBudgetTokens,
 		TokensPerSecond: a.PriorityTokensPerSec,
 		ArrivalOrder:    a.ArrivalOrder,
-		LIFOAfter:       time.Duration(a.LIFOAfter),
+		StaleAfter:      time.Duration(a.StaleAfter),
 		TenantQuota:     a.TenantQuota,
 		Quotas:          a.Quotas,
 		IdleTimeout:     time.Duration(c.IdleTimeout),

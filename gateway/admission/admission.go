@@ -12,11 +12,13 @@
 // nothing is live, the head is admitted even over budget, so the service always makes progress.
 //
 // One departure from the paper, for sustained overload (arrivals above what the deployment can
-// complete, so the queue never empties): once the head has waited Options.LIFOAfter the queue
-// serves newest first (adaptive LIFO, as Facebook's request queues and CockroachDB's epoch-LIFO
-// do) until it empties. In arrival order every session would wait as long as the backlog is deep
-// and be admitted too late to finish in time; newest first keeps the sessions that still can, and
-// the oldest become the lowest priority, the ones the shedding rule drops.
+// complete, so the backlog only grows): a queued session that has waited Options.StaleAfter goes
+// stale — behind every fresh one, the stale ones newest first (the adaptive LIFO of Facebook's
+// request queues and CockroachDB's epoch-LIFO, applied to the backlog's old end). In arrival order
+// every session would wait as long as the backlog is deep and be admitted too late to finish in
+// time; this way fresh sessions wait at most StaleAfter, the capacity goes to sessions that can
+// still finish, stale ones get what is left, and the oldest are the lowest priority, the ones the
+// shedding rule drops.
 //
 // Every mutating method takes the current time and returns the events it caused (sessions
 // admitted from the queue, sessions shed); the caller delivers them. Core is safe for concurrent
@@ -78,14 +80,11 @@ type Options struct {
 	DrainWindow time.Duration
 	// IdleTimeout ends a live session whose last call finished this long ago (default 10 min).
 	IdleTimeout time.Duration
-	// LIFOAfter turns the queue to newest first once the session next in line has waited this
-	// long, until the queue empties (adaptive LIFO; default 5 min, negative: never). In a queue
-	// that does not empty, serving in arrival order makes every session wait as long as the
-	// backlog is deep, so under sustained overload each one is admitted too late to finish in
-	// time and the capacity is spent on sessions that fail anyway; newest first serves the
-	// sessions that still can, and leaves the oldest to the shedding rule (they are then the
-	// lowest priority). Size ordering holds in both: the key is peak/r − arrival.
-	LIFOAfter time.Duration
+	// StaleAfter is how long a session may wait before it goes stale: behind every fresh
+	// session, the stale ones newest first, each still by size (key peak/r − arrival). Default
+	// DefaultStaleAfter; negative: never (the queue keeps the priority order). See the package
+	// documentation for why.
+	StaleAfter time.Duration
 }
 
 // Defaults.
@@ -95,11 +94,11 @@ const (
 	DefaultShedMemory      = 30 * time.Minute
 	DefaultDrainWindow     = 5 * time.Minute
 	DefaultIdleTimeout     = 10 * time.Minute
-	// DefaultLIFOAfter: chosen against the simulator's overload rows (docs/simulator.md): well
-	// above the first-call waits of a queue that drains (under a minute in the spike presets),
-	// a third of the Basin paper's 15-minute shedding wait, and a fifth of an unloaded
-	// Terminal-Bench session's 4 × 6.5-minute deadline.
-	DefaultLIFOAfter = 5 * time.Minute
+	// DefaultStaleAfter: chosen in the simulator (docs/simulator.md has the sweep over 3–12
+	// minutes): far above the first-call waits of a queue that drains (under a minute in the
+	// spike presets), under the Basin paper's 15-minute shedding wait, and under a third of a
+	// median Terminal-Bench session's deadline (4 × its unloaded ≈ 6.5 minutes).
+	DefaultStaleAfter = 8 * time.Minute
 )
 
 // Validate reports every option that cannot configure a Core, naming it.
@@ -154,8 +153,8 @@ func (o Options) withDefaults() (Options, error) {
 	def(&o.ShedMemory, DefaultShedMemory, "shed_memory")
 	def(&o.DrainWindow, DefaultDrainWindow, "drain_window")
 	def(&o.IdleTimeout, DefaultIdleTimeout, "idle_timeout")
-	if o.LIFOAfter == 0 {
-		o.LIFOAfter = DefaultLIFOAfter
+	if o.StaleAfter == 0 {
+		o.StaleAfter = DefaultStaleAfter
 	}
 	return o, errors.Join(errs...)
 }
@@ -261,6 +260,8 @@ type session struct {
 	demandCache int64
 	// key and tie order the queue (less); keyLocked sets them for the queue's current order.
 	key, tie int64
+	// stale: waited Options.StaleAfter; it queues behind every fresh session.
+	stale bool
 }
 
 type memo struct {
@@ -286,9 +287,8 @@ type Core struct {
 		admits     []time.Time // recent admissions, for the drain-rate estimate
 		nextSweep  time.Time
 		counters   Counters
-		// lifo: the queue serves newest first (Options.LIFOAfter) since lifoSince.
-		lifo      bool
-		lifoSince time.Time
+		// stale counts the queued sessions gone stale (Options.StaleAfter).
+		stale int
 	}
 }
 
@@ -303,8 +303,8 @@ type Counters struct {
 	Shed              uint64 `json:"shed"`
 	Cancelled         uint64 `json:"cancelled"`
 	Ended             uint64 `json:"ended"`
-	// LIFOTurns counts the queue turning newest first (Options.LIFOAfter).
-	LIFOTurns uint64 `json:"lifo_turns"`
+	// Staled counts queued sessions that went stale (Options.StaleAfter).
+	Staled uint64 `json:"staled"`
 }
 
 // New returns a Core, or an error naming every bad option.
@@ -444,29 +444,33 @@ func (c *Core) admitLocked(now time.Time, s *session) {
 	c.mu.admits = append(c.mu.admits, now)
 }
 
-// keyLocked sets a session's place in the queue's current order: by priority, or newest first
-// with the same size term (peak/r − arrival) while the queue is LIFO.
+// keyLocked sets a session's place in the queue: by priority while fresh, newest first (with the
+// same size term) once stale.
 func (c *Core) keyLocked(s *session) {
-	if c.mu.lifo {
+	if s.stale {
 		s.key, s.tie = int64(s.priority.Sub(s.arrival))-s.arrival.UnixNano(), -int64(s.seq)
 		return
 	}
 	s.key, s.tie = s.priority.UnixNano(), int64(s.seq)
 }
 
-// orderLocked turns the queue newest first when the session next in line has waited LIFOAfter,
-// and back to priority order when it is empty.
+// orderLocked moves the sessions next in line that have waited StaleAfter behind the fresh ones.
+// It looks at the head only, O(log n) a move: a fresh session that waited longer but is further
+// back (a larger peak) goes stale when it reaches the head.
 func (c *Core) orderLocked(now time.Time) {
-	switch {
-	case c.mu.lifo && c.mu.queue.Len() == 0:
-		c.mu.lifo, c.mu.lifoSince = false, time.Time{}
-	case !c.mu.lifo && c.mu.o.LIFOAfter > 0 && c.mu.queue.Len() > 0 && now.Sub(c.mu.queue.Peek().arrival) >= c.mu.o.LIFOAfter:
-		c.mu.lifo, c.mu.lifoSince = true, now
-		c.mu.counters.LIFOTurns++
-		for _, s := range c.mu.queue.Items() {
-			c.keyLocked(s)
+	if c.mu.o.StaleAfter <= 0 {
+		return
+	}
+	for c.mu.queue.Len() > 0 {
+		h := c.mu.queue.Peek()
+		if h.stale || now.Sub(h.arrival) < c.mu.o.StaleAfter {
+			return
 		}
-		c.mu.queue.Reorder()
+		h.stale = true
+		c.keyLocked(h)
+		c.mu.queue.Fix(h)
+		c.mu.stale++
+		c.mu.counters.Staled++
 	}
 }
 
@@ -480,12 +484,14 @@ func (c *Core) drainLocked(now time.Time) []Event {
 			break
 		}
 		c.mu.queue.Pop()
+		if h.stale {
+			c.mu.stale--
+		}
 		delete(c.mu.queued, h.id)
 		c.admitLocked(now, h)
 		c.mu.counters.AdmittedFromQueue++
 		evs = append(evs, Event{Kind: EventAdmitted, ID: h.id, At: now, Waited: now.Sub(h.arrival)})
 	}
-	c.orderLocked(now) // emptied: priority order again
 	return evs
 }
 
@@ -603,6 +609,9 @@ func (c *Core) Cancel(now time.Time, id string) []Event {
 
 func (c *Core) removeQueuedLocked(s *session) {
 	c.mu.queue.Remove(s)
+	if s.stale {
+		c.mu.stale--
+	}
 	delete(c.mu.queued, s.id)
 	c.mu.tenants[s.tenant]--
 	if c.mu.tenants[s.tenant] <= 0 {

@@ -45,10 +45,15 @@ func check(t testing.TB, c *Core) {
 	for _, s := range c.mu.live {
 		tenants[s.tenant]++
 	}
+	stale := 0
 	for _, s := range c.mu.queued {
 		tenants[s.tenant]++
 		assert.True(t, s.queued)
+		if s.stale {
+			stale++
+		}
 	}
+	assert.Equal(t, stale, c.mu.stale, "stale count")
 	assert.Equal(t, tenants, c.mu.tenants)
 }
 
@@ -432,7 +437,7 @@ func TestCollectorExportsTheCore(t *testing.T) {
 	assert.Equal(t, map[string]float64{
 		"basin_gateway_sessions_live": 1, "basin_gateway_sessions_in_call": 1, "basin_gateway_sessions_queued": 1,
 		"basin_gateway_working_set_tokens": 90, "basin_gateway_reserved_tokens": 90,
-		"basin_gateway_budget_tokens": 100, "basin_gateway_queue_newest_first": 0, "basin_gateway_queue_newest_first_turns_total": 0, "basin_gateway_reference_budget_tokens": 100,
+		"basin_gateway_budget_tokens": 100, "basin_gateway_sessions_queued_stale": 0, "basin_gateway_sessions_staled_total": 0, "basin_gateway_reference_budget_tokens": 100,
 		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,
 		"basin_gateway_session_completions_total": 0, "basin_gateway_admissions_total{immediate}": 1,
 		"basin_gateway_admissions_total{queued}": 0, "basin_gateway_queue_oldest_wait_seconds": 1,
@@ -500,19 +505,19 @@ func TestCountOnly(t *testing.T) {
 	})
 }
 
-// TestNewestFirstUnderCongestion: once the session next in line has waited LIFOAfter the queue
-// serves newest first (size ordering kept: peak/r − arrival), the oldest become the lowest
-// priority (what the shedding rule drops), and an emptied queue goes back to priority order.
-func TestNewestFirstUnderCongestion(t *testing.T) {
-	queue := func(c *Core, now time.Time) (order []string, how string) {
+// TestStaleSessionsGoBehind: a queued session that has waited StaleAfter goes behind every fresh
+// one, the stale ones newest first (size ordering kept: peak/r − arrival); the oldest are then the
+// lowest priority (what the shedding rule drops).
+func TestStaleSessionsGoBehind(t *testing.T) {
+	queue := func(c *Core, now time.Time) (order []string, stale int) {
 		snap := c.Snapshot(now, true)
 		for _, q := range snap.Queue {
 			order = append(order, q.ID)
 		}
-		return order, snap.QueueOrder
+		return order, snap.Stale
 	}
 	// Admission engaged from the first token (reference 1), so only the budget decides.
-	c := core(t, Options{Budget: 100, ReferenceBudget: 1, Mode: ModePeak, LIFOAfter: time.Minute})
+	c := core(t, Options{Budget: 100, ReferenceBudget: 1, Mode: ModePeak, StaleAfter: time.Minute})
 	require.Equal(t, Admitted, c.Arrive(at(0), req("blocker", 100, 100)).Verdict)
 	for _, q := range []struct {
 		id   string
@@ -521,37 +526,41 @@ func TestNewestFirstUnderCongestion(t *testing.T) {
 	}{{"a", 1, 30}, {"b", 10, 30}, {"big", 20, 3000}, {"d", 30, 30}} {
 		require.Equal(t, Queued, c.Arrive(at(q.at), req(q.id, 10, q.peak)).Verdict)
 	}
-	order, how := queue(c, at(40))
+	order, stale := queue(c, at(40))
 	assert.Equal(t, []string{"a", "b", "d", "big"}, order, "priority order: p = arrival + peak/30")
-	assert.Equal(t, OrderPriority, how)
+	assert.Zero(t, stale)
 
-	// At 70 s the head, a, has waited 69 s ≥ 60 s: the next event turns the queue.
-	require.Equal(t, Queued, c.Arrive(at(70), req("e", 10, 30)).Verdict)
-	order, how = queue(c, at(70))
-	assert.Equal(t, []string{"e", "d", "b", "a", "big"}, order, "newest first, the big one still last (its +100 s)")
-	assert.Equal(t, OrderNewestFirst, how)
-	snap := c.Snapshot(at(70), false)
-	assert.Equal(t, at(70), snap.NewestFirstSince)
-	assert.Equal(t, uint64(1), snap.Counters.LIFOTurns)
-
-	evs := c.Shed(at(71), 2, nil, "capacity short")
-	assert.Equal(t, []string{"big", "a"}, ids(evs, EventShed), "the lowest priority is now the oldest")
-
-	// The blocker ends: its 100 tokens admit the three left (30 each), newest first.
-	evs = c.End(at(80), "blocker")
-	assert.Equal(t, []string{"e", "d", "b"}, ids(evs, EventAdmitted))
+	// At 75 s a (74 s) and b (65 s) have waited a minute; big (55 s) has not, d is fresh.
+	require.Equal(t, Queued, c.Arrive(at(75), req("e", 10, 30)).Verdict)
+	order, stale = queue(c, at(75))
+	assert.Equal(t, []string{"d", "e", "big", "b", "a"}, order, "fresh in priority order, then the stale ones newest first")
+	assert.Equal(t, 2, stale)
+	// At 90 s d (60 s) reaches the head and goes stale; big (70 s) is behind the fresh e and f
+	// by its +100 s, and goes stale only when it reaches the head (the check is O(log n)).
 	require.Equal(t, Queued, c.Arrive(at(90), req("f", 10, 30)).Verdict)
-	require.Equal(t, Queued, c.Arrive(at(91), req("g", 10, 30)).Verdict)
-	order, how = queue(c, at(91))
-	assert.Equal(t, []string{"f", "g"}, order, "the queue emptied: priority order again")
-	assert.Equal(t, OrderPriority, how)
+	order, stale = queue(c, at(90))
+	assert.Equal(t, []string{"e", "f", "big", "d", "b", "a"}, order)
+	assert.Equal(t, 3, stale)
+	assert.Equal(t, uint64(3), c.Snapshot(at(90), false).Counters.Staled)
+
+	evs := c.Shed(at(91), 2, nil, "capacity short")
+	assert.Equal(t, []string{"a", "b"}, ids(evs, EventShed), "the lowest priority: the oldest stale ones")
+	_, stale = queue(c, at(91))
+	assert.Equal(t, 1, stale)
+
+	// The blocker ends: its 100 tokens admit e and f (30 each); big's 3000 does not fit.
+	evs = c.End(at(95), "blocker")
+	assert.Equal(t, []string{"e", "f"}, ids(evs, EventAdmitted))
+	order, stale = queue(c, at(95))
+	assert.Equal(t, []string{"big", "d"}, order)
+	assert.Equal(t, 1, stale)
 	check(t, c)
 
-	never := core(t, Options{Budget: 100, Mode: ModePeak, LIFOAfter: -1})
+	never := core(t, Options{Budget: 100, ReferenceBudget: 1, Mode: ModePeak, StaleAfter: -1})
 	require.Equal(t, Admitted, never.Arrive(at(0), req("blocker", 100, 100)).Verdict)
 	require.Equal(t, Queued, never.Arrive(at(1), req("a", 10, 30)).Verdict)
 	require.Equal(t, Queued, never.Arrive(at(3600), req("b", 10, 30)).Verdict)
-	order, how = queue(never, at(3600))
-	assert.Equal(t, []string{"a", "b"}, order, "a negative LIFOAfter never turns the queue")
-	assert.Equal(t, OrderPriority, how)
+	order, stale = queue(never, at(3600))
+	assert.Equal(t, []string{"a", "b"}, order, "a negative StaleAfter keeps the priority order")
+	assert.Zero(t, stale)
 }

@@ -13,7 +13,7 @@ type stateCollector struct {
 	affinityOn                                                    func() bool
 	live, inCall, queued, workingSet, reserved, budget, reference *prometheus.Desc
 	affinity, arrivals, completions, admissions, oldestWait       *prometheus.Desc
-	countOnly, newestFirst, lifoTurns                             *prometheus.Desc
+	countOnly, stale, staled                                      *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -41,8 +41,8 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		budget:      d("basin_gateway_budget_tokens", "Admission budget B in tokens."),
 		reference:   d("basin_gateway_reference_budget_tokens", "Reference budget: admission engages when the working set exceeds it."),
 		countOnly:   d("basin_gateway_admission_count_only", "1 while the gateway admits every session and only counts, until a budget is set through the admin API (admission.count_only)."),
-		newestFirst: d("basin_gateway_queue_newest_first", "1 while the admission queue serves newest first: its head waited admission.lifo_after and it has not emptied since (adaptive LIFO)."),
-		lifoTurns:   d("basin_gateway_queue_newest_first_turns_total", "Times the admission queue turned newest first (admission.lifo_after)."),
+		stale:       d("basin_gateway_sessions_queued_stale", "Queued sessions that have waited admission.stale_after: they queue behind the fresh ones, newest first."),
+		staled:      d("basin_gateway_sessions_staled_total", "Queued sessions that went stale (waited admission.stale_after)."),
 		affinity:    d("basin_gateway_affinity_enabled", "1 when the gateway sets the sticky decode routing key on upstream requests."),
 		arrivals:    d("basin_gateway_session_arrivals_total", "New sessions that arrived (admitted, queued or refused)."),
 		completions: d("basin_gateway_session_completions_total", "Sessions that ended (explicitly or idle)."),
@@ -53,7 +53,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
-		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly, c.newestFirst, c.lifoTurns} {
+		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly, c.stale, c.staled} {
 		ch <- d
 	}
 }
@@ -78,12 +78,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		countOnly = 1
 	}
 	gauge(c.countOnly, countOnly)
-	newest := 0.0
-	if s.QueueOrder == OrderNewestFirst {
-		newest = 1
-	}
-	gauge(c.newestFirst, newest)
-	counter(c.lifoTurns, s.Counters.LIFOTurns)
+	gauge(c.stale, float64(s.Stale))
+	counter(c.staled, s.Counters.Staled)
 	aff := 0.0
 	if c.affinityOn != nil && c.affinityOn() {
 		aff = 1

@@ -1,9 +1,12 @@
 package admission
 
-// less orders the queue: smaller key first, then the tie order. The key is the fixed priority
-// p = arrival + peak/r while the queue serves in priority order, and peak/r − arrival while it
-// serves newest first (adaptive LIFO, see Options.LIFOAfter); keyLocked sets both.
+// less orders the queue: fresh sessions before stale ones (Options.StaleAfter), then smaller key
+// first, then the tie order. The key is the fixed priority p = arrival + peak/r for a fresh
+// session and peak/r − arrival for a stale one (newest first); keyLocked sets both.
 func less(a, b *session) bool {
+	if a.stale != b.stale {
+		return !a.stale
+	}
 	if a.key != b.key {
 		return a.key < b.key
 	}

@@ -17,14 +17,6 @@ type QueuedSession struct {
 	Demand        int64   `json:"demand_tokens"`
 }
 
-// Queue orders (Snapshot.QueueOrder).
-const (
-	// OrderPriority: smallest p = arrival + peak/r first.
-	OrderPriority = "priority"
-	// OrderNewestFirst: adaptive LIFO, smallest peak/r − arrival first (Options.LIFOAfter).
-	OrderNewestFirst = "newest_first"
-)
-
 // Snapshot is the state of the core at one instant.
 type Snapshot struct {
 	Mode Mode `json:"mode"`
@@ -44,10 +36,9 @@ type Snapshot struct {
 	// OldestWaitSeconds is how long the longest-waiting of them has waited.
 	Queued            int     `json:"queued_sessions"`
 	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
-	// QueueOrder is how the queue serves: OrderPriority, or OrderNewestFirst since
-	// NewestFirstSince (Options.LIFOAfter).
-	QueueOrder       string    `json:"queue_order"`
-	NewestFirstSince time.Time `json:"newest_first_since,omitzero"`
+	// Stale is how many of them have gone stale (Options.StaleAfter): they queue behind the
+	// fresh ones, newest first.
+	Stale int `json:"stale_sessions"`
 	// Sessions lists the live sessions ([] when none) with the full listing; nil (null in JSON)
 	// when not listed (SnapshotTail, or Snapshot without the queue).
 	Sessions []LiveSession   `json:"sessions"`
@@ -82,10 +73,7 @@ func (c *Core) snapshotLocked(now time.Time) Snapshot {
 	s := Snapshot{Mode: c.mu.o.Mode, CountOnly: c.mu.o.CountOnly, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
 		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
 		Engaged: !c.mu.o.CountOnly && (c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0), Counters: c.mu.counters,
-		Queued: c.mu.queue.Len(), Queue: []QueuedSession{}, QueueOrder: OrderPriority}
-	if c.mu.lifo {
-		s.QueueOrder, s.NewestFirstSince = OrderNewestFirst, c.mu.lifoSince
-	}
+		Queued: c.mu.queue.Len(), Stale: c.mu.stale, Queue: []QueuedSession{}}
 	for _, q := range c.mu.queue.Items() {
 		s.OldestWaitSeconds = max(s.OldestWaitSeconds, now.Sub(q.arrival).Seconds())
 	}

@@ -34,11 +34,9 @@ func TestOverloadScenarioIsSustainedOverload(t *testing.T) {
 // deployment's calibration) must serve at least as many good sessions as Continuum on the same
 // hardware, in every seed (the worst seed is the check, not the median).
 func TestBasinNotWorseThanContinuumUnderSustainedOverload(t *testing.T) {
-	t.Skip("issue 14, open: basin still loses in one seed of paper-1p1d-h100-overload — seeds 1–3: basin " +
-		"347/347/328 good sessions/h against continuum's 369/337/377 (0.94/1.03/0.87×; 0.68–0.76× before the " +
-		"lender, reference, restoring and queue-order fixes). In seed 3 the queue in arrival order would have " +
-		"served 364: newest first (admission.lifo_after) dooms old sessions arrival order still had time for. " +
-		"At 1.5× the peak newest first serves 351/346/340 against continuum's 164/129/247. See docs/simulator.md.")
+	t.Skip("issue 14, open: basin misses by one seed on paper-1p1d-h100-overload — seeds 1–3: basin " +
+		"366/380/374 good sessions/h against continuum's 280/250/376 (1.31/1.52/0.995×). Before the lender, " +
+		"reference, restoring and stale-queue fixes: 0.68–0.76×. See docs/simulator.md, Sustained overload.")
 	if testing.Short() {
 		t.Skip("three seeds of a 90-minute overload run, with calibration")
 	}

@@ -33,8 +33,8 @@ func (h *Heap[T]) Pop() T { return heap.Pop(&h.a).(T) }
 // Remove takes x out of the heap; x must be in it.
 func (h *Heap[T]) Remove(x T) { heap.Remove(&h.a, x.Index()) }
 
-// Reorder restores the heap after the elements' order changed (every element's Less at once).
-func (h *Heap[T]) Reorder() { heap.Init(&h.a) }
+// Fix restores the heap after x's order changed; x must be in it.
+func (h *Heap[T]) Fix(x T) { heap.Fix(&h.a, x.Index()) }
 
 // Items returns the elements in heap order (not sorted). The slice is the heap's own: read it,
 // do not keep or change it.
