@@ -42,17 +42,17 @@ type Result struct {
 	// over their unloaded time. A session that did not finish (refused, shed, killed or still
 	// running when the drain ends) counts with its time until the end of the run, a lower bound
 	// that is already past the SLO's slowdown for sessions the drain waited for.
-	SlowdownP50 *float64 `json:"slowdown_p50"`
-	SlowdownP90 *float64 `json:"slowdown_p90"`
-	LiveSessionsEnd       int           `json:"live_sessions_end"`
-	QueuedSessionsEnd     int           `json:"queued_sessions_end"`
-	WorkingSetEnd         int64         `json:"working_set_tokens_end"`
-	CacheCapacityEnd      int64         `json:"cache_capacity_tokens_end"`
-	PrefillBusyWindow     *float64      `json:"prefill_busy_window"`
-	CallsCompleted        int64         `json:"calls_completed"`
-	MeasureFromMin        float64       `json:"measure_from_min"`
-	MeasureToMin          float64       `json:"measure_to_min"`
-	DurationMin           float64       `json:"duration_min"`
+	SlowdownP50       *float64 `json:"slowdown_p50"`
+	SlowdownP90       *float64 `json:"slowdown_p90"`
+	LiveSessionsEnd   int      `json:"live_sessions_end"`
+	QueuedSessionsEnd int      `json:"queued_sessions_end"`
+	WorkingSetEnd     int64    `json:"working_set_tokens_end"`
+	CacheCapacityEnd  int64    `json:"cache_capacity_tokens_end"`
+	PrefillBusyWindow *float64 `json:"prefill_busy_window"`
+	CallsCompleted    int64    `json:"calls_completed"`
+	MeasureFromMin    float64  `json:"measure_from_min"`
+	MeasureToMin      float64  `json:"measure_to_min"`
+	DurationMin       float64  `json:"duration_min"`
 
 	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
 	// shape; see internal/harness). UtilisationAlertFirstMin is the first minute a conventional

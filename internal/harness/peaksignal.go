@@ -90,7 +90,7 @@ func (p *PeakSignal) quantile(u float64) float64 {
 	return p.peaks[i] + (pos-float64(i))*(p.peaks[i+1]-p.peaks[i])
 }
 
-func normalCDF(x float64) float64  { return 0.5 * math.Erfc(-x/math.Sqrt2) }
+func normalCDF(x float64) float64   { return 0.5 * math.Erfc(-x/math.Sqrt2) }
 func normalQuant(u float64) float64 { return math.Sqrt2 * math.Erfinv(2*u-1) }
 
 // Feature is the session's noisy-oracle feature (a standard normal).
