@@ -80,6 +80,10 @@ type SessionInfo struct {
 	Class string
 	// TruePeak is the session's real peak context. Only oracle policies may use it.
 	TruePeak int
+	// SignalNoise is SessionSpec.SignalNoise: per-session noise for noisy-oracle predictors,
+	// which blend it with TruePeak into a feature of known rank correlation with the peak (the
+	// stand-in for task text the synthetic workloads do not have). Only such predictors may use it.
+	SignalNoise float64
 }
 
 // Verdict is a gate's answer to an arrival.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -42,15 +43,22 @@ type Result struct {
 	HitRateEnd            *float64      `json:"hit_rate_end"`
 	TTFTP50Window         *float64      `json:"ttft_p50_s_window"`
 	FirstCallWaitP50      *float64      `json:"first_call_wait_p50_s"`
-	LiveSessionsEnd       int           `json:"live_sessions_end"`
-	QueuedSessionsEnd     int           `json:"queued_sessions_end"`
-	WorkingSetEnd         int64         `json:"working_set_tokens_end"`
-	CacheCapacityEnd      int64         `json:"cache_capacity_tokens_end"`
-	PrefillBusyWindow     *float64      `json:"prefill_busy_window"`
-	CallsCompleted        int64         `json:"calls_completed"`
-	MeasureFromMin        float64       `json:"measure_from_min"`
-	MeasureToMin          float64       `json:"measure_to_min"`
-	DurationMin           float64       `json:"duration_min"`
+	FirstCallWaitP90      *float64      `json:"first_call_wait_p90_s"`
+	// SlowdownP50 and SlowdownP90 are percentiles of the window's sessions' time in the system
+	// over their unloaded time. A session that did not finish (refused, shed, killed or still
+	// running when the drain ends) counts with its time until the end of the run, a lower bound
+	// that is already past the SLO's slowdown for sessions the drain waited for.
+	SlowdownP50       *float64 `json:"slowdown_p50"`
+	SlowdownP90       *float64 `json:"slowdown_p90"`
+	LiveSessionsEnd   int      `json:"live_sessions_end"`
+	QueuedSessionsEnd int      `json:"queued_sessions_end"`
+	WorkingSetEnd     int64    `json:"working_set_tokens_end"`
+	CacheCapacityEnd  int64    `json:"cache_capacity_tokens_end"`
+	PrefillBusyWindow *float64 `json:"prefill_busy_window"`
+	CallsCompleted    int64    `json:"calls_completed"`
+	MeasureFromMin    float64  `json:"measure_from_min"`
+	MeasureToMin      float64  `json:"measure_to_min"`
+	DurationMin       float64  `json:"duration_min"`
 
 	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
 	// shape; see internal/harness). UtilisationAlertFirstMin is the first minute a conventional
@@ -113,11 +121,19 @@ func (s *Sim) result() *Result {
 
 func (s *Sim) fillGoodput(r *Result) {
 	var c SessionCounts
+	var slow []float64
 	for _, ss := range s.sessions {
 		if !ss.measured {
 			continue
 		}
 		c.Arrived++
+		end := s.now
+		if ss.state == stDone {
+			end = ss.end
+		}
+		if ss.unloaded > 0 {
+			slow = append(slow, float64(end-ss.arrival)/float64(ss.unloaded))
+		}
 		switch ss.state {
 		case stDone:
 			c.Completed++
@@ -142,6 +158,24 @@ func (s *Sim) fillGoodput(r *Result) {
 	r.Sessions = c
 	r.GoodputPerHour = float64(c.Good) / (s.o.MeasureTo - s.o.MeasureFrom).Hours()
 	r.FirstCallWaitP50 = ptr(median(s.firstW))
+	r.FirstCallWaitP90 = ptr(quantile(s.firstW, 0.9))
+	r.SlowdownP50 = ptr(median(slow))
+	r.SlowdownP90 = ptr(quantile(slow, 0.9))
+}
+
+// quantile is the q-quantile of v by linear interpolation between order statistics (NaN when v
+// is empty); it sorts v.
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	slices.Sort(v)
+	pos := q * float64(len(v)-1)
+	i := int(pos)
+	if i+1 >= len(v) {
+		return v[len(v)-1]
+	}
+	return v[i] + (pos-float64(i))*(v[i+1]-v[i])
 }
 
 // WriteTimelineCSV writes the per-minute timeline with a header row. Empty values mean "nothing

@@ -238,7 +238,7 @@ func (s *Sim) arrive(spec SessionSpec, class string, stream int) *session {
 	v := Verdict{Action: Admit, Priority: s.now}
 	if s.o.Gate != nil {
 		v = s.o.Gate.Arrive(s.now, SessionInfo{ID: ss.id, Arrival: s.now, FirstPrompt: spec.Calls[0].Prompt,
-			TaskChars: spec.TaskChars, Class: class, TruePeak: spec.PeakContext()})
+			TaskChars: spec.TaskChars, Class: class, TruePeak: spec.PeakContext(), SignalNoise: spec.SignalNoise()})
 	}
 	ss.prio = v.Priority
 	switch v.Action {

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -46,6 +48,31 @@ func (s SessionSpec) PeakContext() int {
 	return peak
 }
 
+// SignalNoise is the session's draw for a noisy-oracle peak predictor: a standard normal that is
+// independent of everything else about the session (peak included) and fixed per session. It is
+// derived from a hash of the session's own draws rather than drawn from a random stream, so adding
+// it moved no other draw: the same seed gives the same sessions as before, and the same session
+// (in a run and in its spike-free twin, or a replayed trace session drawn twice) gets the same
+// noise. Harnesses combine it with the true peak into a feature whose rank correlation with the
+// peak is a chosen parameter (internal/harness, PeakSignal); docs/simulator.md documents it.
+func (s SessionSpec) SignalNoise() float64 {
+	h := fnv.New64a()
+	var buf [8]byte
+	put := func(v int64) {
+		binary.LittleEndian.PutUint64(buf[:], uint64(v))
+		h.Write(buf[:])
+	}
+	put(int64(s.Shared))
+	put(int64(s.TaskChars))
+	for _, c := range s.Calls {
+		put(int64(c.Prompt))
+		put(int64(c.Reused))
+		put(int64(c.Output))
+		put(int64(c.GapBefore))
+	}
+	return rand.New(rand.NewPCG(h.Sum64(), 0x519_4A1)).NormFloat64()
+}
+
 // Workload produces sessions. Generators draw from rng only, so the same seed gives the same
 // sessions whatever the load does.
 type Workload interface {
@@ -78,6 +105,11 @@ type Synthetic struct {
 	// ToolTime is the time a tool runs between calls, capped at ToolCap.
 	ToolTime Lognormal
 	ToolCap  time.Duration
+	// PeakSpearman is the rank correlation with the true peak context of the noisy-oracle
+	// feature that stands in for the task text in simulated peak predictors (the generator
+	// writes no text). Defaults are the holdout Spearman the Basin paper reports for its
+	// predictor on the real benchmark (0.64 Terminal-Bench, 0.56 SWE-bench Pro).
+	PeakSpearman float64
 }
 
 // Name implements Workload.
@@ -110,21 +142,21 @@ var syntheticWorkloads = map[string]Synthetic{
 	"terminal-bench": {
 		Shared: 7_000, TaskMin: 6_000, TaskMax: 10_000, CallsMin: 20, CallsMax: 40,
 		Output: Lognormal{250, 0.5}, ToolResult: Lognormal{300, 0.8},
-		ToolTime: Lognormal{6, 0.9}, ToolCap: 600 * time.Second,
+		ToolTime: Lognormal{6, 0.9}, ToolCap: 600 * time.Second, PeakSpearman: 0.64,
 	},
 	// SWE-bench-Pro-like: longer sessions with larger tool outputs; median peak context ≈ 107K
 	// tokens as the paper reports.
 	"swebench-pro": {
 		Shared: 7_000, TaskMin: 4_000, TaskMax: 8_000, CallsMin: 40, CallsMax: 80,
 		Output: Lognormal{300, 0.5}, ToolResult: Lognormal{800, 0.9},
-		ToolTime: Lognormal{8, 1.0}, ToolCap: 600 * time.Second,
+		ToolTime: Lognormal{8, 1.0}, ToolCap: 600 * time.Second, PeakSpearman: 0.56,
 	},
 	// Short sessions (the paper's intervention experiment): the same agent on smaller tasks; they
 	// finish in about two minutes on a healthy engine, under the paper's five.
 	"short": {
 		Shared: 7_000, TaskMin: 4_000, TaskMax: 8_000, CallsMin: 8, CallsMax: 16,
 		Output: Lognormal{250, 0.5}, ToolResult: Lognormal{300, 0.8},
-		ToolTime: Lognormal{4, 0.7}, ToolCap: 60 * time.Second,
+		ToolTime: Lognormal{4, 0.7}, ToolCap: 60 * time.Second, PeakSpearman: 0.64,
 	},
 }
 

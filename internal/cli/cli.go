@@ -114,9 +114,10 @@ func root() command {
 				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown"},
 			}, run: leaf(simDetect)},
 			"matrix": {help: help{
-				summary:  "every policy on the scenario matrix, over seeds",
-				usage:    "[flags]",
-				examples: []string{"basin sim matrix --seeds 3", "basin sim matrix --seeds 3 --markdown"},
+				summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
+				usage:   "[flags]",
+				examples: []string{"basin sim matrix --seeds 3 --markdown --plot docs/results-matrix",
+					"basin sim matrix --seeds 1 --loads 0.8,1.2 --spikes 300 --tiers gpu --deployments 1p3d --workloads terminal-bench"},
 			}, run: leaf(simMatrix)},
 		}},
 		"trace": {help: help{

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/basin-dev/basin/internal/harness"
@@ -124,28 +127,111 @@ func simDetect(env Env, args []string) error {
 	return harness.DetectionMarkdown(env.Stdout, runs, "basin sim detect")
 }
 
+// simMatrix sweeps every policy over load (as a fraction of each deployment's calibrated peak),
+// spike, tier, deployment and workload; the filters make quick runs of a slice of it.
 func simMatrix(env Env, args []string) error {
+	def := harness.DefaultMatrix()
 	fs := newFlags(env)
-	seeds := seedsFlag(fs, 3)
+	seeds := seedsFlag(fs, len(def.Seeds))
+	loads := fs.String("loads", joinFloats(def.Loads, 1), "base arrival rates as fractions of each row's calibrated peak, comma-separated")
+	spikes := fs.String("spikes", joinFloats(def.Spikes, 100), "spikes as extra arrivals in percent of the base rate during minutes 15–25 (0: none, always run as the twin)")
+	tiers := fs.String("tiers", "gpu,host", "engine configurations: gpu (SGLang default) and/or host (a host tier for every policy; the baseline is HiCache)")
+	deployments := fs.String("deployments", "1p1d,1p3d", "deployments: 1p1d (paper-1p1d-h100) and/or 1p3d (paper-1p3d-h200)")
+	workloads := fs.String("workloads", strings.Join(def.Workloads, ","), "workloads, comma-separated")
+	policies := fs.String("policies", strings.Join(def.Policies, ","), "policies run on every row (none is HiCache on host-tier rows)")
+	workers := fs.Int("workers", def.Workers, "runs at once (the output does not depend on it)")
+	plotPrefix := fs.String("plot", "", "also write goodput-against-load plots to PREFIX-<workload>.svg (the Markdown links them by file name)")
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	list, err := seeds()
-	if err != nil {
+	spec := def
+	var err error
+	if spec.Seeds, err = seeds(); err != nil {
 		return err
 	}
+	if spec.Loads, err = parseFloats("loads", *loads, 1); err != nil {
+		return err
+	}
+	if spec.Spikes, err = parseFloats("spikes", *spikes, 0.01); err != nil {
+		return err
+	}
+	spec.Tiers = nil
+	for _, t := range splitList(*tiers) {
+		spec.Tiers = append(spec.Tiers, harness.Tier(t))
+	}
+	spec.Deployments, spec.Workloads, spec.Policies = splitList(*deployments), splitList(*workloads), splitList(*policies)
+	spec.Workers = *workers
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	b := bar(env, *asJSON || *markdown, "policy matrix")
-	m, err := harness.RunMatrix(harness.Matrix, harness.MatrixPolicies, list, func(done, total int) {
+	m, err := harness.RunMatrix(spec, func(done, total int) {
 		b.Set(float64(done) / float64(total))
 	})
 	b.Done()
 	if err != nil {
 		return err
 	}
+	var plots []string
+	if *plotPrefix != "" {
+		for _, w := range spec.Workloads {
+			path := *plotPrefix + "-" + w + ".svg"
+			if err := writePlot(path, m, w); err != nil {
+				return err
+			}
+			plots = append(plots, filepath.Base(path))
+		}
+	}
 	if *asJSON {
 		return writeJSON(env.Stdout, m)
 	}
-	return harness.MatrixMarkdown(env.Stdout, m, harness.Matrix, fmt.Sprintf("basin sim matrix --seeds %d --markdown", len(list)))
+	return harness.MatrixMarkdown(env.Stdout, m, strings.TrimSpace("basin sim matrix "+strings.Join(args, " ")), plots)
+}
+
+func writePlot(path string, m *harness.MatrixResult, workload string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := harness.MatrixPlot(f, m, workload); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parseFloats reads a comma-separated list, each value times scale.
+func parseFloats(name, s string, scale float64) ([]float64, error) {
+	var out []float64
+	for _, f := range splitList(s) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --%s: %q is not a number", errUsage, name, f)
+		}
+		out = append(out, v*scale)
+	}
+	return out, nil
+}
+
+func joinFloats(vs []float64, scale float64) string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, strconv.FormatFloat(v*scale, 'f', -1, 64))
+	}
+	return strings.Join(out, ",")
 }

@@ -25,8 +25,13 @@ const (
 	// BasinCurrent is the paper's hardware prototype: arrival-order admission by current context,
 	// KV lending on, budget control and shedding.
 	BasinCurrent = "basin-current"
-	// Basin admits by predicted peak context with the size-aware priority p = a + peak/r.
+	// Basin admits by predicted peak context with the size-aware priority p = a + peak/r. In the
+	// simulator its predictor is the noisy oracle PeakSignal at the workload's documented rank
+	// correlation (Policies.PeakSpearman overrides it).
 	Basin = "basin"
+	// BasinBlind is Basin with an uninformative predictor (PeakSignal at ρ = 0: every session is
+	// predicted at the workload's median peak), which isolates what the predictor adds.
+	BasinBlind = "basin-blind"
 	// Oracle is Basin with every session's true peak: the bound a perfect predictor reaches.
 	Oracle = "oracle"
 )
@@ -41,9 +46,14 @@ const (
 
 // Policies is the scenario.PolicySet of basin's policies.
 type Policies struct {
-	// Predict estimates a session's peak for the Basin policy; nil uses the workload-free
-	// fallback (four times the first prompt).
+	// Predict estimates a session's peak for the Basin policy; nil uses the noisy-oracle
+	// predictor (PeakSignal) at PeakSpearman, or at the workload's own PeakSpearman, or — for a
+	// workload with none (trace replay) — the gateway's predictor trained on the task length and
+	// first prompt (TrainPredictor).
 	Predict func(sim.SessionInfo) int64
+	// PeakSpearman, when set, is the noisy-oracle feature's rank correlation with the true peak
+	// for the Basin policy, in [0, 1].
+	PeakSpearman *float64
 	// Calibrate returns the deployment's calibration for the detector in the remediation loop, as
 	// an operator runs `basin calibrate` before `basin daemon`; nil leaves the detector to learn
 	// the knee passively. It is called from concurrent runs (see CalibrateOnce).
@@ -62,7 +72,7 @@ func CalibrateOnce(sc *scenario.Scenario) func() (*detector.Calibration, error) 
 }
 
 // Names implements scenario.PolicySet.
-func (Policies) Names() []string { return []string{BasinCurrent, Basin, Oracle} }
+func (Policies) Names() []string { return []string{BasinCurrent, Basin, BasinBlind, Oracle} }
 
 // Apply implements scenario.PolicySet: a fresh admission core per run, in front of the engine
 // baseline (SGLang default), with the engine queues ordered by the gate's priority and lending on.
@@ -79,17 +89,11 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 	switch name {
 	case BasinCurrent:
 		ao.Mode, ao.ArrivalOrder = admission.ModeCurrent, true
-	case Basin:
+	case Basin, BasinBlind:
 		ao.Mode = admission.ModePeak
-		switch {
-		case p.Predict != nil:
-			predict = p.Predict
-		case len(o.Streams) > 0:
-			m, err := TrainPredictor(o.Streams[0].Workload, o.Seed, 2000)
-			if err != nil {
-				return true, err
-			}
-			predict = func(s sim.SessionInfo) int64 { return m.PredictPeak("", s.TaskChars, s.FirstPrompt) }
+		var err error
+		if predict, err = p.basinPredictor(name, o); err != nil {
+			return true, err
 		}
 	case Oracle:
 		ao.Mode = admission.ModePeak
@@ -120,6 +124,44 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 		return true, err
 	}
 	return true, nil
+}
+
+// PeakSignalSessions is how many sessions PeakSignal's peak distribution is estimated from.
+const PeakSignalSessions = 4000
+
+// basinPredictor chooses the Basin policy's peak predictor (see Policies.Predict).
+func (p Policies) basinPredictor(name string, o *sim.Options) (func(sim.SessionInfo) int64, error) {
+	if name == Basin && p.Predict != nil {
+		return p.Predict, nil
+	}
+	if len(o.Streams) == 0 {
+		return func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) * 4 }, nil
+	}
+	w := o.Streams[0].Workload
+	rho, ok := 0.0, true
+	switch {
+	case name == BasinBlind:
+	case p.PeakSpearman != nil:
+		rho = *p.PeakSpearman
+	default:
+		syn, isSyn := w.(*sim.Synthetic)
+		ok = isSyn && syn.PeakSpearman > 0
+		if ok {
+			rho = syn.PeakSpearman
+		}
+	}
+	if !ok {
+		m, err := TrainPredictor(w, o.Seed, 2000)
+		if err != nil {
+			return nil, err
+		}
+		return func(s sim.SessionInfo) int64 { return m.PredictPeak("", s.TaskChars, s.FirstPrompt) }, nil
+	}
+	sig, err := NewPeakSignal(w, rho, o.Seed, PeakSignalSessions)
+	if err != nil {
+		return nil, fmt.Errorf("%s predictor: %w", name, err)
+	}
+	return sig.Predict, nil
 }
 
 // TrainPredictor fits the gateway's peak predictor on n sessions of a workload, drawn from a

@@ -22,7 +22,7 @@ func load(t *testing.T, name string) *scenario.Scenario {
 
 func TestBasinPoliciesRunTheAdmissionCore(t *testing.T) {
 	sc := load(t, "paper-1p3d-h200-spike300")
-	for _, name := range []string{BasinCurrent, Basin, Oracle} {
+	for _, name := range []string{BasinCurrent, Basin, BasinBlind, Oracle} {
 		t.Run(name, func(t *testing.T) {
 			o, err := sc.Options(name)
 			require.NoError(t, err)
