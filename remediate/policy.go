@@ -107,9 +107,9 @@ type PolicyState struct {
 	// ArrivalEWMA is the long-run arrival rate, sessions/s, as of ArrivalAt.
 	ArrivalEWMA float64   `json:"arrival_ewma_per_s"`
 	ArrivalAt   time.Time `json:"arrival_at"`
-	// CapacityEWMA is the cache capacity B_ref is computed from, tokens, as of CapacityAt: rises
+	// HeldCapacity is the cache capacity B_ref is computed from, tokens, as of CapacityAt: rises
 	// taken at once, falls followed over Options.ReferenceWindow.
-	CapacityEWMA float64   `json:"capacity_ewma_tokens,omitempty"`
+	HeldCapacity float64   `json:"held_capacity_tokens,omitempty"`
 	CapacityAt   time.Time `json:"capacity_at,omitzero"`
 	Seq          uint64    `json:"seq"`
 }
@@ -176,15 +176,19 @@ func (p *Policy) Replay(recs []Record) {
 }
 
 // Reference is B_ref = min(ReferenceFraction × knee·C, C) for an assessment, tokens; 0 when the
-// assessment has no capacity yet. It takes C as read; Decide takes it averaged over
-// ReferenceWindow (reference), so after lent KV was reclaimed the two differ for a few minutes. It reads only the options, so unlike the rest of Policy it may
-// be called from any goroutine.
+// assessment has no capacity yet. It takes C as read, where Decide takes the capacity the policy
+// holds (reference), so after lent KV was reclaimed the two differ for a few minutes. It reads
+// only the options, so unlike the rest of Policy it may be called from any goroutine.
 func (p *Policy) Reference(a detector.Assessment) int64 {
 	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
 		return 0
 	}
-	c := a.KneeTokens / a.Knee.Ratio
-	return int64(math.Round(min(p.o.ReferenceFraction*a.KneeTokens, c)))
+	return p.referenceFor(a.Knee.Ratio, a.KneeTokens/a.Knee.Ratio)
+}
+
+// referenceFor is min(ReferenceFraction × knee × c, c), whole tokens.
+func (p *Policy) referenceFor(knee, c float64) int64 {
+	return int64(math.Round(min(p.o.ReferenceFraction*knee*c, c)))
 }
 
 // reference is B_ref from the cache capacity as the policy holds it: a rise is taken at once and a
@@ -201,16 +205,13 @@ func (p *Policy) reference(a detector.Assessment, now time.Time) int64 {
 	}
 	c := a.KneeTokens / a.Knee.Ratio
 	switch dt := now.Sub(p.st.CapacityAt); {
-	case p.st.CapacityAt.IsZero() || p.st.CapacityEWMA <= 0:
-		p.st.CapacityEWMA = c
-	case c >= p.st.CapacityEWMA:
-		p.st.CapacityEWMA = c
+	case p.st.CapacityAt.IsZero() || c >= p.st.HeldCapacity:
+		p.st.HeldCapacity = c
 	case dt > 0:
-		p.st.CapacityEWMA += (1 - math.Exp(-dt.Seconds()/p.o.ReferenceWindow.Seconds())) * (c - p.st.CapacityEWMA)
+		p.st.HeldCapacity += (1 - math.Exp(-dt.Seconds()/p.o.ReferenceWindow.Seconds())) * (c - p.st.HeldCapacity)
 	}
 	p.st.CapacityAt = now
-	c = p.st.CapacityEWMA
-	return int64(math.Round(min(p.o.ReferenceFraction*a.Knee.Ratio*c, c)))
+	return p.referenceFor(a.Knee.Ratio, p.st.HeldCapacity)
 }
 
 // Decide makes one decision. It never loosens while blind (a needed signal stale or missing, or

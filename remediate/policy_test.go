@@ -397,7 +397,7 @@ func TestReferenceFollowsCapacityNotLentJitter(t *testing.T) {
 	}
 	// A few while the mean settles from the first reading; following each reading sent 119.
 	assert.LessOrEqual(t, refChanges, 3, "B_ref re-sent %d times in ten minutes of lent KV coming and going", refChanges)
-	assert.InDelta(t, testC, p.State().CapacityEWMA, 0.02*testC, "the capacity B_ref uses is what decode gives back between calls")
+	assert.InDelta(t, testC, p.State().HeldCapacity, 0.02*testC, "the capacity B_ref uses is what decode gives back between calls")
 
 	// Lending switched off for good: the capacity falls to 0.65M and stays there.
 	for i := 120; i < 120+12*8; i++ {
@@ -406,7 +406,7 @@ func TestReferenceFollowsCapacityNotLentJitter(t *testing.T) {
 			g.Budget = plan.Budget.To
 		}
 	}
-	assert.InDelta(t, 0.65*testC, p.State().CapacityEWMA, 0.02*testC, "followed within eight minutes (four windows)")
+	assert.InDelta(t, 0.65*testC, p.State().HeldCapacity, 0.02*testC, "followed within eight minutes (four windows)")
 }
 
 // TestRestoringTightensOneStepAnInterval: after an incident, a hit rate still off its plateau
