@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
 )
 
@@ -61,27 +61,6 @@ func (g *Gateway) authorized(r *http.Request) bool {
 	return ok && subtle.ConstantTimeCompare([]byte(tok), g.token) == 1
 }
 
-// StateView is what GET /admin/state returns: the admission core's snapshot with its queue, and
-// the gateway's routing.
-type StateView struct {
-	admission.Snapshot
-	Now       time.Time      `json:"now"`
-	Affinity  AffinityView   `json:"affinity"`
-	Upstreams []UpstreamView `json:"upstreams"`
-}
-
-// AffinityView is the sticky decode routing switch.
-type AffinityView struct {
-	Enabled bool   `json:"enabled"`
-	Header  string `json:"header"`
-}
-
-// UpstreamView is one upstream and how many live sessions are routed to it.
-type UpstreamView struct {
-	URL      string `json:"url"`
-	Sessions int    `json:"sessions"`
-}
-
 // serveState answers GET /admin/state: everything, or with ?queue_tail=N only the N
 // lowest-priority queued sessions and no live-session listing (a controller polling a large
 // deployment every few seconds needs no more).
@@ -96,46 +75,15 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 		}
 		snap = func() admission.Snapshot { return g.core.SnapshotTail(now, n) }
 	}
-	v := StateView{Snapshot: snap(), Now: now,
-		Affinity: AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}
+	v := adminapi.StateView{Snapshot: snap(), Now: now,
+		Affinity: adminapi.AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}
 	g.mu.Lock()
 	counts := slices.Clone(g.mu.perUpstream)
 	g.mu.Unlock()
 	for i, u := range g.upstreams {
-		v.Upstreams = append(v.Upstreams, UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})
+		v.Upstreams = append(v.Upstreams, adminapi.UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})
 	}
 	writeJSON(w, http.StatusOK, v)
-}
-
-// budgetRequest is PUT /admin/budget.
-type budgetRequest struct {
-	Tokens          *int64 `json:"tokens"`
-	ReferenceTokens *int64 `json:"reference_tokens"`
-	Reason          string `json:"reason"`
-}
-
-// BudgetValues is the admission budget before or after a change.
-type BudgetValues struct {
-	Budget          int64 `json:"budget_tokens"`
-	ReferenceBudget int64 `json:"reference_budget_tokens"`
-	CountOnly       bool  `json:"count_only"`
-}
-
-// BudgetAnswer is what PUT /admin/budget returns: the budget before and after, the sessions a
-// looser budget admitted from the queue at once, and what took effect, said plainly, because a
-// budget binds only once the working set passes the reference budget: a budget set under an
-// out-of-reach reference changes nothing yet, and the answer says so rather than nothing.
-type BudgetAnswer struct {
-	Before   BudgetValues `json:"before"`
-	After    BudgetValues `json:"after"`
-	Admitted []string     `json:"admitted"`
-	// Engaged: admission is holding new sessions back now (the working set is over the reference
-	// budget, or sessions are queued).
-	Engaged bool `json:"engaged"`
-	// WorkingSet is the working set when the budget changed, tokens.
-	WorkingSet int64 `json:"working_set_tokens"`
-	// Effect says in a sentence what the change does now, and why not when it does nothing yet.
-	Effect string `json:"effect"`
 }
 
 // budgetEffect explains a budget change: whether admission engages now and, if not, when.
@@ -169,7 +117,7 @@ func budgetEffect(before, after admission.Snapshot, referenceGiven bool) string 
 }
 
 func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
-	var req budgetRequest
+	var req adminapi.BudgetRequest
 	if !decodeAdmin(w, r, &req) {
 		return
 	}
@@ -216,25 +164,18 @@ func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
 		"reference_budget_tokens", fmt.Sprintf("%d → %d", before.ReferenceBudget, after.ReferenceBudget),
 		"count_only", fmt.Sprintf("%t → %t", before.CountOnly, after.CountOnly),
 		"admitted_from_queue", len(admitted), "effect", effect)
-	writeJSON(w, http.StatusOK, BudgetAnswer{
-		Before:     BudgetValues{before.Budget, before.ReferenceBudget, before.CountOnly},
-		After:      BudgetValues{after.Budget, after.ReferenceBudget, after.CountOnly},
-		Admitted:   admitted,
-		Engaged:    after.Engaged,
-		WorkingSet: after.WorkingSet,
-		Effect:     effect,
+	writeJSON(w, http.StatusOK, adminapi.BudgetResult{
+		Before:           adminapi.Budget{BudgetTokens: before.Budget, ReferenceBudgetTokens: before.ReferenceBudget, CountOnly: before.CountOnly},
+		After:            adminapi.Budget{BudgetTokens: after.Budget, ReferenceBudgetTokens: after.ReferenceBudget, CountOnly: after.CountOnly},
+		Admitted:         admitted,
+		Engaged:          after.Engaged,
+		WorkingSetTokens: after.WorkingSet,
+		Effect:           effect,
 	})
 }
 
-// shedRequest is POST /admin/shed.
-type shedRequest struct {
-	Count      *int     `json:"count"`
-	SessionIDs []string `json:"session_ids"`
-	Reason     string   `json:"reason"`
-}
-
 func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
-	var req shedRequest
+	var req adminapi.ShedRequest
 	if !decodeAdmin(w, r, &req) {
 		return
 	}
@@ -278,17 +219,11 @@ func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
 	g.deliver(evs)
 	g.log.Info("sessions shed", "reason", req.Reason, "sessions", shed,
 		"queued", fmt.Sprintf("%d → %d", before, g.core.QueueLen()), "admitted_from_queue", len(admitted))
-	writeJSON(w, http.StatusOK, map[string]any{"shed": shed, "admitted": admitted})
-}
-
-// affinityRequest is PUT /admin/affinity.
-type affinityRequest struct {
-	Enabled *bool  `json:"enabled"`
-	Reason  string `json:"reason"`
+	writeJSON(w, http.StatusOK, adminapi.ShedResult{Shed: shed, Admitted: admitted})
 }
 
 func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
-	var req affinityRequest
+	var req adminapi.AffinityRequest
 	if !decodeAdmin(w, r, &req) {
 		return
 	}
@@ -309,8 +244,9 @@ func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
 	g.syncAdminChange("affinity")
 	g.log.Info("affinity switched", "reason", req.Reason, "enabled", fmt.Sprintf("%t → %t", before, *req.Enabled),
 		"header", g.cfg.Affinity.Header)
-	writeJSON(w, http.StatusOK, map[string]any{"before": AffinityView{before, g.cfg.Affinity.Header},
-		"after": AffinityView{*req.Enabled, g.cfg.Affinity.Header}})
+	writeJSON(w, http.StatusOK, adminapi.AffinityResult{
+		Before: adminapi.AffinityView{Enabled: before, Header: g.cfg.Affinity.Header},
+		After:  adminapi.AffinityView{Enabled: *req.Enabled, Header: g.cfg.Affinity.Header}})
 }
 
 // syncAdminChange makes an admin change durable before it is answered. A journal that cannot be

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/sim/trace"
 )
 
@@ -335,7 +336,7 @@ func TestStateQueueTail(t *testing.T) {
 	full := h.waitQueued(3)
 	r := h.adminDo(http.MethodGet, "/admin/state?queue_tail=2", testToken, "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	var v StateView
+	var v adminapi.StateView
 	require.NoError(t, json.Unmarshal(r.body, &v))
 	assert.Equal(t, 3, v.Queued)
 	require.Len(t, v.Queue, 2)
@@ -374,12 +375,12 @@ func TestBudgetAnswerSaysWhatTookEffect(t *testing.T) {
 
 		r := h.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100,"reason":"test: first budget"}`)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
-		var ans BudgetAnswer
+		var ans adminapi.BudgetResult
 		require.NoError(t, json.Unmarshal(r.body, &ans))
-		assert.Equal(t, BudgetValues{CountOnly: true}, ans.Before)
-		assert.Equal(t, BudgetValues{Budget: 100, ReferenceBudget: 100}, ans.After)
+		assert.Equal(t, adminapi.Budget{CountOnly: true}, ans.Before)
+		assert.Equal(t, adminapi.Budget{BudgetTokens: 100, ReferenceBudgetTokens: 100}, ans.After)
 		assert.True(t, ans.Engaged)
-		assert.Equal(t, int64(3030), ans.WorkingSet)
+		assert.Equal(t, int64(3030), ans.WorkingSetTokens)
 		assert.Contains(t, ans.Effect, "count-only mode ended")
 		assert.Contains(t, ans.Effect, "admission is engaged")
 		got, _ = gather(t, h)
@@ -401,10 +402,10 @@ func TestBudgetAnswerSaysWhatTookEffect(t *testing.T) {
 		h.settle()
 		r := h.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100,"reason":"test: manual"}`)
 		require.Equal(t, http.StatusOK, r.status, "%s", r)
-		var ans BudgetAnswer
+		var ans adminapi.BudgetResult
 		require.NoError(t, json.Unmarshal(r.body, &ans))
 		assert.False(t, ans.Engaged)
-		assert.Equal(t, BudgetValues{Budget: 100, ReferenceBudget: 1_000_000_000_000}, ans.After)
+		assert.Equal(t, adminapi.Budget{BudgetTokens: 100, ReferenceBudgetTokens: 1_000_000_000_000}, ans.After)
 		assert.Contains(t, ans.Effect, "changes nothing yet")
 		assert.Contains(t, ans.Effect, "reference budget of 1000000000000 tokens")
 		assert.Contains(t, ans.Effect, "reference_tokens")

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // completion is the part of a chat completion the tests read.
@@ -181,10 +183,10 @@ func TestAdminBudgetChangeTakesEffectOnTheNextAdmission(t *testing.T) {
 
 	a := h.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":1,"reference_tokens":1,"reason":"test: tighten"}`)
 	require.Equal(t, http.StatusOK, a.status, "%s", a)
-	var ans BudgetAnswer
+	var ans adminapi.BudgetResult
 	require.NoError(t, json.Unmarshal(a.body, &ans))
-	assert.Equal(t, BudgetValues{Budget: 1000000, ReferenceBudget: 1000000}, ans.Before)
-	assert.Equal(t, BudgetValues{Budget: 1, ReferenceBudget: 1}, ans.After)
+	assert.Equal(t, adminapi.Budget{BudgetTokens: 1000000, ReferenceBudgetTokens: 1000000}, ans.Before)
+	assert.Equal(t, adminapi.Budget{BudgetTokens: 1, ReferenceBudgetTokens: 1}, ans.After)
 	assert.Equal(t, []string{}, ans.Admitted)
 	assert.True(t, ans.Engaged)
 	logs := h.log.String()

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 )
 
@@ -218,11 +219,11 @@ func (h *harness) adminDo(method, path, token, body string) response {
 }
 
 // state reads GET /admin/state.
-func (h *harness) state() StateView {
+func (h *harness) state() adminapi.StateView {
 	h.t.Helper()
 	r := h.adminDo(http.MethodGet, "/admin/state", testToken, "")
 	require.Equal(h.t, http.StatusOK, r.status, "%s", r)
-	var v StateView
+	var v adminapi.StateView
 	require.NoError(h.t, json.Unmarshal(r.body, &v))
 	return v
 }
@@ -247,9 +248,9 @@ func (h *harness) settle() {
 }
 
 // waitQueued waits until the queue holds n sessions.
-func (h *harness) waitQueued(n int) StateView {
+func (h *harness) waitQueued(n int) adminapi.StateView {
 	h.t.Helper()
-	var v StateView
+	var v adminapi.StateView
 	waitFor(h.t, fmt.Sprintf("%d queued", n), func() bool {
 		v = h.state()
 		return len(v.Queue) == n

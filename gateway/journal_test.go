@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // childConfigEnv names the config file of the gateway process TestGatewayProcess runs.
@@ -115,14 +117,14 @@ state_file: state.json
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	state := func() StateView {
+	state := func() adminapi.StateView {
 		req, err := http.NewRequest(http.MethodGet, "http://"+admin+"/admin/state", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		var v StateView
+		var v adminapi.StateView
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
 		return v
 	}

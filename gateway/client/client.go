@@ -23,7 +23,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // DefaultTimeout bounds each call when Options.Timeout is zero. Admin calls are small and the
@@ -152,108 +152,63 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("gateway answered %d %s: %s", e.Status, http.StatusText(e.Status), msg)
 }
 
-// Budget is the admission budget at one instant.
-type Budget struct {
-	// BudgetTokens is B, what the live sessions' demands may add up to once admission engages.
-	BudgetTokens int64 `json:"budget_tokens"`
-	// ReferenceBudgetTokens is the working set past which admission engages.
-	ReferenceBudgetTokens int64 `json:"reference_budget_tokens"`
-	// CountOnly: no budget was set yet and every session was admitted (the gateway's
-	// admission.count_only); a budget change always ends it.
-	CountOnly bool `json:"count_only"`
-}
-
-// BudgetResult is what a budget change did. Admitted lists the queued sessions a looser budget let
-// in at once, so the caller can see the change take effect without polling the state. Engaged and
-// Effect say whether admission holds new sessions back now and, when the budget changes nothing
-// yet (the working set is under the reference budget), why.
-type BudgetResult struct {
-	Before           Budget   `json:"before"`
-	After            Budget   `json:"after"`
-	Admitted         []string `json:"admitted"`
-	Engaged          bool     `json:"engaged"`
-	WorkingSetTokens int64    `json:"working_set_tokens"`
-	Effect           string   `json:"effect"`
-}
-
-// ShedResult is what a shed did: the sessions refused (their calls got 529), and the ones admitted
-// because the shed sessions no longer stood ahead of them in the queue.
-type ShedResult struct {
-	Shed     []string `json:"shed"`
-	Admitted []string `json:"admitted"`
-}
-
 // State reads the gateway's admission snapshot with its queue, live sessions, affinity switch and
 // upstreams.
-func (c *Client) State(ctx context.Context) (gateway.StateView, error) {
-	var v gateway.StateView
+func (c *Client) State(ctx context.Context) (adminapi.StateView, error) {
+	var v adminapi.StateView
 	path := "state"
 	if c.queueTail > 0 {
 		path = fmt.Sprintf("state?queue_tail=%d", c.queueTail)
 	}
 	if err := c.do(ctx, "state", http.MethodGet, path, nil, &v); err != nil {
-		return gateway.StateView{}, err
+		return adminapi.StateView{}, err
 	}
 	return v, nil
 }
 
 // budgetRequest is the body of PUT /admin/budget. Tokens is always sent, so that a zero reaches
-// the gateway and is refused there, naming the field, like any other bad value.
-type budgetRequest struct {
-	Tokens          int64  `json:"tokens"`
-	ReferenceTokens int64  `json:"reference_tokens,omitempty"`
-	Reason          string `json:"reason"`
+// the gateway and is refused there, naming the field, like any other bad value; a zero reference
+// is left out, which leaves the gateway's reference budget as it is.
+func budgetRequest(tokens, referenceTokens int64, reason string) adminapi.BudgetRequest {
+	req := adminapi.BudgetRequest{Tokens: &tokens, Reason: reason}
+	if referenceTokens != 0 {
+		req.ReferenceTokens = &referenceTokens
+	}
+	return req
 }
 
 // SetBudget sets the budget B to tokens and, when referenceTokens is not zero, the reference
 // budget; zero leaves the reference budget as it is. The reason is logged by the gateway and is
 // required.
-func (c *Client) SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (BudgetResult, error) {
-	var r BudgetResult
+func (c *Client) SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (adminapi.BudgetResult, error) {
+	var r adminapi.BudgetResult
 	err := c.do(ctx, "set budget", http.MethodPut, "budget",
-		budgetRequest{Tokens: tokens, ReferenceTokens: referenceTokens, Reason: reason}, &r)
+		budgetRequest(tokens, referenceTokens, reason), &r)
 	if err != nil {
-		return BudgetResult{}, err
+		return adminapi.BudgetResult{}, err
 	}
 	return r, nil
-}
-
-// shedRequest is the body of POST /admin/shed. The pointers keep "not given" apart from an empty
-// list, which the gateway refuses differently.
-type shedRequest struct {
-	Count      *int      `json:"count,omitempty"`
-	SessionIDs *[]string `json:"session_ids,omitempty"`
-	Reason     string    `json:"reason"`
 }
 
 // Shed refuses queued sessions: exactly ids when ids is not nil, else the count of lowest
 // priority. Give one of them: the gateway refuses both or neither. Live sessions are never shed;
 // unknown ids are skipped, so the result says which were.
-func (c *Client) Shed(ctx context.Context, ids []string, count int, reason string) (ShedResult, error) {
-	req := shedRequest{Reason: reason}
-	if ids != nil {
-		req.SessionIDs = &ids
-	}
+func (c *Client) Shed(ctx context.Context, ids []string, count int, reason string) (adminapi.ShedResult, error) {
+	req := adminapi.ShedRequest{Reason: reason, SessionIDs: ids}
 	if count != 0 {
 		req.Count = &count
 	}
-	var r ShedResult
+	var r adminapi.ShedResult
 	if err := c.do(ctx, "shed", http.MethodPost, "shed", req, &r); err != nil {
-		return ShedResult{}, err
+		return adminapi.ShedResult{}, err
 	}
 	return r, nil
-}
-
-// affinityRequest is the body of PUT /admin/affinity.
-type affinityRequest struct {
-	Enabled bool   `json:"enabled"`
-	Reason  string `json:"reason"`
 }
 
 // SetAffinity switches sticky decode routing (the gateway setting its routing-key header to the
 // session id on upstream calls).
 func (c *Client) SetAffinity(ctx context.Context, enabled bool, reason string) error {
-	return c.do(ctx, "set affinity", http.MethodPut, "affinity", affinityRequest{Enabled: enabled, Reason: reason}, nil)
+	return c.do(ctx, "set affinity", http.MethodPut, "affinity", adminapi.AffinityRequest{Enabled: &enabled, Reason: reason}, nil)
 }
 
 // do makes one call to /admin/<path> and decodes a 2xx answer into out (when not nil). Every error

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/client"
 )
 
@@ -121,7 +122,7 @@ func status(t *testing.T, ch <-chan int) int {
 }
 
 // waitState polls the state through c until cond holds.
-func waitState(t *testing.T, c *client.Client, what string, cond func(gateway.StateView) bool) gateway.StateView {
+func waitState(t *testing.T, c *client.Client, what string, cond func(adminapi.StateView) bool) adminapi.StateView {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -145,12 +146,12 @@ func withQueue(t *testing.T, tg *testGateway, c *client.Client) map[string]<-cha
 	held := map[string]<-chan int{}
 	for i, id := range []string{"q1", "q2", "q3"} {
 		held[id] = tg.chat(t, id)
-		waitState(t, c, fmt.Sprintf("%d queued", i+1), func(v gateway.StateView) bool { return len(v.Queue) == i+1 })
+		waitState(t, c, fmt.Sprintf("%d queued", i+1), func(v adminapi.StateView) bool { return len(v.Queue) == i+1 })
 	}
 	return held
 }
 
-func queueIDs(v gateway.StateView) []string {
+func queueIDs(v adminapi.StateView) []string {
 	ids := []string{}
 	for _, q := range v.Queue {
 		ids = append(ids, q.ID)
@@ -259,8 +260,8 @@ func TestSetBudgetChangesTheBudget(t *testing.T) {
 			c := startGateway(t, 1000000, nil).client(t)
 			r, err := c.SetBudget(context.Background(), tc.tokens, tc.ref, "test: capacity changed")
 			require.NoError(t, err)
-			assert.Equal(t, client.Budget{BudgetTokens: 1000000, ReferenceBudgetTokens: 1000000}, r.Before)
-			assert.Equal(t, client.Budget{BudgetTokens: tc.wantBudget, ReferenceBudgetTokens: tc.wRef}, r.After)
+			assert.Equal(t, adminapi.Budget{BudgetTokens: 1000000, ReferenceBudgetTokens: 1000000}, r.Before)
+			assert.Equal(t, adminapi.Budget{BudgetTokens: tc.wantBudget, ReferenceBudgetTokens: tc.wRef}, r.After)
 			assert.Empty(t, r.Admitted)
 			assert.False(t, r.Engaged, "nothing is live")
 			assert.Contains(t, r.Effect, "admission is not engaged")

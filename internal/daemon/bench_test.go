@@ -19,6 +19,7 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
 )
 
@@ -134,7 +135,7 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 
 	// Check the gateway restored every session before measuring anything.
 	code, body := call(b, http.MethodGet, gwAdmin.URL+"/admin/state?queue_tail=0", gwToken, "")
-	var view gateway.StateView
+	var view adminapi.StateView
 	if code != http.StatusOK || json.Unmarshal(body, &view) != nil || view.Live != live {
 		b.Fatalf("gateway state: %d, %d live sessions, want %d: %.200s", code, view.Live, live, body)
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/atomicfile"
 	"github.com/basin-dev/basin/internal/ratelog"
@@ -34,9 +34,9 @@ import (
 
 // GatewayAPI is what the daemon needs of the gateway's admin API (gateway/client implements it).
 type GatewayAPI interface {
-	State(ctx context.Context) (gateway.StateView, error)
-	SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (client.BudgetResult, error)
-	Shed(ctx context.Context, ids []string, count int, reason string) (client.ShedResult, error)
+	State(ctx context.Context) (adminapi.StateView, error)
+	SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (adminapi.BudgetResult, error)
+	Shed(ctx context.Context, ids []string, count int, reason string) (adminapi.ShedResult, error)
 	SetAffinity(ctx context.Context, enabled bool, reason string) error
 }
 
@@ -101,7 +101,7 @@ type Daemon struct {
 		sync.Mutex
 		last        detector.Assessment
 		lastPlan    remediate.Plan
-		gateway     *gateway.StateView
+		gateway     *adminapi.StateView
 		gatewayErr  string
 		ready       bool
 		stepErr     string
@@ -600,7 +600,7 @@ func (d *Daemon) Step(ctx context.Context) {
 			From: string(tr.From), To: string(tr.To), WorkingSetOverCache: a.WorkingSetOverCache, KneeRatio: a.Knee.Ratio,
 			HitRate: a.HitRate, Plateau: a.Plateau, Reasons: tr.Reasons})
 	}
-	var view *gateway.StateView
+	var view *adminapi.StateView
 	var gwErr string
 	if d.gw != nil {
 		st, err := d.gw.State(ctx)
@@ -695,7 +695,7 @@ func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
 // after a dry run (whose switch was never applied). Without this the lender would believe lending
 // on while the gateway routes without affinity, and never switch it again. The dwell starts afresh:
 // it guards against basin's own flapping, not against a change it did not make.
-func (d *Daemon) adoptAffinity(view *gateway.StateView) {
+func (d *Daemon) adoptAffinity(view *adminapi.StateView) {
 	if d.cfg.DryRun || view == nil || d.cfg.Lending.Backend.Kind != lender.KindAffinity {
 		return
 	}

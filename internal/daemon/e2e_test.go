@@ -23,6 +23,7 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/loadgen"
@@ -123,8 +124,8 @@ func TestEndToEnd(t *testing.T) {
 		gwCancel()
 		assert.NoError(t, <-gwDone)
 	})
-	gwState := func() gateway.StateView {
-		var v gateway.StateView
+	gwState := func() adminapi.StateView {
+		var v adminapi.StateView
 		code, b := call(t, http.MethodGet, gwAdmin.URL+"/admin/state", gwToken, "")
 		require.Equal(t, http.StatusOK, code, "%s", b)
 		require.NoError(t, jsonUnmarshal(b, &v))

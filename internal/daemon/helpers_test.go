@@ -21,9 +21,8 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
-	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/remediate"
 )
 
@@ -87,30 +86,30 @@ func newFakeGateway(budget int64) *fakeGateway {
 	return &fakeGateway{budget: budget, reference: budget}
 }
 
-func (g *fakeGateway) State(context.Context) (gateway.StateView, error) {
+func (g *fakeGateway) State(context.Context) (adminapi.StateView, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stateErr != nil {
-		return gateway.StateView{}, g.stateErr
+		return adminapi.StateView{}, g.stateErr
 	}
 	budget, reference := g.budget, g.reference
 	if g.countOnly {
 		budget, reference = 0, 0
 	}
-	return gateway.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: budget, CountOnly: g.countOnly,
+	return adminapi.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: budget, CountOnly: g.countOnly,
 		ReferenceBudget: reference, Queue: append([]admission.QueuedSession(nil), g.queue...)},
-		Affinity: gateway.AffinityView{Enabled: g.affinityOn}}, nil
+		Affinity: adminapi.AffinityView{Enabled: g.affinityOn}}, nil
 }
 
-func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reason string) (client.BudgetResult, error) {
-	var res client.BudgetResult
+func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reason string) (adminapi.BudgetResult, error) {
+	var res adminapi.BudgetResult
 	apply := func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		res.Before = client.Budget{BudgetTokens: g.budget, ReferenceBudgetTokens: g.reference, CountOnly: g.countOnly}
+		res.Before = adminapi.Budget{BudgetTokens: g.budget, ReferenceBudgetTokens: g.reference, CountOnly: g.countOnly}
 		g.budgets = append(g.budgets, budgetCall{Tokens: tokens, Reference: reference, Reason: reason})
 		g.budget, g.reference, g.countOnly = tokens, reference, false
-		res.After = client.Budget{BudgetTokens: tokens, ReferenceBudgetTokens: reference}
+		res.After = adminapi.Budget{BudgetTokens: tokens, ReferenceBudgetTokens: reference}
 		res.Effect = fmt.Sprintf("budget %d: admission engages once the working set passes %d", tokens, reference)
 	}
 	g.mu.Lock()
@@ -124,11 +123,11 @@ func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reas
 	return res, nil
 }
 
-func (g *fakeGateway) Shed(_ context.Context, ids []string, _ int, _ string) (client.ShedResult, error) {
+func (g *fakeGateway) Shed(_ context.Context, ids []string, _ int, _ string) (adminapi.ShedResult, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sheds = append(g.sheds, ids)
-	return client.ShedResult{Shed: ids}, nil
+	return adminapi.ShedResult{Shed: ids}, nil
 }
 
 func (g *fakeGateway) SetAffinity(_ context.Context, enabled bool, _ string) error {

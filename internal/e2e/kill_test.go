@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
 )
 
@@ -73,7 +73,7 @@ func (g *adminStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/admin/state":
-		v := gateway.StateView{Snapshot: admission.Snapshot{Budget: g.budget, ReferenceBudget: g.ref,
+		v := adminapi.StateView{Snapshot: admission.Snapshot{Budget: g.budget, ReferenceBudget: g.ref,
 			Reserved: 2_400_000, WorkingSet: 2_400_000, Live: 96, Queue: []admission.QueuedSession{}}, Now: time.Now()}
 		_ = json.NewEncoder(w).Encode(v)
 	case r.Method == http.MethodPut && r.URL.Path == "/admin/budget":

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/serve"
@@ -420,7 +421,7 @@ func readSimState(ctx context.Context, base string) (simState, error) {
 
 // checkSnapshot checks a gateway snapshot's own consistency (current mode: a live session's
 // demand is its context, so reserved = working set = Σ contexts) and returns violations.
-func checkSnapshot(v gateway.StateView) []string {
+func checkSnapshot(v adminapi.StateView) []string {
 	var bad []string
 	var sum int64
 	for _, s := range v.Sessions {
@@ -644,7 +645,7 @@ func TestSoak(t *testing.T) {
 
 	// Settle: every session ended with x-session-end; the gateway books the end when the call
 	// finishes, a moment after the client has read it.
-	var final gateway.StateView
+	var final adminapi.StateView
 	var fs simState
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -1,0 +1,98 @@
+// Package adminapi holds the wire types of the gateway's admin API (/admin/state, /admin/budget,
+// /admin/shed, /admin/affinity): what the gateway serves, what its Go client sends and what the
+// daemon reads. They live apart from the proxy so that a program speaking the API — the daemon, a
+// test, an operator's tool — does not import the whole gateway for a few structs, and so that each
+// request and answer is defined once for both ends.
+package adminapi
+
+import (
+	"time"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// StateView is what GET /admin/state returns: the admission core's snapshot with its queue, and
+// the gateway's routing.
+type StateView struct {
+	admission.Snapshot
+	Now       time.Time      `json:"now"`
+	Affinity  AffinityView   `json:"affinity"`
+	Upstreams []UpstreamView `json:"upstreams"`
+}
+
+// AffinityView is the sticky decode routing switch.
+type AffinityView struct {
+	Enabled bool   `json:"enabled"`
+	Header  string `json:"header"`
+}
+
+// UpstreamView is one upstream and how many live sessions are routed to it.
+type UpstreamView struct {
+	URL      string `json:"url"`
+	Sessions int    `json:"sessions"`
+}
+
+// BudgetRequest is the body of PUT /admin/budget. Tokens is a pointer so that a missing value is
+// refused naming the field rather than read as zero; a nil ReferenceTokens leaves the reference
+// budget as it is.
+type BudgetRequest struct {
+	Tokens          *int64 `json:"tokens"`
+	ReferenceTokens *int64 `json:"reference_tokens,omitempty"`
+	Reason          string `json:"reason"`
+}
+
+// Budget is the admission budget at one instant.
+type Budget struct {
+	// BudgetTokens is B, what the live sessions' demands may add up to once admission engages.
+	BudgetTokens int64 `json:"budget_tokens"`
+	// ReferenceBudgetTokens is the working set past which admission engages.
+	ReferenceBudgetTokens int64 `json:"reference_budget_tokens"`
+	// CountOnly: no budget was set yet and every session was admitted (the gateway's
+	// admission.count_only); a budget change always ends it.
+	CountOnly bool `json:"count_only"`
+}
+
+// BudgetResult is what PUT /admin/budget returns: the budget before and after, the queued sessions
+// a looser budget admitted at once, and what took effect, said plainly — a budget binds only once
+// the working set passes the reference budget, so a budget set under an out-of-reach reference
+// changes nothing yet, and the answer says so rather than nothing.
+type BudgetResult struct {
+	Before   Budget   `json:"before"`
+	After    Budget   `json:"after"`
+	Admitted []string `json:"admitted"`
+	// Engaged: admission is holding new sessions back now (the working set is over the reference
+	// budget, or sessions are queued).
+	Engaged bool `json:"engaged"`
+	// WorkingSetTokens is the working set when the budget changed.
+	WorkingSetTokens int64 `json:"working_set_tokens"`
+	// Effect says in a sentence what the change does now, and why not when it does nothing yet.
+	Effect string `json:"effect"`
+}
+
+// ShedRequest is the body of POST /admin/shed: exactly one of Count and SessionIDs. A JSON null or
+// a missing field leaves SessionIDs nil (not given), which the gateway tells apart from an empty
+// list (given, and refused).
+type ShedRequest struct {
+	Count      *int     `json:"count,omitempty"`
+	SessionIDs []string `json:"session_ids"`
+	Reason     string   `json:"reason"`
+}
+
+// ShedResult is what a shed did: the sessions refused (their calls got 529), and the ones admitted
+// because the shed sessions no longer stood ahead of them in the queue.
+type ShedResult struct {
+	Shed     []string `json:"shed"`
+	Admitted []string `json:"admitted"`
+}
+
+// AffinityRequest is the body of PUT /admin/affinity.
+type AffinityRequest struct {
+	Enabled *bool  `json:"enabled"`
+	Reason  string `json:"reason"`
+}
+
+// AffinityResult is what PUT /admin/affinity returns: the switch before and after.
+type AffinityResult struct {
+	Before AffinityView `json:"before"`
+	After  AffinityView `json:"after"`
+}
