@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/internal/statuspage"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
@@ -177,7 +178,7 @@ func (d *Daemon) StatusNow() Status {
 }
 
 func (d *Daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, d.StatusNow())
+	httpjson.WriteIndent(w, http.StatusOK, d.StatusNow())
 }
 
 // serveEvents lists the audit log, newest last; ?limit=N (default 100, at most 10000).
@@ -191,7 +192,7 @@ func (d *Daemon) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"events": d.audit.Records(limit)})
+	httpjson.WriteIndent(w, http.StatusOK, map[string]any{"events": d.audit.Records(limit)})
 }
 
 type pauseRequest struct {
@@ -236,7 +237,7 @@ func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
 	}
 	d.log.Info("pause", "until", until, "reason", req.Reason)
 	paused, u, why := d.exec.Paused(now)
-	writeJSON(w, http.StatusOK, map[string]any{"paused": paused, "until": u, "reason": why})
+	httpjson.WriteIndent(w, http.StatusOK, map[string]any{"paused": paused, "until": u, "reason": why})
 }
 
 // pauseFields is what each field of POST /api/v1/pause takes, for error messages.
@@ -281,19 +282,8 @@ func bodyError(err error, fields map[string]string) (param, msg string) {
 	return "", "body: " + err.Error()
 }
 
-type apiError struct {
-	Message string `json:"message"`
-	Param   string `json:"param,omitempty"`
-}
-
-func writeErr(w http.ResponseWriter, code int, param, msg string) {
-	writeJSON(w, code, map[string]apiError{"error": {Message: msg, Param: param}})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// writeErr answers status with basin's JSON error shape, naming the request field at fault
+// (param, "" for none).
+func writeErr(w http.ResponseWriter, status int, param, msg string) {
+	httpjson.Write(w, status, httpjson.NewError(httpjson.TypeFor(status), "", param, msg))
 }

@@ -3,10 +3,8 @@ package daemon
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -294,20 +292,4 @@ func validateTargets(probs *yamlconf.Problems, root *yaml.Node, targets []collec
 			bad("dialect", "%s does not fit role %s (engines speak %s or %s)", t.Dialect, t.Role, collector.DialectSGLang, collector.DialectVLLM)
 		}
 	}
-}
-
-// secret reads a secret from a file (trimmed), else from an environment variable.
-func secret(file, env string) (string, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("read secret: %w", err)
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "" {
-			return "", fmt.Errorf("secret file %s is empty", file)
-		}
-		return s, nil
-	}
-	return strings.TrimSpace(os.Getenv(env)), nil
 }

@@ -242,7 +242,7 @@ func TestNewNamesWhatItCannotUse(t *testing.T) {
 		{"token file absent", func(e *env) { e.cfg.TokenFile = filepath.Join(e.dir, "absent") }, "token_file"},
 		{"token file empty", func(e *env) {
 			require.NoError(t, os.WriteFile(e.cfg.TokenFile, []byte("\n"), 0o600))
-		}, "is empty"},
+		}, ": empty"},
 		{"calibration absent", func(e *env) { e.cfg.Calibration = filepath.Join(e.dir, "absent.json") }, "calibration:"},
 		{"calibration invalid", func(e *env) {
 			require.NoError(t, os.WriteFile(e.cfg.Calibration, []byte(`{"version": 7}`), 0o600))

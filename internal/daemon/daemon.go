@@ -26,6 +26,7 @@ import (
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/atomicfile"
 	"github.com/basin-dev/basin/internal/ratelog"
+	"github.com/basin-dev/basin/internal/secret"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
@@ -168,7 +169,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		reg, d.gather = r, r
 	}
 	var err error
-	if d.token, err = secret(cfg.TokenFile, TokenEnv); err != nil {
+	if d.token, err = secret.FileOrEnv(cfg.TokenFile, TokenEnv, os.Getenv); err != nil {
 		return nil, fmt.Errorf("token_file: %w", err)
 	}
 	if d.token == "" {
@@ -225,7 +226,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	}
 	d.gw = o.Gateway
 	if d.gw == nil && cfg.Gateway.AdminURL != "" {
-		tok, err := secret(cfg.Gateway.TokenFile, GatewayTokenEnv)
+		tok, err := secret.FileOrEnv(cfg.Gateway.TokenFile, GatewayTokenEnv, os.Getenv)
 		if err != nil {
 			return nil, fmt.Errorf("gateway.token_file: %w", err)
 		}
@@ -329,7 +330,7 @@ func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
 			d.log.Info("alert incident", "active", in.Active, "alerts", len(in.Alerts))
 		}}
 	if cfg.Alerts.BasicUser != "" {
-		pw, err := secret(cfg.Alerts.BasicPasswordFile, "")
+		pw, err := secret.FileOrEnv(cfg.Alerts.BasicPasswordFile, "", os.Getenv)
 		if err != nil || pw == "" {
 			if err == nil {
 				err = errors.New("empty")
@@ -345,12 +346,12 @@ func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
 	s := cfg.Slack
 	var tok, hook string
 	if s.BotTokenFile != "" || s.Channel != "" {
-		if tok, err = secret(s.BotTokenFile, SlackTokenEnv); err != nil {
+		if tok, err = secret.FileOrEnv(s.BotTokenFile, SlackTokenEnv, os.Getenv); err != nil {
 			return fmt.Errorf("slack.bot_token_file: %w", err)
 		}
 	}
 	if s.WebhookURLFile != "" {
-		if hook, err = secret(s.WebhookURLFile, SlackWebhookEnv); err != nil {
+		if hook, err = secret.FileOrEnv(s.WebhookURLFile, SlackWebhookEnv, os.Getenv); err != nil {
 			return fmt.Errorf("slack.webhook_url_file: %w", err)
 		}
 	} else if tok == "" {

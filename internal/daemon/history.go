@@ -13,6 +13,7 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/atomicfile"
+	"github.com/basin-dev/basin/internal/httpjson"
 )
 
 // historyLen keeps an hour of steps at the default 5 s interval for the status page.
@@ -156,7 +157,7 @@ func (d *Daemon) serveHistory(w http.ResponseWriter, _ *http.Request) {
 	d.mu.Lock()
 	pts := append([]HistoryPoint(nil), d.mu.history...)
 	d.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"points": pts})
+	httpjson.WriteIndent(w, http.StatusOK, map[string]any{"points": pts})
 }
 
 // CurveView is GET /api/v1/curve: the completion curve, the arrival rate and where the deployment
@@ -180,5 +181,5 @@ func (d *Daemon) serveCurve(w http.ResponseWriter, _ *http.Request) {
 	if v.Points == nil {
 		v.Points = []detector.CurvePoint{}
 	}
-	writeJSON(w, http.StatusOK, v)
+	httpjson.WriteIndent(w, http.StatusOK, v)
 }

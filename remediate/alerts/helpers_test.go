@@ -195,11 +195,21 @@ func okReply(t *testing.T, rec *httptest.ResponseRecorder) okBody {
 	return b
 }
 
-// errorReply decodes an error answer.
-func errorReply(t *testing.T, rec *httptest.ResponseRecorder) apiError {
+// errorReply is an error answer as a client decodes it.
+type errorReply struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// decodeError decodes an error answer.
+func decodeError(t *testing.T, rec *httptest.ResponseRecorder) errorReply {
 	t.Helper()
 	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-	var b errorBody
+	var b struct {
+		Error errorReply `json:"error"`
+	}
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b), rec.Body.String())
 	return b.Error
 }

@@ -4,17 +4,17 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/basin-dev/basin/internal/httpjson"
+	"github.com/basin-dev/basin/internal/secret"
 )
 
 // Path is where the daemon mounts the Receiver; basin's webhook_config url points here.
@@ -150,16 +150,14 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		for _, c := range r.challenges {
 			w.Header().Add("WWW-Authenticate", c)
 		}
-		writeJSON(w, http.StatusUnauthorized, errorBody{Error: apiError{Message: r.authHint(),
-			Type: "authentication_error", Code: "unauthorized"}})
+		httpjson.WriteError(w, http.StatusUnauthorized, "authentication_error", "unauthorized", "", r.authHint())
 		return
 	}
 	if req.Method != http.MethodPost {
 		r.metrics.requests.WithLabelValues(resultMethodNotAllowed).Inc()
 		w.Header().Set("Allow", http.MethodPost)
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: apiError{
-			Message: fmt.Sprintf("method %s: the Alertmanager webhook takes POST", req.Method),
-			Type:    "invalid_request_error", Code: "method_not_allowed"}})
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "",
+			fmt.Sprintf("method %s: the Alertmanager webhook takes POST", req.Method))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBody))
@@ -183,7 +181,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	active, incident := r.apply(msg)
 	r.metrics.requests.WithLabelValues(resultOK).Inc()
-	writeJSON(w, http.StatusOK, okBody{Status: "ok", Active: active, Incident: incident})
+	httpjson.Write(w, http.StatusOK, okBody{Status: "ok", Active: active, Incident: incident})
 }
 
 // okBody is the answer to an accepted notification.
@@ -327,17 +325,13 @@ func (r *Receiver) logExpired(expired []ActiveAlert) {
 func (r *Receiver) reject(w http.ResponseWriter, result string, fe *fieldError) {
 	r.metrics.requests.WithLabelValues(result).Inc()
 	r.log.Warn("alerts webhook: payload rejected", "field", fe.Field, "error", fe.Msg)
-	e := apiError{Message: fe.Msg, Type: "invalid_request_error", Code: "invalid_request"}
-	if fe.Field != "" {
-		e.Param = &fe.Field
-	}
-	writeJSON(w, http.StatusBadRequest, errorBody{Error: e})
+	httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", fe.Field, fe.Msg)
 }
 
 // authorized checks the bearer token or the basic credentials in constant time.
 func (r *Receiver) authorized(req *http.Request) bool {
 	if r.token != nil {
-		if tok, ok := bearer(req.Header.Get("Authorization")); ok {
+		if tok, ok := secret.Bearer(req.Header.Get("Authorization")); ok {
 			d := sha256.Sum256([]byte(tok))
 			return subtle.ConstantTimeCompare(d[:], r.token[:]) == 1
 		}
@@ -360,37 +354,4 @@ func (r *Receiver) authHint() string {
 		return "the alerts webhook needs credentials: Authorization: Bearer <token>"
 	}
 	return "the alerts webhook needs credentials: HTTP basic auth"
-}
-
-// bearer returns the token of an Authorization: Bearer header (scheme case-insensitive, RFC 9110).
-func bearer(v string) (string, bool) {
-	const prefix = "bearer "
-	if len(v) < len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
-		return "", false
-	}
-	return strings.TrimSpace(v[len(prefix):]), true
-}
-
-// apiError and errorBody are the JSON error shape of the rest of basin's HTTP APIs.
-type apiError struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
-type errorBody struct {
-	Error apiError `json:"error"`
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }

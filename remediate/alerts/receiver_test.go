@@ -247,7 +247,7 @@ func TestAuth(t *testing.T) {
 				return
 			}
 			require.Equal(t, http.StatusUnauthorized, rec.Code)
-			e := errorReply(t, rec)
+			e := decodeError(t, rec)
 			assert.Equal(t, "authentication_error", e.Type)
 			assert.Equal(t, "unauthorized", e.Code)
 			challenges := strings.Join(rec.Header().Values("WWW-Authenticate"), "; ")
@@ -328,7 +328,7 @@ func TestBadPayloads(t *testing.T) {
 			h := newHarness(t, Options{MaxBody: tt.maxBody})
 			rec := h.do(t, http.MethodPost, []byte(tt.body), func(req *http.Request) { req.Header.Set("Authorization", "Bearer "+testToken) })
 			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
-			e := errorReply(t, rec)
+			e := decodeError(t, rec)
 			assert.Equal(t, "invalid_request_error", e.Type)
 			if tt.param == "" {
 				assert.Nil(t, e.Param)
@@ -366,7 +366,7 @@ func TestMethodNotAllowed(t *testing.T) {
 			rec := h.do(t, method, readTestdata(t, "firing.json"), func(req *http.Request) { req.Header.Set("Authorization", "Bearer "+testToken) })
 			require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 			assert.Equal(t, http.MethodPost, rec.Header().Get("Allow"))
-			assert.Equal(t, "method_not_allowed", errorReply(t, rec).Code)
+			assert.Equal(t, "method_not_allowed", decodeError(t, rec).Code)
 			assert.False(t, h.r.Incident().Active)
 			assert.Equal(t, 1.0, h.metric(t, "basin_webhook_requests_total", "result", "method_not_allowed"))
 		})
