@@ -19,7 +19,7 @@ func TestFileOrEnv(t *testing.T) {
 	env := map[string]string{"TOK": "  from-env \n"}
 	for _, tc := range []struct {
 		name, content, wantErr, want string
-		noFile, missing                bool
+		noFile, missing              bool
 	}{
 		{name: "trimmed", content: " s3cret\n", want: "s3cret"},
 		{name: "empty", content: " \n\t", wantErr: "empty"},
