@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 func TestAdminNeedsTheTokenAndChangesNothingWithout(t *testing.T) {

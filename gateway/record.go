@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// recorder appends one row per finished call to a trace in basin's format (sim/trace/FORMAT.md).
+// recorder appends one row per finished call to a trace in basin's format (internal/trace/FORMAT.md).
 // It never writes a raw session id, tenant or any text: ids and tenants are the first 16 hex
 // digits of SHA-256 over a random salt drawn when the file is opened, so rows of one session
 // group together while the id cannot be looked up. A session gets a fresh trace id each time it
