@@ -2,8 +2,7 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
-	./sim/loadgen/...
+RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/...
 
 .PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
 

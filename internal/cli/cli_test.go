@@ -23,9 +23,9 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/internal/calibrate"
+	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/internal/trace"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 )
 
