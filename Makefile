@@ -2,8 +2,7 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... \
-	./sim/trace/... ./sim/loadgen/...
+RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/...
 
 .PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
 
@@ -61,8 +60,8 @@ results: build
 
 FUZZTIME ?= 30000x
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzReadBasin$$' -fuzztime $(FUZZTIME) ./sim/trace/
-	$(GO) test -run '^$$' -fuzz '^FuzzReadTraceLab$$' -fuzztime $(FUZZTIME) ./sim/trace/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadBasin$$' -fuzztime $(FUZZTIME) ./internal/trace/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadTraceLab$$' -fuzztime $(FUZZTIME) ./internal/trace/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./sim/scenario/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./remediate/alerts/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./gateway/

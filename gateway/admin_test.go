@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 func TestAdminNeedsTheTokenAndChangesNothingWithout(t *testing.T) {

@@ -1,140 +1,60 @@
 package gateway
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
+
+	"github.com/basin-dev/basin/internal/trace"
 )
 
-// recorder appends one row per finished call to a trace in basin's format (sim/trace/FORMAT.md).
-// It never writes a raw session id, tenant or any text: ids and tenants are the first 16 hex
-// digits of SHA-256 over a random salt drawn when the file is opened, so rows of one session
-// group together while the id cannot be looked up. A session gets a fresh trace id each time it
-// is admitted (the hash also covers a sequence number), so an id reused after its session ended,
-// or a session that outlives a restart, starts a new trace session at call 0 rather than
-// breaking the call numbering.
-type recorder struct {
-	salt [16]byte
-	mu   struct {
-		sync.Mutex
-		f      *os.File
-		seq    uint64
-		closed bool
-	}
-}
+// recorder turns the gateway's finished calls into rows of a basin trace (internal/trace's
+// FORMAT.md). The format, the writing and the salted hashing that keeps raw session ids and
+// tenants out of the file are trace.Recorder's; what is the gateway's own is how a call becomes a
+// row: which turn it was, when it started, and that the reuse is left to the format's default.
+type recorder struct{ rec *trace.Recorder }
 
 func openRecorder(path string) (*recorder, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	rec, err := trace.OpenRecorder(path)
 	if err != nil {
 		return nil, err
 	}
-	r := &recorder{}
-	if _, err := rand.Read(r.salt[:]); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("salt: %w", err)
-	}
-	r.mu.f = f
-	return r, nil
+	return &recorder{rec: rec}, nil
 }
 
-func (r *recorder) hash(parts ...string) string {
-	h := sha256.New()
-	h.Write(r.salt[:])
-	for _, p := range parts {
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// sessionID is the trace id of a newly admitted session.
-func (r *recorder) sessionID(id string) string {
-	r.mu.Lock()
-	r.mu.seq++
-	seq := r.mu.seq
-	r.mu.Unlock()
-	return r.hash(id, strconv.FormatUint(seq, 10))
-}
+// sessionID is the trace id of a newly admitted session (a fresh one per admission).
+func (r *recorder) sessionID(id string) string { return r.rec.SessionID(id) }
 
 // tenant is the trace name of a tenant ("" stays "").
-func (r *recorder) tenant(t string) string {
-	if t == "" {
-		return ""
-	}
-	return r.hash("tenant", t)
-}
-
-// traceRow is one row, fields in FORMAT.md's order. reused_tokens is left out: the reader's
-// default (the previous prompt plus output) is what an agent resending its history reuses.
-type traceRow struct {
-	SessionID    string      `json:"session_id"`
-	Call         int         `json:"call"`
-	Start        string      `json:"start"`
-	End          string      `json:"end"`
-	PromptTokens int64       `json:"prompt_tokens"`
-	OutputTokens int64       `json:"output_tokens"`
-	GapBeforeS   json.Number `json:"gap_before_s"`
-	Turn         string      `json:"turn"`
-	Tenant       string      `json:"tenant,omitempty"`
-	TaskChars    int         `json:"task_chars"`
-}
+func (r *recorder) tenant(t string) string { return r.rec.Tenant(t) }
 
 // record writes the row of a finished call. start is when the call reached the gateway (queueing
-// included), so a replay sees the demand as the clients made it.
+// included), so a replay sees the demand as the clients made it. reused_tokens is left to the
+// reader's default (the previous prompt plus output): the gateway sees token counts, not
+// prefixes, and that default is what an agent resending its history reuses.
 func (r *recorder) record(si *sessionInfo, c *call, index int, gap time.Duration, end time.Time, prompt, output int64) error {
-	turn := "first"
+	human := false
 	if index > 0 {
-		turn = "tool"
-		if c.req.lastRole == "user" {
-			turn = "human" // the conversation ends with a person's message, not a tool result
-		}
+		human = c.req.lastRole == "user" // the conversation ends with a person's message, not a tool result
 	} else {
 		gap = 0
 	}
 	if end.Before(c.arrival) {
 		end = c.arrival
 	}
-	row := traceRow{SessionID: si.traceID, Call: index, Start: formatTime(c.arrival), End: formatTime(end),
-		PromptTokens: max(1, prompt), OutputTokens: max(0, output), GapBeforeS: json.Number(formatSeconds(gap)),
-		Turn: turn, Tenant: si.traceTenant, TaskChars: max(0, si.taskChars)}
-	line, err := json.Marshal(row)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.closed {
-		return errors.New("record: trace already closed")
-	}
-	_, err = r.mu.f.Write(append(line, '\n'))
-	return err
+	return r.rec.Record(trace.Row{
+		SessionID: si.traceID,
+		Index:     index,
+		Tenant:    si.traceTenant,
+		TaskChars: max(0, si.taskChars),
+		Call: trace.Call{
+			Start:     c.arrival,
+			End:       end,
+			Prompt:    int(max(1, prompt)),
+			Output:    int(max(0, output)),
+			GapBefore: max(0, gap),
+			Human:     human,
+		},
+		DefaultReuse: true,
+	})
 }
 
-func (r *recorder) close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.closed {
-		return nil
-	}
-	r.mu.closed = true
-	return r.mu.f.Close()
-}
-
-func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-// formatSeconds writes d as exact decimal seconds ("19.291"), as the trace format asks.
-func formatSeconds(d time.Duration) string {
-	s := strconv.FormatInt(int64(d/time.Second), 10)
-	if frac := d % time.Second; frac != 0 {
-		s += strings.TrimRight(fmt.Sprintf(".%09d", int64(frac)), "0")
-	}
-	return s
-}
+func (r *recorder) close() error { return r.rec.Close() }

@@ -132,13 +132,7 @@ func (s *Sim) step() {
 		s.scheduleArrival(i, s.now)
 		idx := s.streamSeq[i]
 		s.streamSeq[i]++
-		keep := true
-		for _, th := range st.Thin {
-			if s.now >= th.From && s.now < th.To && s.thinRNG.Float64() >= th.Keep {
-				keep = false
-			}
-		}
-		if keep {
+		if st.keeps(s.now, s.thinRNG) {
 			s.arrive(st.Workload.Session(s.sessionRNG(i, idx)), st.Class, i)
 		}
 	case evCall:

@@ -176,9 +176,9 @@ func New(o Options) (*Sim, error) {
 			TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
 		s.decode = append(s.decode, d)
 	}
-	s.thinRNG = rand.New(rand.NewPCG(o.Seed, 0x7417))
+	s.thinRNG = thinRNG(o.Seed)
 	for i := range o.Streams {
-		s.streamRNG = append(s.streamRNG, rand.New(rand.NewPCG(o.Seed, 0xA11A0000+uint64(i))))
+		s.streamRNG = append(s.streamRNG, streamRNG(o.Seed, i))
 		s.streamSeq = append(s.streamSeq, 0)
 		s.scheduleArrival(i, o.Streams[i].From)
 		if k := o.Streams[i].KillAt; k > 0 {
@@ -196,27 +196,16 @@ func New(o Options) (*Sim, error) {
 	return s, nil
 }
 
-// sessionRNG is the random stream of one session: a function of the seed, the stream and the
-// session's index in it only, so removing a spike leaves every base session unchanged.
+// sessionRNG is the random stream of one session (see SessionRNG).
 func (s *Sim) sessionRNG(stream int, idx uint64) *rand.Rand {
-	return rand.New(rand.NewPCG(s.o.Seed^0x5E55_0000_0000, uint64(stream)<<40|idx))
+	return SessionRNG(s.o.Seed, stream, idx)
 }
 
+// scheduleArrival puts stream i's next arrival after from on the event queue (see arrivals.go).
 func (s *Sim) scheduleArrival(i int, from time.Duration) {
-	st := s.o.Streams[i]
-	if st.RatePerMin <= 0 {
-		return
+	if at, ok := s.o.Streams[i].nextArrival(s.streamRNG[i], from, s.end); ok {
+		s.push(event{at: at, kind: evArrival, a: i})
 	}
-	gap := s.streamRNG[i].ExpFloat64() / (st.RatePerMin / 60)
-	at := from + seconds(gap)
-	limit := s.end
-	if st.To > 0 {
-		limit = min(limit, st.To)
-	}
-	if at >= limit {
-		return
-	}
-	s.push(event{at: at, kind: evArrival, a: i})
 }
 
 func (s *Sim) closedArrival() {

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 // CallSpec is one model call of a session as the client sends it.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 // Defaults of TrainOptions.

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/predictor"
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 var fixedTime = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
@@ -102,7 +102,7 @@ func TestTrainStampsCreated(t *testing.T) {
 }
 
 func TestTrainOnTraceLabSession(t *testing.T) {
-	f, err := os.Open("../../sim/trace/testdata/tracelab-claude-session.jsonl")
+	f, err := os.Open("../../internal/trace/testdata/tracelab-claude-session.jsonl")
 	require.NoError(t, err)
 	defer f.Close()
 	sessions, err := trace.ReadTraceLab(f)

@@ -19,7 +19,7 @@ import (
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/atomicfile"
-	"github.com/basin-dev/basin/sim/loadgen"
+	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

@@ -23,10 +23,10 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/internal/calibrate"
+	"github.com/basin-dev/basin/internal/loadgen"
+	"github.com/basin-dev/basin/internal/trace"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/serve/servetest"
-	"github.com/basin-dev/basin/sim/trace"
 )
 
 func basin(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -237,7 +237,7 @@ func TestDemoBadEnvironment(t *testing.T) {
 }
 
 func TestTraceImport(t *testing.T) {
-	in := filepath.Join("..", "..", "sim", "trace", "testdata", "tracelab-claude-session.jsonl")
+	in := filepath.Join("..", "trace", "testdata", "tracelab-claude-session.jsonl")
 	out := filepath.Join(t.TempDir(), "basin.jsonl")
 	code, stdout, stderr := basin(t, "trace", "import", "-o", out, in)
 	require.Equal(t, 0, code, stderr)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/loadgen"
 )
 
 // runLoadgen drives a scenario's agent sessions over the OpenAI API against any endpoint (the

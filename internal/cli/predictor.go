@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/basin-dev/basin/gateway/predictor"
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 // predictorTrain fits the gateway's peak-context predictor on recorded sessions and reports how

@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/basin-dev/basin/sim/trace"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 // traceImport converts a TraceLab round trace into basin's trace format and prints per-session

@@ -25,8 +25,8 @@ import (
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/internal/harness"
+	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/remediate"
-	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 )

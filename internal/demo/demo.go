@@ -44,8 +44,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/basin-dev/basin/internal/harness"
+	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/remediate"
-	"github.com/basin-dev/basin/sim/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

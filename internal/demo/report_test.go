@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/basin-dev/basin/sim/loadgen"
+	"github.com/basin-dev/basin/internal/loadgen"
 )
 
 // run is a finished run of the 60-minute window with good sessions of arrived, its waits late

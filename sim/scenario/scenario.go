@@ -14,10 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/basin-dev/basin/internal/trace"
 	"github.com/basin-dev/basin/internal/yamlconf"
 	"github.com/basin-dev/basin/scenarios"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/trace"
 )
 
 // Duration is a time.Duration written the Go way in YAML ("90m", "1h30m", "45s").

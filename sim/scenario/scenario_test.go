@@ -129,7 +129,7 @@ func TestRunFillsNoSpikeTwin(t *testing.T) {
 
 func TestTraceScenario(t *testing.T) {
 	dir := t.TempDir()
-	sample, err := os.ReadFile(filepath.Join("..", "trace", "testdata", "tracelab-claude-session.jsonl"))
+	sample, err := os.ReadFile(filepath.Join("..", "..", "internal", "trace", "testdata", "tracelab-claude-session.jsonl"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "rounds.jsonl"), sample, 0o600))
 	yaml := `name: replay

@@ -192,22 +192,6 @@ func minSum(limit, a, b int) int {
 	return a + b
 }
 
-// basinOut is one line of a basin trace as written: every field explicit, so a reader needs no
-// defaults and a person reading the file sees what the simulator will use.
-type basinOut struct {
-	SessionID    string      `json:"session_id"`
-	Call         int         `json:"call"`
-	Start        string      `json:"start"`
-	End          string      `json:"end,omitempty"`
-	PromptTokens int         `json:"prompt_tokens"`
-	ReusedTokens int         `json:"reused_tokens"`
-	OutputTokens int         `json:"output_tokens"`
-	GapBeforeS   json.Number `json:"gap_before_s"`
-	Turn         string      `json:"turn"`
-	Tenant       string      `json:"tenant"`
-	TaskChars    int         `json:"task_chars"`
-}
-
 // WriteBasin writes sessions in basin's own format, one row per call, sessions in the given order,
 // every field explicit except an unknown end. It checks all sessions against the format's rules
 // before writing anything, so that whatever it writes ReadBasin reads back equal (given sessions in
@@ -238,32 +222,10 @@ func WriteBasin(w io.Writer, sessions []Session) error {
 	}
 
 	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false) // a trace is not HTML; keep IDs readable
+	enc := newRowEncoder(bw)
 	for _, s := range sessions {
 		for j, c := range s.Calls {
-			out := basinOut{
-				SessionID:    s.ID,
-				Call:         j,
-				Start:        formatTime(c.Start),
-				PromptTokens: c.Prompt,
-				ReusedTokens: c.Reused,
-				OutputTokens: c.Output,
-				GapBeforeS:   json.Number(formatSeconds(c.GapBefore)),
-				Turn:         turnTool,
-				Tenant:       s.Tenant,
-				TaskChars:    s.TaskChars,
-			}
-			if !c.End.IsZero() {
-				out.End = formatTime(c.End)
-			}
-			switch {
-			case j == 0:
-				out.Turn = turnFirst
-			case c.Human:
-				out.Turn = turnHuman
-			}
-			if err := enc.Encode(out); err != nil {
+			if err := enc.Encode(sessionRow(s, j, c).out()); err != nil {
 				return fmt.Errorf("write basin trace: session %q call %d: %w", s.ID, j, err)
 			}
 		}
@@ -272,4 +234,9 @@ func WriteBasin(w io.Writer, sessions []Session) error {
 		return fmt.Errorf("write basin trace: %w", err)
 	}
 	return nil
+}
+
+// sessionRow places call j of s in a row.
+func sessionRow(s Session, j int, c Call) Row {
+	return Row{SessionID: s.ID, Index: j, Tenant: s.Tenant, TaskChars: s.TaskChars, Call: c}
 }

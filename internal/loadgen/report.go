@@ -188,8 +188,8 @@ func (r *runner) report(sessions []*session, cut bool) *Report {
 // result is a session's record; it calls Unloaded.
 func (r *runner) result(s *session) SessionResult {
 	res := SessionResult{
-		ID: s.id, Class: s.class, Index: s.of.idx, Measured: s.measured,
-		ArrivalS: s.of.at.Seconds(), StartS: s.started.Seconds(), EndS: s.end.Seconds(),
+		ID: s.id, Class: s.class, Index: s.of.Index, Measured: s.measured,
+		ArrivalS: s.of.At.Seconds(), StartS: s.started.Seconds(), EndS: s.end.Seconds(),
 		Outcome: s.outcome, Calls: len(s.spec.Calls), CallsDone: len(s.calls), Retries: s.retries,
 		calls: s.calls,
 	}

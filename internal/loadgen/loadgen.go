@@ -44,7 +44,7 @@ type runner struct {
 type session struct {
 	n        int
 	id       string
-	of       offer
+	of       sim.Arrival
 	class    string
 	spec     sim.SessionSpec
 	measured bool
@@ -131,7 +131,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		cut      bool               // arrivals stopped early
 	)
 	for k, of := range ofs {
-		if err := o.Sleep(ctx, r.wallFor(of.at)-o.Now().Sub(r.start)); err != nil || ctx.Err() != nil {
+		if err := o.Sleep(ctx, r.wallFor(of.At)-o.Now().Sub(r.start)); err != nil || ctx.Err() != nil {
 			cut = true
 			break
 		}
@@ -221,13 +221,13 @@ func (r *runner) wallFor(v time.Duration) time.Duration {
 	return time.Duration(float64(v) / r.o.Speed)
 }
 
-func (r *runner) newSession(n int, of offer, systems map[int]string) *session {
-	st := r.so.Streams[of.stream]
+func (r *runner) newSession(n int, of sim.Arrival, systems map[int]string) *session {
+	st := r.so.Streams[of.Stream]
 	s := &session{
 		n: n, id: r.o.RunID + "-" + strconv.Itoa(n), of: of, class: st.Class,
-		spec:      st.Workload.Session(sessionRNG(r.so.Seed, of.stream, of.idx)),
-		measured:  of.at >= r.so.MeasureFrom && of.at < r.so.MeasureTo,
-		jitter:    jitterRNG(r.so.Seed, of.stream, of.idx),
+		spec:      st.Workload.Session(sim.SessionRNG(r.so.Seed, of.Stream, of.Index)),
+		measured:  of.At >= r.so.MeasureFrom && of.At < r.so.MeasureTo,
+		jitter:    jitterRNG(r.so.Seed, of.Stream, of.Index),
 		firstWait: -1,
 	}
 	sys, ok := systems[s.spec.Shared]
@@ -251,7 +251,7 @@ func (r *runner) killAt(ctx context.Context, stream int, at time.Duration) {
 	for s := range r.mu.live[stream] {
 		// One that arrived at or after KillAt but started before this timer fired lives on, as
 		// in the simulator.
-		if s.of.at < at {
+		if s.of.At < at {
 			s.cancel(errKilled)
 			n++
 		}
@@ -264,17 +264,17 @@ func (r *runner) killAt(ctx context.Context, stream int, at time.Duration) {
 func (r *runner) register(s *session) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mu.killed[s.of.stream] && s.of.at < r.so.Streams[s.of.stream].KillAt {
+	if r.mu.killed[s.of.Stream] && s.of.At < r.so.Streams[s.of.Stream].KillAt {
 		return false
 	}
-	r.mu.live[s.of.stream][s] = struct{}{}
+	r.mu.live[s.of.Stream][s] = struct{}{}
 	return true
 }
 
 func (r *runner) unregister(s *session) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.mu.live[s.of.stream], s)
+	delete(r.mu.live[s.of.Stream], s)
 }
 
 // runSession sends the session's calls in order and records how it ends.

@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"encoding/json"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -42,8 +41,8 @@ arrivals:
 	perMinute := make([]int, 30)
 	streams := map[int]int{}
 	for _, of := range ofs {
-		perMinute[int(of.at/time.Minute)]++
-		streams[of.stream]++
+		perMinute[int(of.At/time.Minute)]++
+		streams[of.Stream]++
 	}
 	require.Len(t, streams, 3, "every stream offers sessions")
 
@@ -60,9 +59,9 @@ arrivals:
 	skipped := false
 	var next uint64
 	for _, of := range ofs {
-		if of.stream == 0 {
-			skipped = skipped || of.idx != next
-			next = of.idx + 1
+		if of.Stream == 0 {
+			skipped = skipped || of.Index != next
+			next = of.Index + 1
 		}
 	}
 	assert.True(t, skipped, "a 0.4× dip thins the base stream")
@@ -117,7 +116,7 @@ func TestConversationSizing(t *testing.T) {
 			w, err := sim.SyntheticWorkload(kind)
 			require.NoError(t, err)
 			for idx := range uint64(5) {
-				spec := w.Session(sessionRNG(1, 0, idx))
+				spec := w.Session(sim.SessionRNG(1, 0, idx))
 				c := newConversation("run-1", systemPrompt(spec.Shared))
 				answer := ""
 				for i, call := range spec.Calls {
@@ -162,12 +161,4 @@ func TestFiller(t *testing.T) {
 		assert.Len(t, f, max(0, n), "n=%d", n)
 	}
 	assert.Equal(t, " map key", filler(8))
-}
-
-func TestSessionRNGIsTheSimulators(t *testing.T) {
-	// The documented formula, written out independently.
-	w, err := sim.SyntheticWorkload("short")
-	require.NoError(t, err)
-	want := w.Session(rand.New(rand.NewPCG(42^0x5E55_0000_0000, uint64(2)<<40|7)))
-	assert.Equal(t, want, w.Session(sessionRNG(42, 2, 7)))
 }

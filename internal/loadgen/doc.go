@@ -6,19 +6,12 @@
 // # Sessions
 //
 // The sessions are the simulator's. Run takes the scenario's arrival streams from
-// scenario.Scenario.Options and generates arrivals exactly as the simulator does, so the same seed
-// offers the same sessions at the same virtual times:
-//
-//   - stream i is Poisson: exponential gaps drawn from rand.NewPCG(seed, 0xA11A0000+i), starting at
-//     the stream's From and stopping at its To or the scenario's duration, whichever is first;
-//   - a rate dip (Thin) keeps an arrival with its probability, drawn from one generator,
-//     rand.NewPCG(seed, 0x7417), in the order of the arrivals across all streams;
-//   - arrival k of stream i (counting thinned ones) draws its SessionSpec from its own generator,
-//     rand.NewPCG(seed^0x5E55_0000_0000, i<<40|k), so that removing a stream changes no other
-//     stream's sessions.
-//
-// The generators are the simulator's (sim.Sim's streamRNG, thinRNG and sessionRNG); the tests
-// compare minute-by-minute arrivals with a simulator run.
+// scenario.Scenario.Options and draws its arrivals from the simulator's own arrival process
+// (sim.Arrivals, and sim.SessionRNG for each session's spec), so the same seed offers the same
+// sessions at the same virtual times as a simulator run: Poisson streams between their From and To,
+// rate dips thinned, arrival k of stream i drawing its SessionSpec from a generator of its own.
+// The package keeps no copy of the simulator's seeds; only the Retry-After jitter is its own
+// stream, apart from the session's, so that retries change nothing a session sends.
 //
 // At a stream's KillAt, its sessions that arrived before it and are still running are stopped,
 // their call in flight cancelled, and count as killed; the stream's later arrivals run, as in the
@@ -74,7 +67,7 @@
 // to measure latency want a modest Speed.
 //
 // A session that fails between calls does not tell the server; servers end idle sessions
-// themselves (sim/serve after its idle timeout).
+// themselves (`basin sim serve` after its idle timeout).
 //
 // # Goodput
 //

@@ -1,5 +1,7 @@
-// Package trace reads and writes recorded agent sessions, the input the simulator replays and the
-// output the gateway will record.
+// Package trace owns basin's trace format: it reads and writes recorded agent sessions, the
+// output the gateway records (Recorder), the input the simulator replays, the file `basin trace
+// import` converts to and `basin predictor train` learns from. It sits outside the gateway and the
+// simulator so that both, and the tools between them, use one definition of a row and one writer.
 //
 // A session is a chain of model calls. What a serving deployment feels from it is, per call, the
 // prompt length, how much of the prompt repeats what was already sent (and so could be a prefix-cache
@@ -40,6 +42,14 @@
 // line and the field, as in "line 7: prompt_tokens: must be > 0, got 0". WriteBasin writes every
 // field explicitly (end only when known), timestamps in UTC with as many fractional digits as
 // needed and gaps as exact decimal seconds, so that ReadBasin gives back exactly what was written.
+//
+// # Recording
+//
+// WriteRow writes one call as one line, with the same encoding as WriteBasin, for writers that
+// learn of calls as they finish; a Row may leave reused_tokens to the reader's default when the
+// writer does not see prefixes. Recorder appends such rows to a file from many goroutines and
+// hashes session ids and tenants with a salt of its own, so a recorded trace holds no raw id,
+// tenant or text.
 //
 // # TraceLab import
 //

@@ -98,7 +98,7 @@ func TestAgainstSimServe(t *testing.T) {
 			assert.Greater(t, *rep.PrefixHitRate, 0.5, "an unloaded deployment finds each conversation's earlier prompt")
 			for _, s := range rep.PerSession {
 				// The spec drawn with the simulator's seeding, independently of the run.
-				spec := w.Session(sessionRNG(sc.Seed, 0, s.Index))
+				spec := w.Session(sim.SessionRNG(sc.Seed, 0, s.Index))
 				require.Equal(t, Completed, s.Outcome, s.Error)
 				require.Len(t, s.calls, len(spec.Calls), "session %s", s.ID)
 				assert.Equal(t, len(spec.Calls), s.CallsDone)
