@@ -21,13 +21,10 @@ import (
 // t0 is an arbitrary wall-clock start for Ingest-driven tests.
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// fixture parses testdata/<name>.prom with the public parser.
+// fixture parses testdata/<name>.prom with the collector's parser, every family kept.
 func fixture(t testing.TB, name string) map[string]*dto.MetricFamily {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name+".prom"))
-	require.NoError(t, err)
-	defer f.Close()
-	fams, err := ParseText(f)
+	fams, err := parseBytes(fixtureBytes(t, name))
 	require.NoError(t, err, name)
 	return fams
 }

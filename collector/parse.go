@@ -2,33 +2,18 @@ package collector
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
 
-// ParseText parses a whole body in the Prometheus text exposition format (0.0.4 or 1.0.0) into
-// metric families keyed by family name. Names are checked with the legacy scheme first (which
-// accepts the colons of sglang: and vllm: names) and, if that rejects the body, with the UTF-8
-// scheme, which also accepts quoted names. _created families, missing HELP lines and NaN or
-// ±Inf values are kept as they are; the collector ignores what it does not read. Duplicate
-// series are kept too (the collector uses the first of each).
-func ParseText(r io.Reader) (map[string]*dto.MetricFamily, error) {
-	body, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("parse text: read: %w", err)
-	}
-	fams, err := parseBytes(body)
-	if err != nil {
-		return nil, fmt.Errorf("parse text: %w", err)
-	}
-	return fams, nil
-}
-
-// parseBytes parses body with the legacy name scheme, then with UTF-8 if legacy rejects it.
+// parseBytes parses a body in the Prometheus text exposition format (0.0.4 or 1.0.0) into metric
+// families keyed by family name. Names are checked with the legacy scheme first (which accepts
+// the colons of sglang: and vllm: names) and, if that rejects the body, with the UTF-8 scheme,
+// which also accepts quoted names. _created families, missing HELP lines and NaN or ±Inf values
+// are kept as they are; the collector ignores what it does not read. Duplicate series are kept
+// too (the collector uses the first of each).
 func parseBytes(body []byte) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))

@@ -160,7 +160,7 @@ func TestScrape(t *testing.T) {
 		c, _, _ := newTest(t, Options{Targets: []Target{{Name: "v", URL: srv.URL + "/utf8", Role: RoleUnified}}})
 		c.round(t.Context())
 		assertSignals(t, c.Snapshot(), map[Signal]want{EngineQueue: ok(12)})
-		_, err := ParseText(bytes.NewReader(body))
+		_, err := parseBytes(body)
 		require.NoError(t, err)
 	})
 }

@@ -27,6 +27,7 @@ package dashboards
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,10 +46,73 @@ const (
 	EnginesUID  = "basin-engines"
 )
 
+// SchemaVersion is the version of Grafana's dashboard JSON model the dashboards are written in
+// (Grafana 12's).
+const SchemaVersion = 42
+
+// Dashboard is a Grafana dashboard in the classic JSON model, the one Grafana's file provisioning
+// loads on every version basin supports. The foundation SDK's type for it is deprecated in favour
+// of the v2 schema, which file provisioning reads only from Grafana 12 with a feature toggle; so
+// this is basin's own, holding only the top-level fields basin sets, in the SDK's order (the JSON
+// is the same). The panels, variables, annotations and links inside are the SDK's types.
+type Dashboard struct {
+	// Uid identifies the dashboard across Grafana instances: provisioning updates it in place.
+	Uid         string   `json:"uid"`
+	Title       string   `json:"title"`
+	Description string   `json:"description,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	// Timezone is an IANA zone, "browser" or "utc".
+	Timezone string `json:"timezone"`
+	Editable bool   `json:"editable"`
+	// GraphTooltip is the cursor sync: 0 off, 1 shared crosshair, 2 shared crosshair and tooltip.
+	GraphTooltip dashboard.DashboardCursorSync    `json:"graphTooltip"`
+	Time         dashboard.DashboardDashboardTime `json:"time"`
+	// FiscalYearStartMonth is 0 for January; Grafana writes it even at 0.
+	FiscalYearStartMonth uint8                                  `json:"fiscalYearStartMonth"`
+	Refresh              string                                 `json:"refresh,omitempty"`
+	SchemaVersion        uint16                                 `json:"schemaVersion"`
+	Panels               []dashboard.PanelOrRowPanel            `json:"panels,omitempty"`
+	Templating           dashboard.DashboardDashboardTemplating `json:"templating"`
+	Annotations          dashboard.AnnotationContainer          `json:"annotations"`
+	Links                []dashboard.DashboardLink              `json:"links,omitempty"`
+}
+
+// Validate checks the panels, variables, annotations and links with the SDK's rules, and that
+// the dashboard has the uid and title provisioning needs.
+func (d Dashboard) Validate() error {
+	var errs []error
+	if d.Uid == "" {
+		errs = append(errs, errors.New("uid: missing"))
+	}
+	if d.Title == "" {
+		errs = append(errs, errors.New("title: missing"))
+	}
+	if err := d.Time.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("time: %w", err))
+	}
+	for i, p := range d.Panels {
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("panels[%d]: %w", i, err))
+		}
+	}
+	if err := d.Templating.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("templating: %w", err))
+	}
+	if err := d.Annotations.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("annotations: %w", err))
+	}
+	for i, l := range d.Links {
+		if err := l.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("links[%d]: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // All builds every dashboard, the overview first.
-func All() ([]dashboard.Dashboard, error) {
-	var out []dashboard.Dashboard
-	for _, build := range []func() (dashboard.Dashboard, error){Overview, Engines} {
+func All() ([]Dashboard, error) {
+	var out []Dashboard
+	for _, build := range []func() (Dashboard, error){Overview, Engines} {
 		d, err := build()
 		if err != nil {
 			return nil, err
@@ -61,7 +125,7 @@ func All() ([]dashboard.Dashboard, error) {
 // Marshal renders a dashboard as the checked-in JSON: indented by two spaces, with a trailing
 // newline, and with <, > and & written as themselves (PromQL comparisons stay readable). The
 // output is deterministic: the SDK's structs marshal in field order and maps in key order.
-func Marshal(d dashboard.Dashboard) ([]byte, error) {
+func Marshal(d Dashboard) ([]byte, error) {
 	raw, err := json.Marshal(d)
 	if err != nil {
 		return nil, fmt.Errorf("marshal dashboard %s: %w", uid(d), err)
@@ -98,14 +162,9 @@ func WriteAll(dir string) error {
 }
 
 // FileName is the name WriteAll gives a dashboard's file.
-func FileName(d dashboard.Dashboard) string { return uid(d) + ".json" }
+func FileName(d Dashboard) string { return uid(d) + ".json" }
 
-func uid(d dashboard.Dashboard) string {
-	if d.Uid == nil {
-		return ""
-	}
-	return *d.Uid
-}
+func uid(d Dashboard) string { return d.Uid }
 
 // unescapeHTML undoes encoding/json's \u003c, \u003e and \u0026 escapes. Only whole escape
 // sequences are considered, so an escaped backslash followed by "u003e" stays as it is.
@@ -135,13 +194,13 @@ func unescapeHTML(b []byte) []byte {
 }
 
 // Overview builds "basin — overview".
-func Overview() (dashboard.Dashboard, error) {
+func Overview() (Dashboard, error) {
 	b := newBoard(OverviewUID, "basin — overview",
 		"The cache-pressure trap in one picture: the detector's state, the working set against the knee, "+
 			"the hit rate against its plateau, live sessions against the fluid model's equilibria, and what "+
 			"basin's gateway and daemon do about it.",
 		[]string{"basin"})
-	b.b.WithVariable(labelVariable("job", "job", `{__name__=~"basin_.+|sglang:.+|vllm:.+"}`,
+	b.variable(labelVariable("job", "job", `{__name__=~"basin_.+|sglang:.+|vllm:.+"}`,
 		"The scrape jobs of one deployment: its basin daemon, gateway and engines (All: every job exporting basin, SGLang or vLLM metrics)."))
 	j := jobMatch
 
@@ -150,12 +209,12 @@ func Overview() (dashboard.Dashboard, error) {
 	// "unless … offset" term for series younger than a minute. Values are 1: Grafana makes events
 	// of positive values (before Grafana 10, of values equal to 1 only).
 	actions := sel("basin_remediation_actions_total", j)
-	b.b.Annotation(annotation("Remediation actions", "orange",
+	b.annotation(annotation("Remediation actions", "orange",
 		fmt.Sprintf("clamp_max(sum by (kind, outcome) ((changes(%s[1m]) > 0) or (%s unless %s offset 1m)), 1)",
 			actions, actions, actions),
 		"{{kind}} {{outcome}}", "kind,outcome"))
 	state := sel("basin_state", j)
-	b.b.Annotation(annotation("Detector transitions", "red",
+	b.annotation(annotation("Detector transitions", "red",
 		fmt.Sprintf("(%s == 1) unless (%s offset 1m == 1)", state, state),
 		"{{deployment}} → {{state}}", "state"))
 
@@ -313,16 +372,16 @@ func Overview() (dashboard.Dashboard, error) {
 }
 
 // Engines builds "basin — engines".
-func Engines() (dashboard.Dashboard, error) {
+func Engines() (Dashboard, error) {
 	b := newBoard(EnginesUID, "basin — engines",
 		"Each SGLang and vLLM instance: queues, running requests, KV usage next to the retained prefix cache, the "+
 			"prefix hit rate from counters, TTFT, inter-token latency and throughput.",
 		[]string{"basin", "sglang", "vllm"})
 	engineNames := `{__name__=~"sglang:num_running_reqs|vllm:num_requests_running"}`
-	b.b.WithVariable(labelVariable("job", "job", engineNames, "The scrape jobs of the engines."))
-	b.b.WithVariable(labelVariable("pool", "engine_type", sel("sglang:num_running_reqs", jobMatch),
+	b.variable(labelVariable("job", "job", engineNames, "The scrape jobs of the engines."))
+	b.variable(labelVariable("pool", "engine_type", sel("sglang:num_running_reqs", jobMatch),
 		"SGLang's engine_type: prefill, decode or unified (vLLM series have no pool)."))
-	b.b.WithVariable(labelVariable("instance", "instance",
+	b.variable(labelVariable("instance", "instance",
 		`{__name__=~"sglang:num_running_reqs|vllm:num_requests_running", job=~"$job"}`, "The engine instances."))
 
 	sg := []string{jobMatch, instMatch, poolMatch}

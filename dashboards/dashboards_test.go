@@ -20,6 +20,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 	promclient "github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/assert"
@@ -131,43 +132,42 @@ func TestMarshalKeepsMeaning(t *testing.T) {
 		var a, b any
 		require.NoError(t, json.Unmarshal(ours, &a))
 		require.NoError(t, json.Unmarshal(std, &b))
-		assert.Equal(t, b, a, *d.Uid)
+		assert.Equal(t, b, a, d.Uid)
 		assert.NotContains(t, string(ours), `\u003e`)
 	}
 
 	// A string holding an escaped backslash before "u003e" must survive.
-	d := dashboard.Dashboard{Uid: ptr("x"), Title: ptr(`a > b & c < d \u003e`)}
+	d := dashboards.Dashboard{Uid: "x", Title: `a > b & c < d \u003e`}
 	out, err := dashboards.Marshal(d)
 	require.NoError(t, err)
-	var back dashboard.Dashboard
+	var back dashboards.Dashboard
 	require.NoError(t, json.Unmarshal(out, &back))
-	assert.Equal(t, *d.Title, *back.Title)
+	assert.Equal(t, d.Title, back.Title)
 	assert.Contains(t, string(out), `"a > b & c < d \\u003e"`)
 }
 
-func ptr[T any](v T) *T { return &v }
-
-// loaded are the checked-in dashboards as Grafana's schema reads them.
-func loaded(t *testing.T) []dashboard.Dashboard {
+// loaded are the checked-in dashboards as the SDK's schema reads them: panels, variables,
+// annotations and links decoded into its types and validated by its rules.
+func loaded(t *testing.T) []dashboards.Dashboard {
 	t.Helper()
 	plugins.RegisterDefaultPlugins()
-	var out []dashboard.Dashboard
+	var out []dashboards.Dashboard
 	for _, uid := range []string{dashboards.OverviewUID, dashboards.EnginesUID} {
 		b, err := os.ReadFile(filepath.Join(jsonDir, uid+".json"))
 		require.NoError(t, err, "run `make dashboards`")
 		// Not UnmarshalJSONStrict: in foundation-sdk v0.0.22 it silently drops every panel.
-		var d dashboard.Dashboard
+		var d dashboards.Dashboard
 		require.NoError(t, json.Unmarshal(b, &d), uid)
 		require.NoError(t, d.Validate(), uid)
-		require.NotNil(t, d.Uid)
-		require.Equal(t, uid, *d.Uid)
+		require.Equal(t, uid, d.Uid)
+		require.Equal(t, dashboards.SchemaVersion, int(d.SchemaVersion), uid)
 		out = append(out, d)
 	}
 	return out
 }
 
 // panels flattens top-level panels and those inside (collapsed) rows.
-func panels(d dashboard.Dashboard) []dashboard.Panel {
+func panels(d dashboards.Dashboard) []dashboard.Panel {
 	var out []dashboard.Panel
 	for _, p := range d.Panels {
 		switch {
@@ -195,11 +195,11 @@ func promQuery(t *testing.T, q variants.Dataquery) grafprom.Dataquery {
 func TestPanelsRoundTrip(t *testing.T) {
 	for _, d := range loaded(t) {
 		ps := panels(d)
-		require.NotEmpty(t, ps, *d.Uid)
+		require.NotEmpty(t, ps, d.Uid)
 		ids := map[uint32]bool{}
 		for _, p := range ps {
-			require.NotNil(t, p.Title, "%s: a panel without a title", *d.Uid)
-			where := *d.Uid + "/" + *p.Title
+			require.NotNil(t, p.Title, "%s: a panel without a title", d.Uid)
+			where := d.Uid + "/" + *p.Title
 			require.NotNil(t, p.Id, where)
 			assert.False(t, ids[*p.Id], "%s: id %d used twice", where, *p.Id)
 			ids[*p.Id] = true
@@ -232,8 +232,8 @@ func TestPanelsRoundTrip(t *testing.T) {
 		for _, v := range d.Templating.List {
 			vars = append(vars, v.Name)
 		}
-		assert.Contains(t, vars, "datasource", *d.Uid)
-		assert.Contains(t, vars, "job", *d.Uid)
+		assert.Contains(t, vars, "datasource", d.Uid)
+		assert.Contains(t, vars, "job", d.Uid)
 	}
 }
 
@@ -253,18 +253,18 @@ type expr struct {
 
 var labelValuesRE = regexp.MustCompile(`^label_values\((.*),\s*(\w+)\)$`)
 
-func exprs(t *testing.T, d dashboard.Dashboard) []expr {
+func exprs(t *testing.T, d dashboards.Dashboard) []expr {
 	t.Helper()
 	var out []expr
 	for _, p := range panels(d) {
 		for _, q := range p.Targets {
 			pq := promQuery(t, q)
-			out = append(out, expr{where: fmt.Sprintf("%s/%s/%s", *d.Uid, *p.Title, deref(pq.RefId)), text: pq.Expr})
+			out = append(out, expr{where: fmt.Sprintf("%s/%s/%s", d.Uid, *p.Title, deref(pq.RefId)), text: pq.Expr})
 		}
 	}
 	for _, a := range d.Annotations.List {
 		require.NotNil(t, a.Expr, a.Name)
-		out = append(out, expr{where: *d.Uid + "/annotation " + a.Name, text: *a.Expr})
+		out = append(out, expr{where: d.Uid + "/annotation " + a.Name, text: *a.Expr})
 		require.NotNil(t, a.Target, a.Name)
 		assert.Equal(t, *a.Expr, promQuery(t, a.Target).Expr, "%s: the annotation's target and expr differ", a.Name)
 	}
@@ -276,7 +276,7 @@ func exprs(t *testing.T, d dashboard.Dashboard) []expr {
 		require.NotNil(t, v.Query.String, v.Name)
 		m := labelValuesRE.FindStringSubmatch(*v.Query.String)
 		require.NotNil(t, m, "variable %s: want label_values(selector, label), got %s", v.Name, *v.Query.String)
-		out = append(out, expr{where: *d.Uid + "/variable " + v.Name, text: m[1], selector: true})
+		out = append(out, expr{where: d.Uid + "/variable " + v.Name, text: m[1], selector: true})
 	}
 	return out
 }
@@ -322,7 +322,7 @@ type parsed struct {
 	selectors [][]*labels.Matcher
 }
 
-func parseAll(t *testing.T, d dashboard.Dashboard) []parsed {
+func parseAll(t *testing.T, d dashboards.Dashboard) []parsed {
 	t.Helper()
 	vars := map[string]bool{}
 	for _, v := range d.Templating.List {
@@ -366,7 +366,7 @@ func parseAll(t *testing.T, d dashboard.Dashboard) []parsed {
 func selectorNames(ms []*labels.Matcher) []string {
 	var out []string
 	for _, m := range ms {
-		if m.Name != labels.MetricName {
+		if m.Name != model.MetricNameLabel {
 			continue
 		}
 		switch m.Type {
@@ -405,12 +405,12 @@ func TestSelectorsUseVariables(t *testing.T) {
 			}
 			for _, ms := range p.selectors {
 				assert.True(t, has(ms, "job"), "%s: a selector without job=~\"$job\": %s", p.where, p.text)
-				if *d.Uid != dashboards.EnginesUID || p.selector {
+				if d.Uid != dashboards.EnginesUID || p.selector {
 					continue
 				}
 				assert.True(t, has(ms, "instance"), "%s: a selector without instance=~\"$instance\": %s", p.where, p.text)
 				if slices.ContainsFunc(ms, func(m *labels.Matcher) bool {
-					return m.Name == labels.MetricName && strings.HasPrefix(m.Value, "sglang:")
+					return m.Name == model.MetricNameLabel && strings.HasPrefix(m.Value, "sglang:")
 				}) {
 					assert.True(t, has(ms, "engine_type"), "%s: an SGLang selector without engine_type=~\"$pool\": %s", p.where, p.text)
 				}
@@ -649,14 +649,14 @@ func TestDashboardsShowTheTrap(t *testing.T) {
 				used[n] = true
 			}
 		}
-		for _, n := range want[*d.Uid] {
-			assert.True(t, used[n], "%s shows nothing from %s", *d.Uid, n)
+		for _, n := range want[d.Uid] {
+			assert.True(t, used[n], "%s shows nothing from %s", d.Uid, n)
 		}
 	}
 
 	var annotations []string
 	for _, d := range loaded(t) {
-		if *d.Uid != dashboards.OverviewUID {
+		if d.Uid != dashboards.OverviewUID {
 			continue
 		}
 		for _, a := range d.Annotations.List {

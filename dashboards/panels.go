@@ -155,33 +155,43 @@ func fixedColor(color string) dashboard.DynamicConfigValue {
 func props(ps ...dashboard.DynamicConfigValue) []dashboard.DynamicConfigValue { return ps }
 
 // board lays panels out and numbers them: every panel and row gets the next id, so ids are
-// stable across regenerations and unique within the dashboard.
+// stable across regenerations and unique within the dashboard. Panels fill the 24-column grid
+// left to right and wrap below the tallest panel of the line; a row starts a new line, full width
+// (the placement of the SDK's v1 dashboard builder, which is deprecated with its Dashboard type).
 type board struct {
-	b    *dashboard.DashboardBuilder
+	d    Dashboard
 	next uint32
 	errs []error
+	// x and y are where the next panel goes; lineHeight is the tallest panel of the current line.
+	x, y, lineHeight uint32
 }
 
+// gridWidth is the width of Grafana's dashboard grid, in columns.
+const gridWidth = 24
+
 func newBoard(uid, title, description string, tags []string) *board {
-	b := dashboard.NewDashboardBuilder(title).
-		Uid(uid).
-		Description(description).
-		Tags(tags).
-		Editable().
-		Refresh("30s").
-		Time("now-6h", "now").
-		Timezone(common.TimeZoneBrowser).
-		Tooltip(dashboard.DashboardCursorSyncCrosshair).
-		Link(dashboard.NewDashboardLinkBuilder("basin").
-			Type(dashboard.DashboardLinkTypeDashboards).
-			Tags([]string{"basin"}).
-			AsDropdown(false).
-			IncludeVars(true).
-			KeepTime(true)).
-		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").
-			Label("Data source").
-			Type("prometheus"))
-	return &board{b: b}
+	b := &board{d: Dashboard{
+		Uid:           uid,
+		Title:         title,
+		Description:   description,
+		Tags:          tags,
+		Timezone:      common.TimeZoneBrowser,
+		Editable:      true,
+		GraphTooltip:  dashboard.DashboardCursorSyncCrosshair,
+		Time:          dashboard.DashboardDashboardTime{From: "now-6h", To: "now"},
+		Refresh:       "30s",
+		SchemaVersion: SchemaVersion,
+	}}
+	b.link(dashboard.NewDashboardLinkBuilder("basin").
+		Type(dashboard.DashboardLinkTypeDashboards).
+		Tags([]string{"basin"}).
+		AsDropdown(false).
+		IncludeVars(true).
+		KeepTime(true))
+	b.variable(dashboard.NewDatasourceVariableBuilder("datasource").
+		Label("Data source").
+		Type("prometheus"))
+	return b
 }
 
 func (b *board) id() uint32 {
@@ -189,10 +199,37 @@ func (b *board) id() uint32 {
 	return b.next
 }
 
-func (b *board) row(title string) {
-	b.b.WithRow(dashboard.NewRowBuilder(title).Id(b.id()))
+// add builds v and appends it to *to, or records the build error for build to return.
+func add[T any](b *board, to *[]T, v cog.Builder[T]) {
+	built, err := v.Build()
+	if err != nil {
+		b.errs = append(b.errs, err)
+		return
+	}
+	*to = append(*to, built)
 }
 
+func (b *board) link(l cog.Builder[dashboard.DashboardLink]) { add(b, &b.d.Links, l) }
+
+func (b *board) variable(v cog.Builder[dashboard.VariableModel]) { add(b, &b.d.Templating.List, v) }
+
+func (b *board) annotation(a cog.Builder[dashboard.AnnotationQuery]) {
+	add(b, &b.d.Annotations.List, a)
+}
+
+// row starts a new line with a full-width row header.
+func (b *board) row(title string) {
+	r, err := dashboard.NewRowBuilder(title).Id(b.id()).Build()
+	if err != nil {
+		b.errs = append(b.errs, err)
+		return
+	}
+	r.GridPos = &dashboard.GridPos{X: 0, Y: b.y + b.lineHeight, W: gridWidth, H: 1}
+	b.d.Panels = append(b.d.Panels, dashboard.PanelOrRowPanel{RowPanel: &r})
+	b.x, b.y, b.lineHeight = 0, r.GridPos.Y+1, 0
+}
+
+// panel places a panel at the next free spot of the current line, wrapping when the line is full.
 func (b *board) panel(p cog.Builder[dashboard.Panel]) {
 	built, err := p.Build()
 	if err != nil {
@@ -200,21 +237,26 @@ func (b *board) panel(p cog.Builder[dashboard.Panel]) {
 		return
 	}
 	built.Id = cog.ToPtr(b.id())
-	b.b.WithPanel(panelValue(built))
-}
-
-func (b *board) build() (dashboard.Dashboard, error) {
-	d, err := b.b.Build()
-	if err = errors.Join(append(b.errs, err)...); err != nil {
-		return dashboard.Dashboard{}, fmt.Errorf("build dashboard: %w", err)
+	if built.GridPos == nil {
+		built.GridPos = dashboard.NewGridPos()
 	}
-	return d, nil
+	if built.GridPos.X == 0 && built.GridPos.Y == 0 {
+		built.GridPos.X, built.GridPos.Y = b.x, b.y
+	}
+	b.d.Panels = append(b.d.Panels, dashboard.PanelOrRowPanel{Panel: &built})
+	b.x += built.GridPos.W
+	b.lineHeight = max(b.lineHeight, built.GridPos.H)
+	if b.x >= gridWidth {
+		b.x, b.y, b.lineHeight = 0, b.y+b.lineHeight, 0
+	}
 }
 
-// panelValue hands an already built panel to the dashboard builder.
-type panelValue dashboard.Panel
-
-func (p panelValue) Build() (dashboard.Panel, error) { return dashboard.Panel(p), nil }
+func (b *board) build() (Dashboard, error) {
+	if err := errors.Join(append(b.errs, b.d.Validate())...); err != nil {
+		return Dashboard{}, fmt.Errorf("build dashboard %s: %w", b.d.Uid, err)
+	}
+	return b.d, nil
+}
 
 // allOption selects "All" by default.
 func allOption() dashboard.VariableOption {

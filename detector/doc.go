@@ -154,6 +154,6 @@
 // # Concurrency
 //
 // A Detector serialises Step behind a mutex and keeps the last assessment for status readers
-// (Last). Loop is the only goroutine the package starts: it steps a detector on a ticker until its
-// context ends.
+// (Last). The package starts no goroutine and reads no clock: the caller steps it with snapshots,
+// whose At is the step's time (the daemon on its ticker, the simulator's harness in virtual time).
 package detector

@@ -266,11 +266,6 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 // Lambda is the smoothed arrival rate, sessions per second.
 func (f *Fluid) Lambda() float64 { return f.lambda }
 
-// MeanContext is the working set per live session at the last observation with live sessions,
-// tokens (0 before any): the knee population is computed from the current one, since contexts grow
-// as sessions age.
-func (f *Fluid) MeanContext() float64 { return f.meanCtx }
-
 // K returns calls per session: the fixed option, else the calibration's, else the learnt ratio
 // once MinCompletions sessions have completed.
 func (f *Fluid) K() (float64, bool) {

@@ -97,18 +97,6 @@ func Risk(in RiskInputs) (RiskReport, error) {
 	return r, nil
 }
 
-// ServedFractionFrom is the fraction of a session's life spent in model calls: mean call time
-// (queueing for prefill included, since decode KV is reserved by then) over call plus tool time.
-func ServedFractionFrom(meanCallSeconds, meanToolSeconds float64) (float64, error) {
-	if !(meanCallSeconds > 0) || math.IsInf(meanCallSeconds, 0) {
-		return 0, fmt.Errorf("served fraction: mean call time %v s, must be positive", meanCallSeconds)
-	}
-	if !(meanToolSeconds >= 0) || math.IsInf(meanToolSeconds, 0) {
-		return 0, fmt.Errorf("served fraction: mean tool time %v s, must not be negative", meanToolSeconds)
-	}
-	return meanCallSeconds / (meanCallSeconds + meanToolSeconds), nil
-}
-
 // RiskInputsFrom fills RiskInputs from a snapshot's cache capacity and decode capacity, with the
 // mean context W ÷ live sessions. It assumes:
 //   - the snapshot's CacheCapacity (prefill GPU + host tier + lent decode KV) is the C the knee is
@@ -119,7 +107,7 @@ func ServedFractionFrom(meanCallSeconds, meanToolSeconds float64) (float64, erro
 //     the limits' context when sessions are young (contexts grow) — read the result as of now.
 //
 // kneeFactor is not in a snapshot; servedFraction is, from a gateway (sessions in a call ÷ live
-// sessions, see ServedFractionOf), or from call and tool times (ServedFractionFrom).
+// sessions, see ServedFractionOf).
 func RiskInputsFrom(s collector.Snapshot, servedFraction, kneeFactor float64) (RiskInputs, error) {
 	var errs []error
 	get := func(sig collector.Signal) float64 {

@@ -14,11 +14,8 @@ func TestRisk(t *testing.T) {
 	// Terminal-Bench sessions of about 25K tokens. Cache limit 1.9 × 650K ÷ 25K = 49.4 sessions.
 	p1d1 := RiskInputs{CacheTokens: 650_000, DecodeKVTokens: 800_000, DecodeInstances: 1, MeanContext: 25_000, KneeFactor: 1.9}
 	with := func(f func(*RiskInputs)) RiskInputs { in := p1d1; f(&in); return in }
-	served := func(call, tool float64) float64 {
-		f, err := ServedFractionFrom(call, tool)
-		require.NoError(t, err)
-		return f
-	}
+	// The fraction of a session's life in a call: mean call time over call plus tool time.
+	served := func(call, tool float64) float64 { return call / (call + tool) }
 	tests := []struct {
 		name          string
 		in            RiskInputs
@@ -91,27 +88,6 @@ func TestRiskErrors(t *testing.T) {
 	}
 	_, err := Risk(good)
 	assert.NoError(t, err)
-}
-
-func TestServedFractionFrom(t *testing.T) {
-	for _, tc := range []struct {
-		call, tool, want float64
-		err              bool
-	}{
-		{call: 20, tool: 20, want: 0.5},
-		{call: 20, tool: 5, want: 0.8},
-		{call: 10, tool: 0, want: 1},
-		{call: 0, tool: 5, err: true},
-		{call: 5, tool: -1, err: true},
-	} {
-		got, err := ServedFractionFrom(tc.call, tc.tool)
-		if tc.err {
-			assert.Error(t, err)
-			continue
-		}
-		require.NoError(t, err)
-		assert.InDelta(t, tc.want, got, 1e-12)
-	}
 }
 
 func TestRiskInputsFrom(t *testing.T) {

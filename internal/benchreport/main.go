@@ -2,6 +2,8 @@
 // docs/benchmarks.md from the results: `go run ./internal/benchreport -count 3 -o docs/benchmarks.md`
 // (what `make bench` runs). It prints only progress, to stderr. Every number in the document comes
 // from the run; a ratio is only ever between two benchmarks of the same `go test` invocation.
+// go test's output is read with golang.org/x/perf's benchfmt and each benchmark's runs are
+// summarised with benchmath, the reader and statistics benchstat uses.
 package main
 
 import (

@@ -1,91 +1,102 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/perf/benchfmt"
+	"golang.org/x/perf/benchmath"
 )
 
-// Result is one line of `go test -bench` output: one benchmark, one of the -count runs.
+// Result is one benchmark result of `go test -bench` output, as benchfmt reads it: one
+// benchmark, one of the -count runs.
 type Result struct {
-	// Pkg is the import path from the preceding "pkg:" line.
+	// Pkg is the "pkg:" configuration in effect for the result.
 	Pkg string
 	// Name is the full name without the -GOMAXPROCS suffix, e.g. "BenchmarkStreamThroughput/bare".
 	Name string
 	// Procs is GOMAXPROCS from the suffix (1 when there is none).
 	Procs int
 	// Iters is the number of iterations the line reports.
-	Iters int64
-	// Metrics maps a unit ("ns/op", "MB/s", "B/op", "allocs/op", "p99-ns", ...) to its value.
+	Iters int
+	// Metrics maps a unit as the benchmark wrote it ("ns/op", "MB/s", "B/op", "allocs/op",
+	// "p99-ns", ...) to its value: the report speaks the units of the benchmarks, not benchfmt's
+	// tidied ones (sec/op, B/s).
 	Metrics map[string]float64
 }
 
 // Output is a parsed `go test -bench` output.
 type Output struct {
-	// CPU is the first "cpu:" line's value.
+	// CPU is the first result's "cpu:" configuration.
 	CPU     string
 	Results []Result
 }
 
-// ParseLine parses one benchmark result line: a name (with an optional -N suffix), an iteration
-// count, then value–unit pairs. ok is false for any other line.
-func ParseLine(line string) (r Result, ok bool) {
-	f := strings.Fields(line)
-	if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
-		return Result{}, false
-	}
-	iters, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil || iters <= 0 {
-		return Result{}, false
-	}
-	r = Result{Name: f[0], Procs: 1, Iters: iters, Metrics: map[string]float64{}}
-	if i := strings.LastIndexByte(f[0], '-'); i > 0 {
-		if p, err := strconv.Atoi(f[0][i+1:]); err == nil && p > 0 {
-			r.Name, r.Procs = f[0][:i], p
-		}
-	}
-	for i := 2; i < len(f); i += 2 {
-		v, err := strconv.ParseFloat(f[i], 64)
-		if err != nil {
-			return Result{}, false
-		}
-		r.Metrics[f[i+1]] = v
-	}
-	return r, true
-}
-
-// Parse reads a whole `go test -bench` output, attaching each result to the package of the
-// "pkg:" line before it.
+// Parse reads a whole `go test -bench` output with benchfmt. Lines that start like a result but
+// are not one (a benchmark's name printed before its log, a malformed line) are skipped, as
+// benchstat skips them; an I/O error is returned with what was read before it.
 func Parse(rd io.Reader) (Output, error) {
 	var out Output
-	pkg := ""
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "pkg: "):
-			pkg = strings.TrimSpace(strings.TrimPrefix(line, "pkg: "))
-		case strings.HasPrefix(line, "cpu: "):
-			if out.CPU == "" {
-				out.CPU = strings.TrimSpace(strings.TrimPrefix(line, "cpu: "))
-			}
-		default:
-			if r, ok := ParseLine(line); ok {
-				r.Pkg = pkg
-				out.Results = append(out.Results, r)
-			}
+	r := benchfmt.NewReader(rd, "go test")
+	for r.Scan() {
+		res, ok := r.Result().(*benchfmt.Result)
+		if !ok {
+			continue // a *benchfmt.SyntaxError or unit metadata
+		}
+		out.Results = append(out.Results, fromBenchfmt(res))
+		if out.CPU == "" {
+			out.CPU = res.GetConfig("cpu")
 		}
 	}
-	return out, sc.Err()
+	return out, r.Err()
+}
+
+// ParseLine reads one line as a benchmark result; ok is false for any other line.
+func ParseLine(line string) (r Result, ok bool) {
+	rd := benchfmt.NewReader(strings.NewReader(line), "line")
+	for rd.Scan() {
+		if res, isResult := rd.Result().(*benchfmt.Result); isResult {
+			return fromBenchfmt(res), true
+		}
+	}
+	return Result{}, false
+}
+
+// fromBenchfmt copies what the report reads out of a benchfmt result (whose buffers the reader
+// reuses).
+func fromBenchfmt(res *benchfmt.Result) Result {
+	base, parts := res.Name.Parts()
+	name := "Benchmark" + string(base)
+	procs := 1
+	for _, p := range parts {
+		if n, err := strconv.Atoi(string(bytes.TrimPrefix(p, []byte("-")))); p[0] == '-' && err == nil {
+			procs = n
+			continue
+		}
+		name += string(p)
+	}
+	r := Result{Pkg: res.GetConfig("pkg"), Name: name, Procs: procs, Iters: res.Iters,
+		Metrics: make(map[string]float64, len(res.Values))}
+	for _, v := range res.Values {
+		if v.OrigUnit != "" {
+			r.Metrics[v.OrigUnit] = v.OrigValue
+		} else {
+			r.Metrics[v.Unit] = v.Value
+		}
+	}
+	return r
 }
 
 // Stat summarises one metric of one benchmark over the -count runs of an invocation.
 type Stat struct {
 	// Values are in run order.
-	Values           []float64
+	Values []float64
+	// Median is benchstat's center (benchmath.AssumeNothing: no distribution assumed); Min and
+	// Max bound the runs. With the few runs a report affords (3), benchstat's 95% interval of the
+	// median is unbounded, so the report shows the range instead.
 	Median, Min, Max float64
 }
 
@@ -95,13 +106,9 @@ func (s Stat) N() int { return len(s.Values) }
 // newStat summarises values (at least one).
 func newStat(values []float64) Stat {
 	s := Stat{Values: values}
-	sorted := slices.Sorted(slices.Values(values))
-	s.Min, s.Max = sorted[0], sorted[len(sorted)-1]
-	if n := len(sorted); n%2 == 1 {
-		s.Median = sorted[n/2]
-	} else {
-		s.Median = (sorted[n/2-1] + sorted[n/2]) / 2
-	}
+	sample := benchmath.NewSample(slices.Clone(values), &benchmath.DefaultThresholds)
+	s.Median = benchmath.AssumeNothing.Summary(sample, 0.95).Center
+	s.Min, s.Max = sample.Values[0], sample.Values[len(sample.Values)-1]
 	return s
 }
 

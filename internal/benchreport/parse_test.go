@@ -15,7 +15,7 @@ func TestParseLine(t *testing.T) {
 		ok    bool
 		name  string
 		procs int
-		iters int64
+		iters int
 		want  map[string]float64
 	}{
 		{line: "BenchmarkArriveWith10kQueued-2   \t     100\t       930.6 ns/op\t     10716 p99-ns\t     406 B/op\t       2 allocs/op",

@@ -9,6 +9,45 @@ import (
 	"time"
 )
 
+// The benchmarks the report's rows describe and judge against a target, by the name go test prints
+// (sub-benchmarks after a slash); every other benchmark an invocation runs gets a generic row
+// with all its metrics. namedBenchmarks says where each is declared, and a test checks them
+// against the repository's benchmark functions, so that a renamed benchmark fails a test rather
+// than turning its row into "not measured" at the next `make bench`.
+const (
+	benchStreamBare          = "BenchmarkStreamThroughput/bare"
+	benchStreamGateway       = "BenchmarkStreamThroughput/gateway"
+	benchParseCallNow        = "BenchmarkParseCall/single-pass"
+	benchParseCallBefore     = "BenchmarkParseCall/before"
+	benchArrive              = "BenchmarkArriveWith10kQueued"
+	benchPredict             = "BenchmarkPredict"
+	benchStep10k             = "BenchmarkStepSessions/live=10000"
+	benchStep100k            = "BenchmarkStepSessions/live=100000"
+	benchHour                = "BenchmarkHour1P3D"
+	benchTrapped             = "BenchmarkTrapped1P1D"
+	benchGatherPrefill       = "BenchmarkGather/prefill"
+	benchGatherDecode        = "BenchmarkGather/decode"
+	benchParseGenerateNow    = "BenchmarkParseGenerate/fast"
+	benchParseGenerateBefore = "BenchmarkParseGenerate/slow"
+	benchSnapshot            = "BenchmarkSnapshot64x2000"
+	benchRawParse            = "BenchmarkRawParse64x2000"
+	benchFullParse           = "BenchmarkSnapshotFullParse64x2000"
+	benchDetectorStep        = "BenchmarkStep"
+)
+
+// namedBenchmarks maps each named benchmark to the package directory that declares it.
+var namedBenchmarks = map[string]string{
+	benchStreamBare: "gateway", benchStreamGateway: "gateway",
+	benchParseCallNow: "gateway", benchParseCallBefore: "gateway",
+	benchArrive: "gateway/admission", benchPredict: "gateway/predictor",
+	benchStep10k: "internal/daemon", benchStep100k: "internal/daemon",
+	benchHour: "sim", benchTrapped: "sim",
+	benchGatherPrefill: "sim/enginemetrics", benchGatherDecode: "sim/enginemetrics",
+	benchParseGenerateNow: "sim/serve", benchParseGenerateBefore: "sim/serve",
+	benchSnapshot: "collector", benchRawParse: "collector", benchFullParse: "collector",
+	benchDetectorStep: "detector",
+}
+
 // Invocation is one `go test -bench` run: every ratio in the report is between two benchmarks of
 // the same invocation.
 type Invocation struct {
@@ -153,7 +192,7 @@ func gatewaySection(b *strings.Builder, r *Report) {
 	b.WriteString("## Gateway\n\n")
 	t := newTable()
 	gw := r.Gateway
-	const bare, through = "BenchmarkStreamThroughput/bare", "BenchmarkStreamThroughput/gateway"
+	const bare, through = benchStreamBare, benchStreamGateway
 	t.claim(gw, bare, through)
 	what := "streaming throughput through `basin gateway` vs a bare `httputil.ReverseProxy`, same fake upstream, 4 MiB of SSE in 4 KiB events"
 	gs, ok1 := stat(gw, through, "MB/s")
@@ -166,11 +205,11 @@ func gatewaySection(b *strings.Builder, r *Report) {
 		t.row(what, missing(gw), "≥ 0.85×")
 	}
 
-	pairRows(t, gw, "BenchmarkParseCall/single-pass", "BenchmarkParseCall/before",
+	pairRows(t, gw, benchParseCallNow, benchParseCallBefore,
 		"parsing a call's body in the gateway (300 KB of chat), single pass", "parsing a call's body (`BenchmarkParseCall`)")
 
 	ap := r.AdmissionPredictor
-	const arrive = "BenchmarkArriveWith10kQueued"
+	const arrive = benchArrive
 	t.claim(ap, arrive)
 	what = "admission decision (`Core.Arrive` + `Cancel`) with 10,000 sessions queued"
 	if p99, ok := stat(ap, arrive, "p99-ns"); ok {
@@ -179,7 +218,7 @@ func gatewaySection(b *strings.Builder, r *Report) {
 	} else {
 		t.row(what, missing(ap), "p99 ≤ 50 µs")
 	}
-	const predict = "BenchmarkPredict"
+	const predict = benchPredict
 	t.claim(ap, predict)
 	what = "peak prediction for a 200-word task (`predictor.Model.PredictPeak`)"
 	if ap != nil && ap.Out.Has(predict) {
@@ -206,7 +245,7 @@ func daemonSection(b *strings.Builder, r *Report) {
 	b.WriteString("connections the daemon opened are.\n\n")
 	t := newTable()
 	d := r.Daemon
-	const n10k, n100k = "BenchmarkStepSessions/live=10000", "BenchmarkStepSessions/live=100000"
+	const n10k, n100k = benchStep10k, benchStep100k
 	t.claim(d, n10k, n100k)
 	for _, c := range []struct{ name, n string }{{n10k, "10,000"}, {n100k, "100,000"}} {
 		what := "one daemon step, " + c.n + " live sessions in the gateway"
@@ -279,8 +318,8 @@ func simSection(b *strings.Builder, r *Report) {
 	t := newTable()
 	s := r.Sim
 	rows := []struct{ name, what, target string }{
-		{"BenchmarkHour1P3D", "one simulated hour of `paper-1p3d-h200` at its base rate (6 sessions/min)", "≤ 2 s of CPU"},
-		{"BenchmarkTrapped1P1D", "the trapped 90-minute `paper-1p1d-h100` +100% spike run, drained", ""},
+		{benchHour, "one simulated hour of `paper-1p3d-h200` at its base rate (6 sessions/min)", "≤ 2 s of CPU"},
+		{benchTrapped, "the trapped 90-minute `paper-1p1d-h100` +100% spike run, drained", ""},
 	}
 	for _, row := range rows {
 		t.claim(s, row.name)
@@ -294,7 +333,7 @@ func simSection(b *strings.Builder, r *Report) {
 			t.row(row.what, timeResult(s, row.name), "")
 		}
 	}
-	const pre, dec = "BenchmarkGather/prefill", "BenchmarkGather/decode"
+	const pre, dec = benchGatherPrefill, benchGatherDecode
 	t.claim(s, pre, dec)
 	what := "gathering one simulated instance's SGLang-named metrics"
 	if s != nil && s.Out.Has(pre) && s.Out.Has(dec) {
@@ -316,7 +355,7 @@ func simSection(b *strings.Builder, r *Report) {
 	}
 	sv := r.Serve
 	t.rest(s)
-	pairRows(t, sv, "BenchmarkParseGenerate/fast", "BenchmarkParseGenerate/slow",
+	pairRows(t, sv, benchParseGenerateNow, benchParseGenerateBefore,
 		"parsing a chat body in `basin sim serve` (300 KB), single pass",
 		"parsing a generate request in `basin sim serve` (`BenchmarkParseGenerate`)")
 	if sv != nil {
@@ -458,7 +497,7 @@ func collectorSection(b *strings.Builder, r *Report) {
 	b.WriteString("## Collector and detector\n\n")
 	t := newTable()
 	c := r.Collector
-	const snap, raw, full = "BenchmarkSnapshot64x2000", "BenchmarkRawParse64x2000", "BenchmarkSnapshotFullParse64x2000"
+	const snap, raw, full = benchSnapshot, benchRawParse, benchFullParse
 	t.claim(c, snap, raw, full)
 	ss, okS := stat(c, snap, "ns/op")
 	rs, okR := stat(c, raw, "ns/op")
@@ -490,7 +529,7 @@ func collectorSection(b *strings.Builder, r *Report) {
 		t.row("ratio full parse + ingest / raw expfmt parse", ratioText(ratio(fs, rs)), "")
 	}
 	d := r.Detector
-	const step = "BenchmarkStep"
+	const step = benchDetectorStep
 	t.claim(d, step)
 	what = "one detector Step with 10,000 live sessions (aggregates, learnt completion curve and passive knee)"
 	if ds, ok := stat(d, step, "ns/op"); ok {

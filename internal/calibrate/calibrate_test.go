@@ -24,9 +24,13 @@ func TestLiveCalibrationAgainstSimServe(t *testing.T) {
 	if raceEnabled {
 		t.Skip("wall-clock step load: under the race detector the simulated endpoint answers too slowly; `go test ./...` runs it")
 	}
-	// 100×: a five-minute step is 3 s of wall time and a scrape may take 500 ms. At 200× (250 ms)
-	// the ×4 step's scrapes timed out on two cores busy with the other packages' tests.
-	const speed = 100
+	// The endpoint runs speed× the wall clock, and Run derives the collector's wall-clock windows
+	// from the wall step (scrape timeout step/6, rate window step/2, staleness one step): a faster
+	// test is both more work per wall second and tighter windows. Three runs each while other
+	// packages' tests loaded the two cores: at 100× (a 3 s step, 500 ms scrapes) 7 to 12 of the
+	// 72 scrapes timed out and one run lost the hit rate for the whole ×4 step ("hit_rate
+	// stale"); at 50× (a 6 s step, 1 s scrapes) 0 to 8 timed out, never for a whole step.
+	const speed = liveSpeed
 	sc, targets, gwURL := startDeployment(t, speed)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -48,6 +52,10 @@ func TestLiveCalibrationAgainstSimServe(t *testing.T) {
 		assert.ErrorContains(t, err, "calibration")
 	}
 }
+
+// liveSpeed is the simulated endpoint's speed in the wall-clock tests (see
+// TestLiveCalibrationAgainstSimServe for why not faster).
+const liveSpeed = 50
 
 // startDeployment serves a simulated deployment behind an observe-only gateway (a budget nothing
 // reaches: it is how basin sees sessions) and returns the workload, the metrics targets and the
@@ -84,7 +92,7 @@ func TestInterruptedKeepsWhatItMeasured(t *testing.T) {
 	if raceEnabled {
 		t.Skip("wall-clock step load: under the race detector the simulated endpoint answers too slowly; `go test ./...` runs it")
 	}
-	const speed = 100 // slower than the test above: a loaded machine still scrapes in time
+	const speed = liveSpeed
 	sc, targets, gwURL := startDeployment(t, speed)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
