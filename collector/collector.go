@@ -97,10 +97,10 @@ func (ts *targetState) decodeInstance(now time.Time, staleAfter time.Duration, a
 // New checks the options, reads the target file if any and registers the metrics. It starts
 // nothing: call Run to scrape, or feed readings through Ingest.
 func New(o Options) (*Collector, error) {
-	o = o.withDefaults()
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("collector: options: %w", err)
 	}
+	o = o.withDefaults()
 	c := &Collector{opts: o, log: o.Logger, staleAfter: time.Duration(o.StaleAfter) * o.Interval}
 	c.mu.static = o.Targets
 	c.mu.pushed = map[string]Target{}

@@ -96,8 +96,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// validate checks options after withDefaults.
-func (o Options) validate() error {
+// Validate reports every option New refuses, naming each. Zero fields stand for their defaults,
+// so a config can be checked before anything is built.
+func (o Options) Validate() error {
+	o = o.withDefaults()
 	var errs []error
 	if o.Interval < 0 {
 		errs = append(errs, fmt.Errorf("Interval: must be > 0, got %v", o.Interval))

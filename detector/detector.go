@@ -205,10 +205,10 @@ type Detector struct {
 
 // New validates the options and returns a detector in the healthy state.
 func New(o Options) (*Detector, error) {
-	o = o.withDefaults()
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("detector options: %w", err)
 	}
+	o = o.withDefaults()
 	if o.Calibration != nil {
 		c := *o.Calibration // the caller keeps theirs
 		c.Points = slices.Clone(c.Points)

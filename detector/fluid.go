@@ -83,7 +83,10 @@ func (o FluidOptions) withDefaults() FluidOptions {
 	return o
 }
 
-func (o FluidOptions) validate() error {
+// Validate reports the first option NewFluid refuses, naming it; zero fields stand for their
+// defaults.
+func (o FluidOptions) Validate() error {
+	o = o.withDefaults()
 	switch {
 	case o.LambdaTau < 0:
 		return fmt.Errorf("Fluid.LambdaTau: %v, must be positive", o.LambdaTau)
@@ -180,10 +183,10 @@ type fluidBin struct {
 
 // NewFluid returns an empty model.
 func NewFluid(o FluidOptions) (*Fluid, error) {
-	o = o.withDefaults()
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("fluid model: %w", err)
 	}
+	o = o.withDefaults()
 	return &Fluid{o: o}, nil
 }
 

@@ -176,7 +176,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func (o Options) validate() error {
+// Validate reports the first option New refuses, naming it. Zero fields stand for their
+// defaults, so a config can be checked before anything is built.
+func (o Options) Validate() error {
+	o = o.withDefaults()
 	frac := func(name string, v float64) error {
 		if !(v > 0 && v < 1) {
 			return fmt.Errorf("%s: %v outside (0, 1)", name, v)
@@ -232,8 +235,8 @@ func (o Options) validate() error {
 			return fmt.Errorf("Calibration: %w", err)
 		}
 	}
-	if err := o.Passive.validate(); err != nil {
+	if err := o.Passive.Validate(); err != nil {
 		return err
 	}
-	return o.Fluid.validate()
+	return o.Fluid.Validate()
 }

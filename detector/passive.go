@@ -54,7 +54,10 @@ func (o PassiveOptions) withDefaults() PassiveOptions {
 	return o
 }
 
-func (o PassiveOptions) validate() error {
+// Validate reports the first option NewPassive refuses, naming it; zero fields stand for their
+// defaults.
+func (o PassiveOptions) Validate() error {
+	o = o.withDefaults()
 	switch {
 	case !(o.BinWidth > 0 && o.BinWidth <= 1):
 		return fmt.Errorf("Passive.BinWidth: %v outside (0, 1]", o.BinWidth)
@@ -86,10 +89,10 @@ type passiveBin struct {
 
 // NewPassive returns an empty learner.
 func NewPassive(o PassiveOptions) (*Passive, error) {
-	o = o.withDefaults()
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("passive knee: %w", err)
 	}
+	o = o.withDefaults()
 	return &Passive{o: o}, nil
 }
 

@@ -38,7 +38,8 @@ type FallbackOptions struct {
 	Multiplier float64
 }
 
-func (o FallbackOptions) withDefaults() (FallbackOptions, error) {
+// withDefaults fills zero fields.
+func (o FallbackOptions) withDefaults() FallbackOptions {
 	if o.Window == 0 {
 		o.Window = DefaultWindow
 	}
@@ -48,15 +49,22 @@ func (o FallbackOptions) withDefaults() (FallbackOptions, error) {
 	if o.Multiplier == 0 {
 		o.Multiplier = DefaultMultiplier
 	}
+	return o
+}
+
+// Validate reports the first option NewFallback refuses, naming it; zero fields stand for their
+// defaults.
+func (o FallbackOptions) Validate() error {
+	o = o.withDefaults()
 	switch {
 	case o.Window < 1 || o.Window > maxWindow:
-		return o, fieldErr("FallbackOptions.Window", "must be in [1, %d], got %d", maxWindow, o.Window)
+		return fieldErr("FallbackOptions.Window", "must be in [1, %d], got %d", maxWindow, o.Window)
 	case !(o.Quantile > 0 && o.Quantile <= 1):
-		return o, fieldErr("FallbackOptions.Quantile", "must be in (0, 1], got %v", o.Quantile)
+		return fieldErr("FallbackOptions.Quantile", "must be in (0, 1], got %v", o.Quantile)
 	case !(o.Multiplier >= 1) || math.IsInf(o.Multiplier, 0):
-		return o, fieldErr("FallbackOptions.Multiplier", "must be a finite number >= 1, got %v", o.Multiplier)
+		return fieldErr("FallbackOptions.Multiplier", "must be a finite number >= 1, got %v", o.Multiplier)
 	}
-	return o, nil
+	return nil
 }
 
 // Fallback predicts peaks when no model is loaded, from the peaks of recent sessions: the
@@ -75,18 +83,16 @@ type Fallback struct {
 
 // NewFallback returns a Fallback with the given options, or an error naming a bad one.
 func NewFallback(o FallbackOptions) (*Fallback, error) {
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("fallback predictor: %w", err)
 	}
-	return &Fallback{opts: o}, nil
+	return &Fallback{opts: o.withDefaults()}, nil
 }
 
 // options gives the options, the defaults for a zero Fallback (which cannot be invalid).
 func (f *Fallback) options() FallbackOptions {
 	if f.opts.Window == 0 {
-		o, _ := FallbackOptions{}.withDefaults()
-		return o
+		return FallbackOptions{}.withDefaults()
 	}
 	return f.opts
 }

@@ -80,8 +80,8 @@ type TrainOptions struct {
 	Created time.Time
 }
 
-// withDefaults fills zero fields and checks the result, naming the first bad option.
-func (o TrainOptions) withDefaults() (TrainOptions, error) {
+// withDefaults fills zero fields.
+func (o TrainOptions) withDefaults() TrainOptions {
 	if o.Dim == 0 {
 		o.Dim = DefaultDim
 	}
@@ -94,17 +94,24 @@ func (o TrainOptions) withDefaults() (TrainOptions, error) {
 	if o.MinHoldout == 0 {
 		o.MinHoldout = DefaultMinHoldout
 	}
+	return o
+}
+
+// Validate reports the first option Train refuses, naming it; zero fields stand for their
+// defaults.
+func (o TrainOptions) Validate() error {
+	o = o.withDefaults()
 	switch {
 	case o.Dim < 1 || o.Dim > MaxDim:
-		return o, fieldErr("TrainOptions.Dim", "must be in [1, %d], got %d", MaxDim, o.Dim)
+		return fieldErr("TrainOptions.Dim", "must be in [1, %d], got %d", MaxDim, o.Dim)
 	case !(o.Lambda > 0) || math.IsInf(o.Lambda, 0):
-		return o, fieldErr("TrainOptions.Lambda", "must be a finite number > 0, got %v", o.Lambda)
+		return fieldErr("TrainOptions.Lambda", "must be a finite number > 0, got %v", o.Lambda)
 	case !(o.HoldoutFraction > 0 && o.HoldoutFraction < 1):
-		return o, fieldErr("TrainOptions.HoldoutFraction", "must be in (0, 1), got %v", o.HoldoutFraction)
+		return fieldErr("TrainOptions.HoldoutFraction", "must be in (0, 1), got %v", o.HoldoutFraction)
 	case o.MinHoldout < 2:
-		return o, fieldErr("TrainOptions.MinHoldout", "must be >= 2, got %d", o.MinHoldout)
+		return fieldErr("TrainOptions.MinHoldout", "must be >= 2, got %d", o.MinHoldout)
 	}
-	return o, nil
+	return nil
 }
 
 // Report tells how well a trained model does.
@@ -129,10 +136,10 @@ type Report struct {
 // package comment, on a deterministic split of the samples, measured on the rest. The same
 // samples and options give a byte-identical model. Errors name the bad option or sample field.
 func Train(samples []Sample, o TrainOptions) (*Model, Report, error) {
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, Report{}, fmt.Errorf("train: %w", err)
 	}
+	o = o.withDefaults()
 	if len(samples) == 0 {
 		return nil, Report{}, fmt.Errorf("train: %w", fieldErr("samples", "need at least one sample"))
 	}

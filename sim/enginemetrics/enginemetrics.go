@@ -58,16 +58,21 @@ type Options struct {
 	ModelName string
 }
 
-// withDefaults fills empty fields and checks the rest, so that a bad option fails when the
-// collector is built rather than on every scrape.
-func (o Options) withDefaults() (Options, error) {
+// withDefaults fills empty fields.
+func (o Options) withDefaults() Options {
 	if o.ModelName == "" {
 		o.ModelName = DefaultModelName
 	}
-	if !utf8.ValidString(o.ModelName) {
-		return o, fmt.Errorf("model name: not valid UTF-8: %q", o.ModelName)
+	return o
+}
+
+// Validate reports an option NewCollector refuses, so that a bad option fails when the collector
+// is built rather than on every scrape; zero fields stand for their defaults.
+func (o Options) Validate() error {
+	if o = o.withDefaults(); !utf8.ValidString(o.ModelName) {
+		return fmt.Errorf("model name: not valid UTF-8: %q", o.ModelName)
 	}
-	return o, nil
+	return nil
 }
 
 // NewCollector returns a collector exposing the instance named instance (e.g. "prefill-0") from
@@ -80,10 +85,10 @@ func NewCollector(src Source, instance string, o Options) (prometheus.Collector,
 	if instance == "" {
 		return nil, errors.New("new collector: instance name is empty")
 	}
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("new collector %s: %w", instance, err)
 	}
+	o = o.withDefaults()
 	d, err := newDescs(o.ModelName)
 	if err != nil {
 		return nil, fmt.Errorf("new collector %s: %w", instance, err)
