@@ -138,11 +138,12 @@ func root() command {
 			}, run: leaf(traceImport)},
 		}},
 		"demo": {help: help{
-			summary: "show the cache-pressure trap: a spike without basin and with basin acting, side by side",
+			summary: "show the cache-pressure trap: three deployments side by side — no spike, dry run (basin watches), acting",
 			usage:   "[flags]",
 			detail: "Plays a spike scenario on three simulated deployments on loopback, each behind a real gateway:\n" +
-				"without the spike, with it and the daemon in dry run, with it and the daemon acting. Prints the\n" +
-				"status pages, what the daemons saw and did, and a table. Ctrl-C prints what was measured so far.",
+				"no spike (the same sessions without it), dry run (the spike; the daemon watches), acting (the\n" +
+				"spike; the daemon acts). Prints the status pages, what the daemons saw and did, and a table.\n" +
+				"Ctrl-C prints what was measured so far.",
 			examples: []string{"basin demo", "basin demo --speed 60 --dir demo-files"},
 		}, run: runDemo},
 		"predictor": {help: help{

@@ -23,6 +23,7 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/internal/calibrate"
+	"github.com/basin-dev/basin/internal/demo"
 	"github.com/basin-dev/basin/internal/loadgen"
 	"github.com/basin-dev/basin/internal/trace"
 	"github.com/basin-dev/basin/sim"
@@ -587,4 +588,16 @@ func TestLiveRiskWithTheGateway(t *testing.T) {
 	assert.Positive(t, rep.DecodeN)
 	assert.NotEmpty(t, rep.Binding)
 	assert.Empty(t, rep.Unknown)
+}
+
+// TestDemoHelpNamesItsRuns keeps `basin demo`'s help in step with what the demo plays: the
+// summary and the detail name every run, and the summary counts them.
+func TestDemoHelpNamesItsRuns(t *testing.T) {
+	c := root().subs["demo"]
+	words := map[int]string{2: "two", 3: "three", 4: "four"}
+	assert.Contains(t, c.summary, words[len(demo.Runs)]+" deployments", "the summary counts the runs")
+	for _, run := range demo.Runs {
+		assert.Contains(t, c.summary, run, "the summary names run %q", run)
+		assert.Contains(t, strings.ReplaceAll(c.detail, "\n", " "), run, "the detail names run %q", run)
+	}
 }

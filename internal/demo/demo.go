@@ -74,6 +74,9 @@ const (
 	Acting  = "acting"
 )
 
+// Runs are the runs a demo plays, in the order it reports them; the command's help names each.
+var Runs = []string{NoSpike, DryRun, Acting}
+
 // Options configure a demo. Scenario and Dir are required.
 type Options struct {
 	// Scenario is the spike scenario; its spike-free twin is the reference run.
