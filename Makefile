@@ -40,7 +40,7 @@ demo: build
 # admission, collector vs raw parse, detector, simulator, the daemon at 10k and 100k sessions) and
 # the policy comparison, with the machine and every command line (about 3 minutes).
 bench: build
-	$(GO) run ./internal/benchreport -count 3 -o docs/benchmarks.md
+	$(GO) run ./internal/benchreport/cmd/gen -count 3 -o docs/benchmarks.md
 
 # Regenerates docs/fidelity.md: the paper's observations (a)–(e) over ten seeds.
 fidelity: build
@@ -79,4 +79,4 @@ dashboards:
 # Regenerates docs/configuration.md (every key of the gateway's and the daemon's config files, with
 # its type, default and meaning) from the config structs; a test fails when it is out of date.
 config-reference:
-	$(GO) run ./internal/confref/cmd/confref
+	$(GO) run ./internal/confref/cmd/gen -o docs/configuration.md

@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/benchmarks.golden.md from the recorded outputs")
 
 // recorded is a report of the outputs recorded in testdata: every `go test -bench` invocation
-// of `make bench` with -count 2 (testdata/<name>.txt, the command line as main.go builds it) and
+// of `make bench` with -count 2 (testdata/<name>.txt, the command line as Run builds it) and
 // both `basin sim compare --json` runs. The machine, date and wall times are fixed.
 // raw maps each invocation to the output it was parsed from.
 func recorded(t *testing.T) (r *Report, raw map[*Invocation][]byte) {
@@ -42,7 +42,7 @@ func recorded(t *testing.T) (r *Report, raw map[*Invocation][]byte) {
 	}
 	return &Report{
 		Machine: Machine{CPU: "AMD EPYC", Cores: 2, MemoryGiB: 23.5, OS: "Debian GNU/Linux 12 (bookworm)", Go: "go1.26.8"},
-		Command: "go run ./internal/benchreport -count 2 -o docs/benchmarks.md", Date: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
+		Command: "go run ./internal/benchreport/cmd/gen -count 2 -o docs/benchmarks.md", Date: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
 		Total: 3 * time.Minute, Count: 2,
 		Gateway:            iv("gateway.txt", "-bench", "StreamThroughput|ParseCall", "-benchmem", "-count", "2", "./gateway/"),
 		AdmissionPredictor: iv("admission-predictor.txt", "-bench", ".", "-benchmem", "-count", "2", "./gateway/admission/", "./gateway/predictor/"),

@@ -1,4 +1,4 @@
-package main
+package benchreport
 
 import (
 	"encoding/json"
@@ -97,7 +97,7 @@ func compare(t *testing.T, scenario string) *Compare {
 func TestRender(t *testing.T) {
 	base := func() *Report {
 		return &Report{Machine: Machine{CPU: "AMD EPYC 7B13", Cores: 2, MemoryGiB: 23.5, OS: "Debian GNU/Linux 12 (bookworm)", Go: "go1.26.8"},
-			Command: "go run ./internal/benchreport -count 2 -o docs/benchmarks.md", Date: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC),
+			Command: "go run ./internal/benchreport/cmd/gen -count 2 -o docs/benchmarks.md", Date: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC),
 			Total: 5 * time.Minute, Count: 2,
 			Gateway:  invocation(t, gatewayOutput, "-bench", "StreamThroughput|ParseCall", "./gateway/"),
 			Daemon:   invocation(t, daemonOutput, "-bench", "StepSessions", "./internal/daemon/"),

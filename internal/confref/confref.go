@@ -4,7 +4,7 @@
 // and the meanings from the fields' doc comments in the Go source. A test in this package fails
 // when the page differs from what Generate produces, so the page cannot drift from the code.
 //
-// Regenerate with: go run ./internal/confref/cmd/confref
+// Regenerate with: go run ./internal/confref/cmd/gen -o docs/configuration.md
 package confref
 
 import (
@@ -25,7 +25,7 @@ import (
 )
 
 // Command regenerates the page; the test's failure message names it.
-const Command = "go run ./internal/confref/cmd/confref"
+const Command = "go run ./internal/confref/cmd/gen -o docs/configuration.md"
 
 // DocPath is the generated page, relative to the module root.
 const DocPath = "docs/configuration.md"

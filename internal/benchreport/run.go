@@ -1,17 +1,15 @@
-// Command benchreport runs basin's Go benchmarks and the policy comparison and writes
-// docs/benchmarks.md from the results: `go run ./internal/benchreport -count 3 -o docs/benchmarks.md`
-// (what `make bench` runs). It prints only progress, to stderr. Every number in the document comes
-// from the run; a ratio is only ever between two benchmarks of the same `go test` invocation.
-// go test's output is read with golang.org/x/perf's benchfmt and each benchmark's runs are
-// summarised with benchmath, the reader and statistics benchstat uses.
-package main
+// Package benchreport runs basin's Go benchmarks and the policy comparison and writes
+// docs/benchmarks.md from the results (`make bench`, through its command cmd/gen). Every number in
+// the document comes from the run; a ratio is only ever between two benchmarks of the same
+// `go test` invocation. go test's output is read with golang.org/x/perf's benchfmt and each
+// benchmark's runs are summarised with benchmath, the reader and statistics benchstat uses.
+package benchreport
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,23 +20,27 @@ import (
 	"time"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "benchreport:", err)
-		os.Exit(1)
-	}
+// Command is how the report is regenerated; the document names it with its -count and -o.
+const Command = "go run ./internal/benchreport/cmd/gen"
+
+// Options configure a run.
+type Options struct {
+	// Count is the runs of each benchmark (go test -count), at least 1.
+	Count int
+	// Out is where to write the markdown.
+	Out string
+	// Basin is the basin binary for the policy comparison, built when absent.
+	Basin string
 }
 
-func run() error {
-	count := flag.Int("count", 3, "runs of each benchmark (go test -count)")
-	out := flag.String("o", "docs/benchmarks.md", "where to write the markdown")
-	basin := flag.String("basin", "bin/basin", "the basin binary for the policy comparison (built when absent)")
-	flag.Parse()
-	if *count < 1 {
+// Run runs the benchmarks from the module's root and writes the report to o.Out, printing
+// progress to stderr.
+func Run(o Options) error {
+	if o.Count < 1 {
 		return errors.New("-count: must be at least 1")
 	}
 	start := time.Now()
-	outPath, err := filepath.Abs(*out)
+	outPath, err := filepath.Abs(o.Out)
 	if err != nil {
 		return err
 	}
@@ -50,15 +52,15 @@ func run() error {
 		return err
 	}
 
-	cmd := "go run ./internal/benchreport -count " + strconv.Itoa(*count)
+	cmd := Command + " -count " + strconv.Itoa(o.Count)
 	if rel, err := filepath.Rel(root, outPath); err == nil && !strings.HasPrefix(rel, "..") {
 		cmd += " -o " + filepath.ToSlash(rel)
 	} else {
-		cmd += " -o " + *out
+		cmd += " -o " + o.Out
 	}
-	r := &Report{Command: cmd, Date: start, Count: *count, Machine: machine()}
+	r := &Report{Command: cmd, Date: start, Count: o.Count, Machine: machine()}
 
-	n := strconv.Itoa(*count)
+	n := strconv.Itoa(o.Count)
 	bench := func(regexp string, extra []string, pkgs ...string) []string {
 		args := []string{"go", "test", "-run", "^$", "-bench", regexp, "-benchmem"}
 		args = append(args, extra...)
@@ -85,21 +87,21 @@ func run() error {
 		progress("      %d results in %s%s", len(iv.Out.Results), roundDur(iv.Wall), errSuffix(iv.Err))
 	}
 
-	if _, err := os.Stat(*basin); errors.Is(err, os.ErrNotExist) {
-		progress("building %s", *basin)
-		b := exec.Command("go", "build", "-o", *basin, "./cmd/basin")
+	if _, err := os.Stat(o.Basin); errors.Is(err, os.ErrNotExist) {
+		progress("building %s", o.Basin)
+		b := exec.Command("go", "build", "-o", o.Basin, "./cmd/basin")
 		b.Stderr = os.Stderr
 		if err := b.Run(); err != nil {
-			return fmt.Errorf("go build -o %s ./cmd/basin: %w", *basin, err)
+			return fmt.Errorf("go build -o %s ./cmd/basin: %w", o.Basin, err)
 		}
 	}
 	for i, sc := range []struct {
 		dst  **Compare
 		name string
 	}{{&r.Spike100, "paper-1p3d-h200-spike"}, {&r.Spike300, "paper-1p3d-h200-spike300"}} {
-		args := []string{"./" + filepath.ToSlash(filepath.Clean(*basin)), "sim", "compare", "--scenario", sc.name, "--json"}
-		if filepath.IsAbs(*basin) {
-			args[0] = *basin
+		args := []string{"./" + filepath.ToSlash(filepath.Clean(o.Basin)), "sim", "compare", "--scenario", sc.name, "--json"}
+		if filepath.IsAbs(o.Basin) {
+			args[0] = o.Basin
 		}
 		progress("[%d/%d] %s", len(steps)+i+1, total, shellJoin(args))
 		*sc.dst = runCompare(sc.name, args)
@@ -117,7 +119,7 @@ func run() error {
 	if err := os.WriteFile(outPath, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	progress("wrote %s in %s", *out, roundDur(r.Total))
+	progress("wrote %s in %s", o.Out, roundDur(r.Total))
 	return nil
 }
 
