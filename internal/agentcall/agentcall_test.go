@@ -1,0 +1,254 @@
+package agentcall
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/agentbody"
+)
+
+func ptr(v int64) *int64 { return &v }
+
+func TestReadChat(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		body           string
+		prompt, shared int64
+		task, lastRole string
+		err            string // the error's field path; "-" for a whole-body error
+	}{
+		{name: "one user message", body: `{"messages":[{"role":"user","content":"abcdefgh"}]}`,
+			prompt: 2 + 4, task: "abcdefgh", lastRole: "user"},
+		{name: "rounds up over the whole prompt", body: `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"bcdef"}]}`,
+			prompt: 2 + 8, task: "a", lastRole: "user"},
+		{name: "characters, not bytes", body: `{"messages":[{"role":"user","content":"ééééé"}]}`,
+			prompt: 2 + 4, task: "ééééé", lastRole: "user"},
+		{name: "escapes are one character", body: `{"messages":[{"role":"user","content":"\u00e9\n\ud83d\ude00\"\\"}]}`,
+			prompt: 2 + 4, task: "é\n😀\"\\", lastRole: "user"},
+		{name: "leading system and developer messages are shared",
+			body:   `{"messages":[{"role":"system","content":"ssss"},{"role":"developer","content":"dddd"},{"role":"user","content":"uuuu"},{"role":"system","content":"late"}]}`,
+			prompt: 4 + 16, shared: 2 + 8, task: "uuuu", lastRole: "system"},
+		{name: "text parts: their text, no separator; the task joins them by lines",
+			body:   `{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},{"type":"text","text":""},{"type":"text","text":"efgh"}]}]}`,
+			prompt: 2 + 4, task: "abcd\nefgh", lastRole: "user"},
+		{name: "tool calls count as their JSON text, null content as nothing",
+			body:   `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]}`,
+			prompt: 3 + 4, lastRole: "assistant"},
+		{name: "a later user message is not the task",
+			body:   `{"messages":[{"role":"assistant","content":"x"},{"role":"user","content":"first"},{"role":"user","content":"second"}]}`,
+			prompt: 3 + 12, task: "first", lastRole: "user"},
+		{name: "an image part is counted as nothing and refused by a strict server",
+			body:   `{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},{"type":"image_url","image_url":{"url":"data:,x"}}]}]}`,
+			prompt: 1 + 4, task: "abcd", lastRole: "user", err: "messages[0].content[1].type"},
+		{name: "missing messages: sized by the body", body: `{"model":"abcdefgh"}`, prompt: 5, err: "messages"},
+		{name: "empty messages", body: `{"messages":[]}`, prompt: 1, err: "messages"},
+		{name: "messages not an array: sized by the body", body: `{"messages":"hi"}`, prompt: 5, err: "messages"},
+		{name: "a message not an object: sized by the body", body: `{"messages":[{"role":"user","content":"hi"},"x"]}`,
+			prompt: 13, err: "messages[1]"},
+		{name: "role of the wrong type: sized by the body", body: `{"messages":[{"role":1,"content":"hi"}]}`,
+			prompt: 10, err: "messages[0].role"},
+		{name: "role missing", body: `{"messages":[{"content":"abcd"}]}`, prompt: 1 + 4, err: "messages[0].role"},
+		{name: "content of another shape counts nothing", body: `{"messages":[{"role":"user","content":7},{"role":"user","content":"abcd"}]}`,
+			prompt: 1 + 8, task: "", lastRole: "user", err: "messages[0].content"},
+		{name: "invalid JSON: sized by the body", body: `{"messages":[{"role":"user","content":"hi"}]`, prompt: 11, err: "-"},
+		{name: "not an object", body: `[{"role":"user"}]`, prompt: 5, err: "-"},
+		{name: "null body", body: `null`, prompt: 1, err: "-"},
+		{name: "keys match exactly, as engines read them", body: `{"Messages":[{"role":"user","content":"hi"}]}`,
+			prompt: 12, err: "messages"},
+		{name: "a top-level field of the wrong type is the first error", body: `{"messages":[{"content":"x"}],"stream":"yes"}`,
+			prompt: 1 + 4, err: "stream"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Read(Chat, []byte(tc.body))
+			assert.Equal(t, tc.prompt, c.Prompt, "prompt")
+			assert.Equal(t, tc.shared, c.Shared, "shared")
+			assert.Equal(t, tc.task, c.Task, "task")
+			assert.Equal(t, len([]rune(tc.task)), c.TaskChars, "task characters")
+			assert.Equal(t, tc.lastRole, c.LastRole, "last role")
+			switch tc.err {
+			case "":
+				assert.NoError(t, err)
+			case "-":
+				var fe *FieldError
+				require.ErrorAs(t, err, &fe)
+				assert.Empty(t, fe.Field)
+				assert.Contains(t, err.Error(), "request body: ")
+			default:
+				var fe *FieldError
+				require.ErrorAs(t, err, &fe)
+				assert.Equal(t, tc.err, fe.Field)
+				assert.True(t, strings.HasPrefix(err.Error(), tc.err+": "), "the message names the field: %v", err)
+			}
+		})
+	}
+}
+
+func TestReadCompletions(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		prompt int64
+		task   string
+		err    string
+	}{
+		{`{"prompt":"abcde"}`, 2, "abcde", ""},
+		{`{"prompt":""}`, 1, "", ""},
+		{`{"prompt":["abcdefgh"]}`, 2, "abcdefgh", ""},
+		{`{"prompt":[5, 6, 7]}`, 3, "", ""},
+		{`{"prompt":["abcdefgh","b"]}`, 2, "abcdefgh", "prompt"},
+		{`{"prompt":[null,"b"]}`, 1, "", "prompt"},
+		{`{"prompt":[]}`, 4, "", "prompt"},
+		{`{"prompt":null}`, 4, "", "prompt"},
+		{`{"prompt":3}`, 3, "", "prompt"},
+		{`{"prompt":[[1]]}`, 4, "", "prompt"},
+		{`{"prompt":[1.5]}`, 4, "", "prompt"},
+		{`{"prompt":{"a":1}}`, 5, "", "prompt"},
+		{`{"messages":[{"role":"user","content":"abcdefgh"}]}`, 13, "", "prompt"},
+	} {
+		c, err := Read(Completions, []byte(tc.body))
+		assert.Equal(t, tc.prompt, c.Prompt, tc.body)
+		assert.Equal(t, tc.task, c.Task, tc.body)
+		if tc.err == "" {
+			assert.NoError(t, err, tc.body)
+		} else if assert.Error(t, err, tc.body) {
+			assert.Equal(t, tc.err, err.(*FieldError).Field, tc.body)
+		}
+	}
+}
+
+func TestReadFields(t *testing.T) {
+	c, err := Read(Chat, []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,
+		"max_completion_tokens":20,"n":1,"user":" u ","metadata":{"session_id":" s "},"messages":[{"role":"user","content":"x"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, Call{Shape: Chat, Prompt: 5, Task: "x", TaskChars: 1, LastRole: "user", SessionID: "s", User: "u",
+		Model: "m", Stream: true, IncludeUsage: true, MaxTokens: ptr(10), MaxCompletionTokens: ptr(20), N: ptr(1)}, c)
+
+	for _, tc := range []struct{ body, field string }{
+		{`{"model":1}`, "model"},
+		{`{"stream":"yes"}`, "stream"},
+		{`{"stream_options":[]}`, "stream_options"},
+		{`{"stream_options":{"include_usage":1}}`, "stream_options.include_usage"},
+		{`{"max_tokens":1.5}`, "max_tokens"},
+		{`{"max_tokens":"10"}`, "max_tokens"},
+		{`{"max_completion_tokens":1e3}`, "max_completion_tokens"},
+		{`{"n":99999999999999999999}`, "n"},
+		{`{"user":42}`, "user"},
+		{`{"metadata":"m"}`, "metadata"},
+		{`{"metadata":{"session_id":7}}`, "metadata.session_id"},
+	} {
+		body := strings.Replace(tc.body, "{", `{"messages":[{"role":"user","content":"x"}],`, 1)
+		c, err := Read(Chat, []byte(body))
+		if assert.Error(t, err, body) {
+			assert.Equal(t, tc.field, err.(*FieldError).Field, body)
+			assert.Contains(t, err.Error(), "must be", body)
+		}
+		assert.Equal(t, int64(5), c.Prompt, "the prompt is still read: %s", body)
+	}
+
+	c, err = Read(Chat, []byte(`{"messages":[{"role":"user","content":"x"}],"user":"u","metadata":{"session_id":null}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "", c.SessionID, "a null session id is none (the user's is not carried over)")
+	assert.Equal(t, "u", c.User)
+
+	_, err = Read(Shape(9), []byte(`{}`))
+	assert.ErrorContains(t, err, "unknown shape")
+}
+
+// TestRepeatedKeys checks the duplicate-key rule: a key a reader reads, repeated in one object,
+// leaves the call unread, with no identity; repeated keys nobody reads change nothing.
+func TestRepeatedKeys(t *testing.T) {
+	for _, tc := range []struct{ body, field string }{
+		{`{"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]}`, "messages"},
+		{`{"messages":[{"role":"user","content":"a"}],"user":"a","user":"b"}`, "user"},
+		{`{"messages":[{"role":"user","content":"a"}],"metadata":{"session_id":"a","session_id":"b"}}`, "metadata.session_id"},
+		{`{"messages":[{"role":"user","content":"a"}],"stream":true,"stream":false}`, "stream"},
+		{`{"messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":true,"include_usage":false}}`, "stream_options.include_usage"},
+		{`{"messages":[{"role":"user","role":"system","content":"a"}]}`, "messages[0].role"},
+		{`{"messages":[{"role":"user","content":"hi"},{"role":"user","content":5,"content":"hi"}]}`, "messages[1].content"},
+		{`{"messages":[{"role":"user","content":"a","tool_calls":[],"tool_calls":null}]}`, "messages[0].tool_calls"},
+		{`{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}`, "messages[0].content[0].text"},
+		{`{"messages":[{"role":"user","content":[{"type":"image","text":"a"},{"type":"image","type":"text","text":"x"}]}]}`, "messages[0].content[1].type"},
+		{`{"me\u0073sages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}],"user":"u"}`, "messages"},
+	} {
+		c, err := Read(Chat, []byte(tc.body))
+		var fe *FieldError
+		if assert.ErrorAs(t, err, &fe, tc.body) {
+			assert.Equal(t, tc.field, fe.Field, tc.body)
+		}
+		assert.Equal(t, Call{Shape: Chat, Prompt: Tokens(int64(len(tc.body)))}, c, "unread: %s", tc.body)
+	}
+	for _, body := range []string{
+		`{"messages":[{"role":"user","content":"a","name":"x","name":"y"}],"tools":[{"a":1,"a":2}],"temperature":1,"temperature":0}`,
+		`{"messages":[{"role":"user","content":"a"}],"MESSAGES":[{"content":"b"}],"User":"x","metadata":{"Session_ID":"y","session_id":"s"}}`,
+		`{"metadata":{"messages":1,"session_id":"s"},"messages":[{"role":"user","content":"a"}]}`,
+	} {
+		c, err := Read(Chat, []byte(body))
+		require.NoError(t, err, body)
+		assert.Equal(t, int64(1+4), c.Prompt, body)
+		assert.Equal(t, "a", c.Task, body)
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	headers := SessionHeaders()
+	for _, tc := range []struct {
+		name       string
+		header     map[string]string
+		body       string
+		id, source string
+	}{
+		{"none", nil, `{}`, "", "user"},
+		{"user", nil, `{"user":" u1 "}`, "u1", "user"},
+		{"metadata beats user", nil, `{"user":"u1","metadata":{"session_id":"m1"}}`, "m1", "metadata.session_id"},
+		{"any header beats the body", map[string]string{"x-dynamo-session-id": "d1"},
+			`{"user":"u1","metadata":{"session_id":"m1"}}`, "d1", "x-dynamo-session-id"},
+		{"headers in order", map[string]string{"x-session-id": "a", "x-claude-code-session-id": "b"}, `{}`, "a", "x-session-id"},
+		{"claude code before session-id", map[string]string{"x-claude-code-session-id": "b", "session-id": "c"}, `{}`, "b", "x-claude-code-session-id"},
+		{"blank header skipped", map[string]string{"x-session-id": "  ", "session_id": " d "}, `{}`, "d", "session_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tc.header {
+				h.Set(k, v)
+			}
+			body := strings.Replace(tc.body, "{", `{"messages":[{"role":"user","content":"hi"}],`, 1)
+			body = strings.Replace(body, ",}", "}", 1)
+			c, err := Read(Chat, []byte(body))
+			require.NoError(t, err)
+			id, source := c.Identity(h, headers)
+			assert.Equal(t, tc.id, id)
+			assert.Equal(t, tc.source, source)
+		})
+	}
+	assert.NotSame(t, &SessionHeaders()[0], &SessionHeaders()[0], "each caller gets its own list")
+}
+
+func TestShape(t *testing.T) {
+	assert.Equal(t, "chat", Chat.String())
+	assert.Equal(t, "/v1/chat/completions", Chat.Path())
+	assert.Equal(t, "messages", Chat.PromptField())
+	assert.Equal(t, "completions", Completions.String())
+	assert.Equal(t, "/v1/completions", Completions.Path())
+	assert.Equal(t, "prompt", Completions.PromptField())
+	assert.Equal(t, "shape(0)", Shape(0).String())
+	assert.Empty(t, Shape(7).Path())
+}
+
+// TestFastPathTaken checks that ordinary bodies are read by the scanner, not the fallback.
+func TestFastPathTaken(t *testing.T) {
+	for _, body := range [][]byte{
+		agentbody.Chat(300 << 10),
+		[]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"u"}}]}],"metadata":{"session_id":"s"}}`),
+		[]byte(" {\"prompt\" : [1, -2, 3e5, 0.5, true, false, null, {}, []]}\r\n"),
+	} {
+		_, ok := buildFast(body)
+		assert.True(t, ok, "%.80s", body)
+	}
+	for _, body := range []string{`{"m\u0065ssages":[]}`, `{"a":1} x`, `{"a":01}`, "{\"a\":\"\x01\"}", strings.Repeat("[", 600) + strings.Repeat("]", 600)} {
+		_, ok := buildFast([]byte(body))
+		assert.False(t, ok, body)
+	}
+}
