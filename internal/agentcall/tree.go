@@ -367,8 +367,9 @@ func (t *tree) raw(i int32) []byte {
 	return t.body[n.start:n.end]
 }
 
-// key is the key of member node i, decoded. It does not allocate for a key without escapes when
-// compared or switched on at once.
+// key is the key of member node i: decoded when it has escapes, else as sent (invalid UTF-8 is
+// left as is: the readers' keys are ASCII, which such a key matches neither way). It does not
+// allocate for a key without escapes when compared at once.
 func (t *tree) key(i int32) []byte {
 	if k, ok := t.keys[i]; ok {
 		return []byte(k)

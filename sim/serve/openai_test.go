@@ -21,6 +21,7 @@ func testServer(t *testing.T) *Server {
 }
 
 func TestChatTokens(t *testing.T) {
+	s := testServer(t)
 	for _, tc := range []struct {
 		name           string
 		messages       string
@@ -42,15 +43,20 @@ func TestChatTokens(t *testing.T) {
 			`[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]`, 3 + 4, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			prompt, shared, apiErr := chatTokens([]byte(tc.messages))
+			req, apiErr := s.parseGenerate(chatEndpoint, http.Header{}, []byte(`{"messages":`+tc.messages+`}`))
 			require.Nil(t, apiErr)
-			assert.Equal(t, tc.prompt, prompt, "prompt")
-			assert.Equal(t, tc.shared, shared, "shared")
+			assert.Equal(t, tc.prompt, req.prompt, "prompt")
+			assert.Equal(t, tc.shared, req.shared, "shared")
 		})
 	}
 }
 
 func TestCompletionTokens(t *testing.T) {
+	s := testServer(t)
+	completionTokens := func(prompt []byte) (int, *apiError) {
+		req, apiErr := s.parseGenerate(completionEndpoint, http.Header{}, []byte(`{"prompt":`+string(prompt)+`}`))
+		return req.prompt, apiErr
+	}
 	for _, tc := range []struct {
 		prompt string
 		want   int
