@@ -7,63 +7,29 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/basin-dev/basin/internal/agentbody"
 )
 
 func ptr(v int64) *int64 { return &v }
 
-func TestReadChat(t *testing.T) {
-	for _, tc := range []struct {
-		name           string
-		body           string
-		prompt, shared int64
-		task, lastRole string
-		err            string // the error's field path; "-" for a whole-body error
-	}{
-		{name: "one user message", body: `{"messages":[{"role":"user","content":"abcdefgh"}]}`,
-			prompt: 2 + 4, task: "abcdefgh", lastRole: "user"},
-		{name: "rounds up over the whole prompt", body: `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"bcdef"}]}`,
-			prompt: 2 + 8, task: "a", lastRole: "user"},
-		{name: "characters, not bytes", body: `{"messages":[{"role":"user","content":"ééééé"}]}`,
-			prompt: 2 + 4, task: "ééééé", lastRole: "user"},
-		{name: "escapes are one character", body: `{"messages":[{"role":"user","content":"\u00e9\n\ud83d\ude00\"\\"}]}`,
-			prompt: 2 + 4, task: "é\n😀\"\\", lastRole: "user"},
-		{name: "leading system and developer messages are shared",
-			body:   `{"messages":[{"role":"system","content":"ssss"},{"role":"developer","content":"dddd"},{"role":"user","content":"uuuu"},{"role":"system","content":"late"}]}`,
-			prompt: 4 + 16, shared: 2 + 8, task: "uuuu", lastRole: "system"},
-		{name: "text parts: their text, no separator; the task joins them by lines",
-			body:   `{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},{"type":"text","text":""},{"type":"text","text":"efgh"}]}]}`,
-			prompt: 2 + 4, task: "abcd\nefgh", lastRole: "user"},
-		{name: "tool calls count as their JSON text, null content as nothing",
-			body:   `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]}`,
-			prompt: 3 + 4, lastRole: "assistant"},
-		{name: "a later user message is not the task",
-			body:   `{"messages":[{"role":"assistant","content":"x"},{"role":"user","content":"first"},{"role":"user","content":"second"}]}`,
-			prompt: 3 + 12, task: "first", lastRole: "user"},
-		{name: "an image part is counted as nothing and refused by a strict server",
-			body:   `{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},{"type":"image_url","image_url":{"url":"data:,x"}}]}]}`,
-			prompt: 1 + 4, task: "abcd", lastRole: "user", err: "messages[0].content[1].type"},
-		{name: "missing messages: sized by the body", body: `{"model":"abcdefgh"}`, prompt: 5, err: "messages"},
-		{name: "empty messages", body: `{"messages":[]}`, prompt: 1, err: "messages"},
-		{name: "messages not an array: sized by the body", body: `{"messages":"hi"}`, prompt: 5, err: "messages"},
-		{name: "a message not an object: sized by the body", body: `{"messages":[{"role":"user","content":"hi"},"x"]}`,
-			prompt: 13, err: "messages[1]"},
-		{name: "role of the wrong type: sized by the body", body: `{"messages":[{"role":1,"content":"hi"}]}`,
-			prompt: 10, err: "messages[0].role"},
-		{name: "role missing", body: `{"messages":[{"content":"abcd"}]}`, prompt: 1 + 4, err: "messages[0].role"},
-		{name: "content of another shape counts nothing", body: `{"messages":[{"role":"user","content":7},{"role":"user","content":"abcd"}]}`,
-			prompt: 1 + 8, task: "", lastRole: "user", err: "messages[0].content"},
-		{name: "invalid JSON: sized by the body", body: `{"messages":[{"role":"user","content":"hi"}]`, prompt: 11, err: "-"},
-		{name: "not an object", body: `[{"role":"user"}]`, prompt: 5, err: "-"},
-		{name: "null body", body: `null`, prompt: 1, err: "-"},
-		{name: "keys match exactly, as engines read them", body: `{"Messages":[{"role":"user","content":"hi"}]}`,
-			prompt: 12, err: "messages"},
-		{name: "a top-level field of the wrong type is the first error", body: `{"messages":[{"content":"x"}],"stream":"yes"}`,
-			prompt: 1 + 4, err: "stream"},
-	} {
+// readCase is a body read as a shape (Chat when zero), what it must read and the field of its
+// error ("-" for a whole-body error).
+type readCase struct {
+	name           string
+	shape          Shape
+	body           string
+	prompt, shared int64
+	task, lastRole string
+	err            string
+}
+
+func TestRead(t *testing.T) {
+	for _, tc := range append(chatCases, completionCases...) {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Read(Chat, []byte(tc.body))
+			s := tc.shape
+			if s == 0 {
+				s = Chat
+			}
+			c, err := Read(s, []byte(tc.body))
 			assert.Equal(t, tc.prompt, c.Prompt, "prompt")
 			assert.Equal(t, tc.shared, c.Shared, "shared")
 			assert.Equal(t, tc.task, c.Task, "task")
@@ -87,36 +53,63 @@ func TestReadChat(t *testing.T) {
 	}
 }
 
-func TestReadCompletions(t *testing.T) {
-	for _, tc := range []struct {
-		body   string
-		prompt int64
-		task   string
-		err    string
-	}{
-		{`{"prompt":"abcde"}`, 2, "abcde", ""},
-		{`{"prompt":""}`, 1, "", ""},
-		{`{"prompt":["abcdefgh"]}`, 2, "abcdefgh", ""},
-		{`{"prompt":[5, 6, 7]}`, 3, "", ""},
-		{`{"prompt":["abcdefgh","b"]}`, 2, "abcdefgh", "prompt"},
-		{`{"prompt":[null,"b"]}`, 1, "", "prompt"},
-		{`{"prompt":[]}`, 4, "", "prompt"},
-		{`{"prompt":null}`, 4, "", "prompt"},
-		{`{"prompt":3}`, 3, "", "prompt"},
-		{`{"prompt":[[1]]}`, 4, "", "prompt"},
-		{`{"prompt":[1.5]}`, 4, "", "prompt"},
-		{`{"prompt":{"a":1}}`, 5, "", "prompt"},
-		{`{"messages":[{"role":"user","content":"abcdefgh"}]}`, 13, "", "prompt"},
-	} {
-		c, err := Read(Completions, []byte(tc.body))
-		assert.Equal(t, tc.prompt, c.Prompt, tc.body)
-		assert.Equal(t, tc.task, c.Task, tc.body)
-		if tc.err == "" {
-			assert.NoError(t, err, tc.body)
-		} else if assert.Error(t, err, tc.body) {
-			assert.Equal(t, tc.err, err.(*FieldError).Field, tc.body)
-		}
-	}
+var chatCases = []readCase{
+	{name: "one user message", body: `{"messages":[{"role":"user","content":"abcdefgh"}]}`,
+		prompt: 2 + 4, task: "abcdefgh", lastRole: "user"},
+	{name: "rounds up over the whole prompt", body: `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"bcdef"}]}`,
+		prompt: 2 + 8, task: "a", lastRole: "user"},
+	{name: "characters, not bytes", body: `{"messages":[{"role":"user","content":"ééééé"}]}`,
+		prompt: 2 + 4, task: "ééééé", lastRole: "user"},
+	{name: "escapes are one character", body: `{"messages":[{"role":"user","content":"\u00e9\n\ud83d\ude00\"\\"}]}`,
+		prompt: 2 + 4, task: "é\n😀\"\\", lastRole: "user"},
+	{name: "leading system and developer messages are shared",
+		body:   `{"messages":[{"role":"system","content":"ssss"},{"role":"developer","content":"dddd"},{"role":"user","content":"uuuu"},{"role":"system","content":"late"}]}`,
+		prompt: 4 + 16, shared: 2 + 8, task: "uuuu", lastRole: "system"},
+	{name: "text parts: their text, no separator; the task joins them by lines",
+		body:   `{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},{"type":"text","text":""},{"type":"text","text":"efgh"}]}]}`,
+		prompt: 2 + 4, task: "abcd\nefgh", lastRole: "user"},
+	{name: "tool calls count as their JSON text, null content as nothing",
+		body:   `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]}`,
+		prompt: 3 + 4, lastRole: "assistant"},
+	{name: "a later user message is not the task",
+		body:   `{"messages":[{"role":"assistant","content":"x"},{"role":"user","content":"first"},{"role":"user","content":"second"}]}`,
+		prompt: 3 + 12, task: "first", lastRole: "user"},
+	{name: "an image part is counted as nothing and refused by a strict server",
+		body:   `{"messages":[{"role":"user","content":[{"type":"text","text":"abcd"},{"type":"image_url","image_url":{"url":"data:,x"}}]}]}`,
+		prompt: 1 + 4, task: "abcd", lastRole: "user", err: "messages[0].content[1].type"},
+	{name: "missing messages: sized by the body", body: `{"model":"abcdefgh"}`, prompt: 5, err: "messages"},
+	{name: "empty messages", body: `{"messages":[]}`, prompt: 1, err: "messages"},
+	{name: "messages not an array: sized by the body", body: `{"messages":"hi"}`, prompt: 5, err: "messages"},
+	{name: "a message not an object: sized by the body", body: `{"messages":[{"role":"user","content":"hi"},"x"]}`,
+		prompt: 13, err: "messages[1]"},
+	{name: "role of the wrong type: sized by the body", body: `{"messages":[{"role":1,"content":"hi"}]}`,
+		prompt: 10, err: "messages[0].role"},
+	{name: "role missing", body: `{"messages":[{"content":"abcd"}]}`, prompt: 1 + 4, err: "messages[0].role"},
+	{name: "content of another shape counts nothing", body: `{"messages":[{"role":"user","content":7},{"role":"user","content":"abcd"}]}`,
+		prompt: 1 + 8, task: "", lastRole: "user", err: "messages[0].content"},
+	{name: "invalid JSON: sized by the body", body: `{"messages":[{"role":"user","content":"hi"}]`, prompt: 11, err: "-"},
+	{name: "not an object", body: `[{"role":"user"}]`, prompt: 5, err: "-"},
+	{name: "null body", body: `null`, prompt: 1, err: "-"},
+	{name: "keys match exactly, as engines read them", body: `{"Messages":[{"role":"user","content":"hi"}]}`,
+		prompt: 12, err: "messages"},
+	{name: "a top-level field of the wrong type is the first error", body: `{"messages":[{"content":"x"}],"stream":"yes"}`,
+		prompt: 1 + 4, err: "stream"},
+}
+
+var completionCases = []readCase{
+	{name: "a string", shape: Completions, body: `{"prompt":"abcde"}`, prompt: 2, task: "abcde"},
+	{name: "an empty string", shape: Completions, body: `{"prompt":""}`, prompt: 1},
+	{name: "one string", shape: Completions, body: `{"prompt":["abcdefgh"]}`, prompt: 2, task: "abcdefgh"},
+	{name: "token ids", shape: Completions, body: `{"prompt":[5, 6, 7]}`, prompt: 3},
+	{name: "two strings: the first", shape: Completions, body: `{"prompt":["abcdefgh","b"]}`, prompt: 2, task: "abcdefgh", err: "prompt"},
+	{name: "a null string", shape: Completions, body: `{"prompt":[null,"b"]}`, prompt: 1, err: "prompt"},
+	{name: "no strings", shape: Completions, body: `{"prompt":[]}`, prompt: 4, err: "prompt"},
+	{name: "null", shape: Completions, body: `{"prompt":null}`, prompt: 4, err: "prompt"},
+	{name: "a number", shape: Completions, body: `{"prompt":3}`, prompt: 3, err: "prompt"},
+	{name: "nested ids", shape: Completions, body: `{"prompt":[[1]]}`, prompt: 4, err: "prompt"},
+	{name: "a fraction", shape: Completions, body: `{"prompt":[1.5]}`, prompt: 4, err: "prompt"},
+	{name: "an object", shape: Completions, body: `{"prompt":{"a":1}}`, prompt: 5, err: "prompt"},
+	{name: "messages are not a prompt", shape: Completions, body: `{"messages":[{"role":"user","content":"abcdefgh"}]}`, prompt: 13, err: "prompt"},
 }
 
 func TestReadFields(t *testing.T) {
@@ -200,23 +193,21 @@ func TestIdentity(t *testing.T) {
 		body       string
 		id, source string
 	}{
-		{"none", nil, `{}`, "", "user"},
-		{"user", nil, `{"user":" u1 "}`, "u1", "user"},
-		{"metadata beats user", nil, `{"user":"u1","metadata":{"session_id":"m1"}}`, "m1", "metadata.session_id"},
+		{"none", nil, ``, "", "user"},
+		{"user", nil, `,"user":" u1 "`, "u1", "user"},
+		{"metadata beats user", nil, `,"user":"u1","metadata":{"session_id":"m1"}`, "m1", "metadata.session_id"},
 		{"any header beats the body", map[string]string{"x-dynamo-session-id": "d1"},
-			`{"user":"u1","metadata":{"session_id":"m1"}}`, "d1", "x-dynamo-session-id"},
-		{"headers in order", map[string]string{"x-session-id": "a", "x-claude-code-session-id": "b"}, `{}`, "a", "x-session-id"},
-		{"claude code before session-id", map[string]string{"x-claude-code-session-id": "b", "session-id": "c"}, `{}`, "b", "x-claude-code-session-id"},
-		{"blank header skipped", map[string]string{"x-session-id": "  ", "session_id": " d "}, `{}`, "d", "session_id"},
+			`,"user":"u1","metadata":{"session_id":"m1"}`, "d1", "x-dynamo-session-id"},
+		{"headers in order", map[string]string{"x-session-id": "a", "x-claude-code-session-id": "b"}, ``, "a", "x-session-id"},
+		{"claude code before session-id", map[string]string{"x-claude-code-session-id": "b", "session-id": "c"}, ``, "b", "x-claude-code-session-id"},
+		{"blank header skipped", map[string]string{"x-session-id": "  ", "session_id": " d "}, ``, "d", "session_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
 			for k, v := range tc.header {
 				h.Set(k, v)
 			}
-			body := strings.Replace(tc.body, "{", `{"messages":[{"role":"user","content":"hi"}],`, 1)
-			body = strings.Replace(body, ",}", "}", 1)
-			c, err := Read(Chat, []byte(body))
+			c, err := Read(Completions, []byte(`{"prompt":"hi"`+tc.body+`}`))
 			require.NoError(t, err)
 			id, source := c.Identity(h, headers)
 			assert.Equal(t, tc.id, id)
@@ -235,20 +226,4 @@ func TestShape(t *testing.T) {
 	assert.Equal(t, "prompt", Completions.PromptField())
 	assert.Equal(t, "shape(0)", Shape(0).String())
 	assert.Empty(t, Shape(7).Path())
-}
-
-// TestFastPathTaken checks that ordinary bodies are read by the scanner, not the fallback.
-func TestFastPathTaken(t *testing.T) {
-	for _, body := range [][]byte{
-		agentbody.Chat(300 << 10),
-		[]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"u"}}]}],"metadata":{"session_id":"s"}}`),
-		[]byte(" {\"prompt\" : [1, -2, 3e5, 0.5, true, false, null, {}, []]}\r\n"),
-	} {
-		_, ok := buildFast(body)
-		assert.True(t, ok, "%.80s", body)
-	}
-	for _, body := range []string{`{"m\u0065ssages":[]}`, `{"a":1} x`, `{"a":01}`, "{\"a\":\"\x01\"}", strings.Repeat("[", 600) + strings.Repeat("]", 600)} {
-		_, ok := buildFast([]byte(body))
-		assert.False(t, ok, body)
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/internal/agentbody"
@@ -231,4 +232,20 @@ func plainRead(t *testing.T, s Shape, body []byte) Call {
 		c.Prompt = max(1, Tokens(int64(c.TaskChars)))
 	}
 	return c
+}
+
+// TestFastPathTaken checks that ordinary bodies are read by the scanner, not the fallback.
+func TestFastPathTaken(t *testing.T) {
+	for _, body := range [][]byte{
+		agentbody.Chat(300 << 10),
+		[]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9"},{"type":"image_url","image_url":{"url":"u"}}]}],"metadata":{"session_id":"s"}}`),
+		[]byte(" {\"prompt\" : [1, -2, 3e5, 0.5, true, false, null, {}, []]}\r\n"),
+	} {
+		_, ok := buildFast(body)
+		assert.True(t, ok, "%.80s", body)
+	}
+	for _, body := range []string{`{"m\u0065ssages":[]}`, `{"a":1} x`, `{"a":01}`, "{\"a\":\"\x01\"}", strings.Repeat("[", 600) + strings.Repeat("]", 600)} {
+		_, ok := buildFast([]byte(body))
+		assert.False(t, ok, body)
+	}
 }

@@ -115,12 +115,8 @@ func (s *scanner) value(i int, ks, ke int32, depth int) (int, bool) {
 }
 
 func (s *scanner) object(i, depth int) (int, bool) {
-	b := s.b
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, true
-	}
-	for {
+	return s.seq(i, '}', func(i int) (int, bool) {
+		b := s.b
 		if i >= len(b) || b[i] != '"' {
 			return i, false
 		}
@@ -133,33 +129,25 @@ func (s *scanner) object(i, depth int) (int, bool) {
 		if i >= len(b) || b[i] != ':' {
 			return i, false
 		}
-		if i, ok = s.value(skipSpace(b, i+1), int32(ks), int32(ke-1), depth+1); !ok {
-			return i, false
-		}
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return i, false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return i + 1, true
-		default:
-			return i, false
-		}
-	}
+		return s.value(skipSpace(b, i+1), int32(ks), int32(ke-1), depth+1)
+	})
 }
 
 func (s *scanner) array(i, depth int) (int, bool) {
+	return s.seq(i, ']', func(i int) (int, bool) { return s.value(i, -1, -1, depth+1) })
+}
+
+// seq scans the items of the array or object whose opening bracket is b[i], each with item (an
+// element, or a member), separated by commas up to the closing bracket.
+func (s *scanner) seq(i int, closing byte, item func(i int) (int, bool)) (int, bool) {
 	b := s.b
 	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
+	if i < len(b) && b[i] == closing {
 		return i + 1, true
 	}
 	for {
 		var ok bool
-		if i, ok = s.value(i, -1, -1, depth+1); !ok {
+		if i, ok = item(i); !ok {
 			return i, false
 		}
 		i = skipSpace(b, i)
@@ -169,7 +157,7 @@ func (s *scanner) array(i, depth int) (int, bool) {
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
-		case ']':
+		case closing:
 			return i + 1, true
 		default:
 			return i, false

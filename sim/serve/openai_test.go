@@ -11,12 +11,14 @@ import (
 	"github.com/basin-dev/basin/sim"
 )
 
-func testServer(t *testing.T) *Server {
-	t.Helper()
+// testServer is a server over the paper's 1P1D H100 deployment at 60× speed, for tests, fuzz
+// targets and benchmarks.
+func testServer(tb testing.TB) *Server {
+	tb.Helper()
 	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	s, err := New(Options{Sim: sim.Options{Deployment: dep}, Speed: 60})
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return s
 }
 

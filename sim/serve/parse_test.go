@@ -10,7 +10,6 @@ import (
 
 	"github.com/basin-dev/basin/internal/agentbody"
 	"github.com/basin-dev/basin/internal/agentcall"
-	"github.com/basin-dev/basin/sim"
 )
 
 // parseCases are chat bodies, valid and not, and the field each is refused for ("" accepted,
@@ -94,16 +93,6 @@ var parseCases = []struct {
 	{"long", `{"messages":[{"role":"user","content":"` + strings.Repeat("word ", 200000) + `"}]}`, ""},
 }
 
-// parseTestServer is testServer for fuzz targets and benchmarks too.
-func parseTestServer(tb testing.TB) *Server {
-	tb.Helper()
-	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
-	require.NoError(tb, err)
-	s, err := New(Options{Sim: sim.Options{Deployment: dep}, Speed: 60})
-	require.NoError(tb, err)
-	return s
-}
-
 // checkParse checks parseGenerate's answer to a body against agentcall's reading: an accepted
 // call carries its sizes, model and stream flag; a refused one names the field at fault, in the
 // message too. It returns the field ("" accepted, "request body" for the whole body).
@@ -157,7 +146,7 @@ func FuzzParseGenerate(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`), "true")
-	s := parseTestServer(f)
+	s := testServer(f)
 	f.Fuzz(func(t *testing.T, body []byte, end string) {
 		h := http.Header{}
 		if end != "" {
@@ -168,7 +157,7 @@ func FuzzParseGenerate(f *testing.F) {
 }
 
 func BenchmarkParseGenerate(b *testing.B) {
-	s := parseTestServer(b)
+	s := testServer(b)
 	body := agentbody.Chat(300 << 10)
 	h := http.Header{}
 	b.Run("fast", func(b *testing.B) {
