@@ -7,9 +7,10 @@
 // # Shapes
 //
 // A Shape is the API a body is written for: OpenAI chat completions (Chat) and completions
-// (Completions). A shape is an entry of a table — its route, the field that holds its prompt and
-// a small reader per top-level field it reads — so a new API (OpenAI Responses, Anthropic
-// Messages) is a table entry and its readers, on the same scanner.
+// (Completions), which the gateway and the simulator serve, and OpenAI Responses and Anthropic
+// Messages, read the same way but not yet routed. A shape is an entry of a table — its route,
+// the field that holds its prompt and a small reader per top-level field it reads — so a new API
+// is a table entry and its readers, on the same scanner and the same counting.
 //
 // # Two builders, one reading
 //
@@ -61,14 +62,20 @@ type Call struct {
 	TaskChars int
 	// LastRole is the role of the last chat message: "user" means a person's turn.
 	LastRole string
-	// SessionID is metadata.session_id and User is user, both trimmed.
+	// SessionID is metadata.session_id, CacheKey is prompt_cache_key (Responses) and User is
+	// user (metadata.user_id in Anthropic Messages), all trimmed.
 	SessionID string
+	CacheKey  string
 	User      string
+	// PreviousResponseID is a Responses call's previous_response_id: the rest of its
+	// conversation is kept by the server, and is not in Prompt.
+	PreviousResponseID string
 	// Model, Stream and IncludeUsage (stream_options.include_usage) are read as sent.
 	Model        string
 	Stream       bool
 	IncludeUsage bool
-	// MaxTokens, MaxCompletionTokens and N are nil when absent or null.
+	// MaxTokens (max_tokens; max_output_tokens of Responses), MaxCompletionTokens and N are nil
+	// when absent or null.
 	MaxTokens           *int64
 	MaxCompletionTokens *int64
 	N                   *int64
@@ -133,16 +140,21 @@ func SessionHeaders() []string {
 }
 
 // Identity is the call's session id and where it came from: the first non-empty of headers (the
-// header's name), then the body's metadata.session_id, then its user; "" when it has none.
-// Header values are trimmed.
+// header's name), then the body's metadata.session_id, then its prompt_cache_key, then its user
+// (the field's name); "" when it has none. Header values are trimmed.
 func (c *Call) Identity(h http.Header, headers []string) (id, source string) {
 	for _, name := range headers {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
 			return v, name
 		}
 	}
-	if c.SessionID != "" {
+	switch {
+	case c.SessionID != "":
 		return c.SessionID, "metadata.session_id"
+	case c.CacheKey != "":
+		return c.CacheKey, "prompt_cache_key"
+	case c.Shape.valid():
+		return c.User, shapes[c.Shape].userSource
 	}
 	return c.User, "user"
 }

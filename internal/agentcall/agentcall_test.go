@@ -23,7 +23,7 @@ type readCase struct {
 }
 
 func TestRead(t *testing.T) {
-	for _, tc := range append(chatCases, completionCases...) {
+	for _, tc := range append(append(chatCases, completionCases...), newShapeCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.shape
 			if s == 0 {
@@ -112,6 +112,33 @@ var completionCases = []readCase{
 	{name: "messages are not a prompt", shape: Completions, body: `{"messages":[{"role":"user","content":"abcdefgh"}]}`, prompt: 13, err: "prompt"},
 }
 
+// newShapeCases are bodies of the shapes read but not yet served: OpenAI Responses and
+// Anthropic Messages.
+var newShapeCases = []readCase{
+	{name: "responses: input a string", shape: Responses, body: `{"input":"abcdefgh","instructions":"ssss"}`,
+		prompt: 3 + 8, shared: 1 + 4, task: "abcdefgh", lastRole: "user"},
+	{name: "responses: items", shape: Responses,
+		body: `{"instructions":"ssss","input":[{"role":"developer","content":"dddd"},{"type":"message","role":"user","content":[{"type":"input_text","text":"abcd"}]},` +
+			`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"}]}`,
+		prompt: Tokens(4+4+4+66+59) + 5*4, shared: 2 + 8, task: "abcd"},
+	{name: "responses: an output_text part is text", shape: Responses,
+		body:   `{"input":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"output_text","text":"bcd"}]}]}`,
+		prompt: 1 + 8, task: "a", lastRole: "assistant"},
+	{name: "responses: input required", shape: Responses, body: `{"previous_response_id":"r1"}`, prompt: 8, err: "input"},
+	{name: "responses: instructions a number", shape: Responses, body: `{"input":"abcd","instructions":3}`,
+		prompt: 1 + 4, task: "abcd", lastRole: "user", err: "instructions"},
+	{name: "messages: system and blocks", shape: Messages,
+		body: `{"system":[{"type":"text","text":"ssss","cache_control":{"type":"ephemeral"}}],"messages":[` +
+			`{"role":"user","content":[{"type":"text","text":"ab"},{"type":"image","source":{"data":"AAAA"}},{"type":"text","text":"cd"}]},` +
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"hmm!","signature":"x"},{"type":"tool_use","id":"t","name":"bash","input":{"c":1}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"done"}]}]}]}`,
+		prompt: Tokens(4+4+4+4+7+4) + 4*4, shared: 1 + 4, task: "ab\ncd", lastRole: "user"},
+	{name: "messages: string content", shape: Messages, body: `{"system":"ssss","messages":[{"role":"user","content":"abcd"}]}`,
+		prompt: 2 + 8, shared: 1 + 4, task: "abcd", lastRole: "user"},
+	{name: "messages: a block not an object", shape: Messages, body: `{"messages":[{"role":"user","content":["x"]}]}`,
+		prompt: 4, lastRole: "user", err: "messages[0].content[0]"},
+}
+
 func TestReadFields(t *testing.T) {
 	c, err := Read(Chat, []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,
 		"max_completion_tokens":20,"n":1,"user":" u ","metadata":{"session_id":" s "},"messages":[{"role":"user","content":"x"}]}`))
@@ -146,6 +173,15 @@ func TestReadFields(t *testing.T) {
 	assert.Equal(t, "", c.SessionID, "a null session id is none (the user's is not carried over)")
 	assert.Equal(t, "u", c.User)
 
+	c, err = Read(Responses, []byte(`{"input":"x","prompt_cache_key":" k ","previous_response_id":"r","max_output_tokens":9,"user":"u"}`))
+	require.NoError(t, err)
+	assert.Equal(t, Call{Shape: Responses, Prompt: 5, Task: "x", TaskChars: 1, LastRole: "user", CacheKey: "k", User: "u",
+		PreviousResponseID: "r", MaxTokens: ptr(9)}, c)
+	c, err = Read(Messages, []byte(`{"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":" u "},"max_tokens":9,"model":"claude"}`))
+	require.NoError(t, err)
+	assert.Equal(t, Call{Shape: Messages, Prompt: 5, Task: "x", TaskChars: 1, LastRole: "user", User: "u",
+		Model: "claude", MaxTokens: ptr(9)}, c)
+
 	_, err = Read(Shape(9), []byte(`{}`))
 	assert.ErrorContains(t, err, "unknown shape")
 }
@@ -166,13 +202,13 @@ func TestRepeatedKeys(t *testing.T) {
 		{`{"messages":[{"role":"user","content":[{"type":"image","text":"a"},{"type":"image","type":"text","text":"x"}]}]}`, "messages[0].content[1].type"},
 		{`{"me\u0073sages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}],"user":"u"}`, "messages"},
 	} {
-		c, err := Read(Chat, []byte(tc.body))
-		var fe *FieldError
-		if assert.ErrorAs(t, err, &fe, tc.body) {
-			assert.Equal(t, tc.field, fe.Field, tc.body)
-		}
-		assert.Equal(t, Call{Shape: Chat, Prompt: Tokens(int64(len(tc.body)))}, c, "unread: %s", tc.body)
+		checkRepeated(t, Chat, tc.body, tc.field)
 	}
+	checkRepeated(t, Responses, `{"input":[{"type":"message","type":"function_call","role":"user","content":"a"}]}`, "input[0].type")
+	checkRepeated(t, Responses, `{"input":"a","prompt_cache_key":"k","prompt_cache_key":"l"}`, "prompt_cache_key")
+	checkRepeated(t, Messages, `{"messages":[{"role":"user","content":[{"type":"text","text":"a","type":"image"}]}]}`, "messages[0].content[0].type")
+	checkRepeated(t, Messages, `{"system":[{"type":"text","text":"a","text":"b"}],"messages":[]}`, "system[0].text")
+	checkRepeated(t, Messages, `{"messages":[],"metadata":{"user_id":"a","user_id":"b"}}`, "metadata.user_id")
 	for _, body := range []string{
 		`{"messages":[{"role":"user","content":"a","name":"x","name":"y"}],"tools":[{"a":1,"a":2}],"temperature":1,"temperature":0}`,
 		`{"messages":[{"role":"user","content":"a"}],"MESSAGES":[{"content":"b"}],"User":"x","metadata":{"Session_ID":"y","session_id":"s"}}`,
@@ -183,6 +219,17 @@ func TestRepeatedKeys(t *testing.T) {
 		assert.Equal(t, int64(1+4), c.Prompt, body)
 		assert.Equal(t, "a", c.Task, body)
 	}
+}
+
+// checkRepeated checks that body, read as shape s, is ambiguous for the key at field: unread.
+func checkRepeated(t *testing.T, s Shape, body, field string) {
+	t.Helper()
+	c, err := Read(s, []byte(body))
+	var fe *FieldError
+	if assert.ErrorAs(t, err, &fe, body) {
+		assert.Equal(t, field, fe.Field, body)
+	}
+	assert.Equal(t, Call{Shape: s, Prompt: Tokens(int64(len(body)))}, c, "unread: %s", body)
 }
 
 func TestIdentity(t *testing.T) {
@@ -215,6 +262,17 @@ func TestIdentity(t *testing.T) {
 		})
 	}
 	assert.NotSame(t, &SessionHeaders()[0], &SessionHeaders()[0], "each caller gets its own list")
+
+	c, err := Read(Responses, []byte(`{"input":"x","prompt_cache_key":"k","user":"u"}`))
+	require.NoError(t, err)
+	id, source := c.Identity(http.Header{}, headers)
+	assert.Equal(t, []string{"k", "prompt_cache_key"}, []string{id, source}, "the cache key before the user")
+	c, err = Read(Messages, []byte(`{"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":"u"}}`))
+	require.NoError(t, err)
+	id, source = c.Identity(http.Header{}, headers)
+	assert.Equal(t, []string{"u", "metadata.user_id"}, []string{id, source})
+	id, _ = c.Identity(http.Header{"X-Claude-Code-Session-Id": {"cc"}}, headers)
+	assert.Equal(t, "cc", id, "Claude Code's header first")
 }
 
 func TestShape(t *testing.T) {
@@ -224,6 +282,10 @@ func TestShape(t *testing.T) {
 	assert.Equal(t, "completions", Completions.String())
 	assert.Equal(t, "/v1/completions", Completions.Path())
 	assert.Equal(t, "prompt", Completions.PromptField())
+	assert.Equal(t, "/v1/responses", Responses.Path())
+	assert.Equal(t, "input", Responses.PromptField())
+	assert.Equal(t, "/v1/messages", Messages.Path())
+	assert.Equal(t, "messages", Messages.PromptField())
 	assert.Equal(t, "shape(0)", Shape(0).String())
 	assert.Empty(t, Shape(7).Path())
 }

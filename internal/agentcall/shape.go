@@ -16,6 +16,12 @@ const (
 	Chat Shape = iota + 1
 	// Completions is OpenAI (legacy) completions: a prompt string, or token ids.
 	Completions
+	// Responses is OpenAI Responses: input as a string or a list of items, instructions as the
+	// shared prefix. Read, not yet served.
+	Responses
+	// Messages is Anthropic Messages: system as the shared prefix, messages of content blocks.
+	// Read, not yet served.
+	Messages
 )
 
 // shapeSpec is one shape's entry: where it is served, the field holding its prompt (a server's
@@ -23,7 +29,9 @@ const (
 // adding an entry and the readers of its own fields.
 type shapeSpec struct {
 	name, path, promptField string
-	fields                  []field
+	// userSource is where Call.User comes from: "user", or Anthropic's "metadata.user_id".
+	userSource string
+	fields     []field
 }
 
 // field reads one top-level field of a body.
@@ -32,25 +40,41 @@ type field struct {
 	read func(r *reader, n int32)
 }
 
+// The fields every shape (model, stream) or several read.
+var (
+	modelField  = field{"model", func(r *reader, n int32) { r.c.Model = r.str("model", n) }}
+	streamField = field{"stream", func(r *reader, n int32) { r.c.Stream = r.boolean("stream", n) }}
+	userField   = field{"user", func(r *reader, n int32) { r.c.User = strings.TrimSpace(r.str("user", n)) }}
+)
+
+// maxTokensField reads the output limit, which each API names its own way, into MaxTokens.
+func maxTokensField(name string) field {
+	return field{name, func(r *reader, n int32) { r.c.MaxTokens = r.integer(name, n) }}
+}
+
 // openAIFields are the top-level fields both OpenAI shapes share.
 var openAIFields = []field{
-	{"model", func(r *reader, n int32) { r.c.Model = r.str("model", n) }},
-	{"stream", func(r *reader, n int32) { r.c.Stream = r.boolean("stream", n) }},
+	modelField,
+	streamField,
 	{"stream_options", readStreamOptions},
-	{"max_tokens", func(r *reader, n int32) { r.c.MaxTokens = r.integer("max_tokens", n) }},
+	maxTokensField("max_tokens"),
 	{"max_completion_tokens", func(r *reader, n int32) {
 		r.c.MaxCompletionTokens = r.integer("max_completion_tokens", n)
 	}},
 	{"n", func(r *reader, n int32) { r.c.N = r.integer("n", n) }},
-	{"user", func(r *reader, n int32) { r.c.User = strings.TrimSpace(r.str("user", n)) }},
+	userField,
 	{"metadata", readMetadata},
 }
 
 var shapes = [...]shapeSpec{
-	Chat: {name: "chat", path: "/v1/chat/completions", promptField: "messages",
+	Chat: {name: "chat", path: "/v1/chat/completions", promptField: "messages", userSource: "user",
 		fields: append(openAIFields[:len(openAIFields):len(openAIFields)], field{"messages", readMessages})},
-	Completions: {name: "completions", path: "/v1/completions", promptField: "prompt",
+	Completions: {name: "completions", path: "/v1/completions", promptField: "prompt", userSource: "user",
 		fields: append(openAIFields[:len(openAIFields):len(openAIFields)], field{"prompt", readPrompt})},
+	Responses: {name: "responses", path: "/v1/responses", promptField: "input", userSource: "user",
+		fields: responsesFields},
+	Messages: {name: "messages", path: "/v1/messages", promptField: "messages", userSource: "metadata.user_id",
+		fields: anthropicFields},
 }
 
 func (s Shape) valid() bool { return s > 0 && int(s) < len(shapes) && shapes[s].name != "" }
@@ -260,44 +284,67 @@ func readMetadata(r *reader, n int32) {
 	})
 }
 
-// messageKeys are the keys of a chat message the readers read.
-var messageKeys = []string{"role", "content", "tool_calls"}
+// item is an element of a list of messages (or of a Responses input), for paths in errors.
+type item struct {
+	list string
+	i    int
+}
 
-// readMessages sizes a chat prompt: every message's characters (its content's text, and its tool
-// calls' JSON text: the calls an assistant made are part of the conversation the next prompt
-// repeats) and PerMessageTokens a message; apart, the leading system and developer messages.
-func readMessages(r *reader, n int32) {
+// path is the path of the item's field, such as "messages[2].content" for ".content".
+func (at item) path(field string) string { return fmt.Sprintf("%s[%d]%s", at.list, at.i, field) }
+
+// chatMessage reads chat messages: role, content as a string or text parts, tool calls by their
+// JSON text (the calls an assistant made are part of the conversation the next prompt repeats).
+var chatMessage = messageSpec{
+	keys: []string{"role", "content", "tool_calls"},
+	content: func(r *reader, at item, n int32, task bool) int {
+		return r.textParts(at, n, task, func(typ string) bool { return typ == "text" })
+	},
+}
+
+// messageSpec is how a shape's messages are read: the keys read (role and content first, then
+// those counted by their JSON text), and the reader of a content.
+type messageSpec struct {
+	keys    []string
+	content func(r *reader, at item, n int32, task bool) int
+}
+
+// readMessages sizes a chat prompt: every message's characters and PerMessageTokens a message;
+// apart, the leading system and developer messages.
+func readMessages(r *reader, n int32) { r.messages("messages", n, &chatMessage) }
+
+// messages reads the list of messages at node n, field list.
+func (r *reader) messages(list string, n int32, spec *messageSpec) {
 	switch r.kind(n) {
 	case kindArray:
 	case kindNull:
-		r.problem("messages", "required")
+		r.problem(list, "required")
 		r.unreadable = true
 		return
 	default:
-		r.problem("messages", "must be an array of messages")
+		r.problem(list, "must be an array of messages")
 		r.unreadable = true
 		return
 	}
 	if r.t.nodes[n].next == n+1 {
-		r.problem("messages", "must not be empty")
+		r.problem(list, "must not be empty")
 	}
 	i := 0
 	for m := range r.t.members(n) {
-		r.message(i, m)
+		r.message(item{list, i}, m, spec)
 		i++
 	}
 }
 
-func messagePath(i int, field string) string { return fmt.Sprintf("messages[%d]%s", i, field) }
-
-// message reads the i-th chat message, node m.
-func (r *reader) message(i int, m int32) {
+// message reads one message, node m.
+func (r *reader) message(at item, m int32, spec *messageSpec) {
 	var role string
 	roleErr := false
-	content, toolCalls := int32(-1), int32(-1)
+	content := int32(-1)
+	var chars int64
 	switch r.kind(m) {
 	case kindObject:
-		r.keyed(m, messageKeys, func() string { return messagePath(i, "") }, func(k int, c int32) {
+		r.keyed(m, spec.keys, func() string { return at.path("") }, func(k int, c int32) {
 			switch k {
 			case 0:
 				switch r.kind(c) {
@@ -306,20 +353,22 @@ func (r *reader) message(i int, m int32) {
 				case kindNull:
 				default:
 					if !roleErr && r.promptErr == nil {
-						r.problem(messagePath(i, ".role"), "must be a string, got JSON %s", r.kind(c).name())
+						r.problem(at.path(".role"), "must be a string, got JSON %s", r.kind(c).name())
 					}
 					roleErr = true
 				}
 			case 1:
 				content = c
-			case 2:
-				toolCalls = c
+			default:
+				if r.kind(c) != kindNull {
+					chars += int64(utf8.RuneCount(r.t.raw(c)))
+				}
 			}
 		})
 	case kindNull: // a message with nothing in it
 	default:
 		if r.promptErr == nil {
-			r.problem(messagePath(i, ""), "must be a message object")
+			r.problem(at.path(""), "must be a message object")
 		}
 		r.unreadable = true
 		return
@@ -329,13 +378,22 @@ func (r *reader) message(i int, m int32) {
 		return
 	}
 	if role == "" && r.promptErr == nil {
-		r.problem(messagePath(i, ".role"), "required")
+		r.problem(at.path(".role"), "required")
 	}
 	task := !r.taskFound && role == "user"
-	chars := int64(r.content(i, content, task))
-	if toolCalls >= 0 && r.kind(toolCalls) != kindNull {
-		chars += int64(utf8.RuneCount(r.t.raw(toolCalls)))
+	if content >= 0 {
+		chars += int64(spec.content(r, at, content, task))
 	}
+	r.add(role, chars)
+	if task {
+		r.taskFound = true
+		r.c.TaskChars = utf8.RuneCountInString(r.c.Task)
+	}
+	r.c.LastRole = role
+}
+
+// add counts a message of role with chars characters.
+func (r *reader) add(role string, chars int64) {
 	r.chars += chars
 	r.msgs++
 	if !r.pastShared && (role == "system" || role == "developer") {
@@ -344,24 +402,17 @@ func (r *reader) message(i int, m int32) {
 	} else {
 		r.pastShared = true
 	}
-	if task {
-		r.taskFound = true
-		r.c.TaskChars = utf8.RuneCountInString(r.c.Task)
-	}
-	r.c.LastRole = role
 }
 
 // partKeys are the keys of a content part the readers read.
 var partKeys = []string{"type", "text"}
 
-// content is the number of characters of message i's content (node n, -1 when absent): a string,
-// or the text of an array of parts (each part's text; parts of other types, such as images, have
-// none); null is an assistant message that only calls tools. When task, the text is kept as the
-// call's Task, parts joined by newlines. A content of another shape counts nothing.
-func (r *reader) content(i int, n int32, task bool) int {
-	if n < 0 {
-		return 0
-	}
+// textParts is the number of characters of a message's content (node n): a string, or the text
+// of an array of parts (each part's text; parts of other types, such as images, have none); null
+// is an assistant message that only calls tools. A part whose type isText refuses is a problem
+// (a server reads only text). When task, the text is kept as the call's Task, parts joined by
+// newlines. A content of another shape counts nothing.
+func (r *reader) textParts(at item, n int32, task bool, isText func(typ string) bool) int {
 	switch r.kind(n) {
 	case kindNull:
 		return 0
@@ -373,7 +424,7 @@ func (r *reader) content(i int, n int32, task bool) int {
 	case kindArray:
 	default:
 		if r.promptErr == nil {
-			r.problem(messagePath(i, ".content"), "must be a string or an array of text parts")
+			r.problem(at.path(".content"), "must be a string or an array of text parts")
 		}
 		return 0
 	}
@@ -385,7 +436,7 @@ func (r *reader) content(i int, n int32, task bool) int {
 		switch r.kind(p) {
 		case kindObject:
 			typ, text := int32(-1), int32(-1)
-			r.keyed(p, partKeys, func() string { return messagePath(i, fmt.Sprintf(".content[%d]", j)) }, func(k int, c int32) {
+			r.keyed(p, partKeys, func() string { return at.path(fmt.Sprintf(".content[%d]", j)) }, func(k int, c int32) {
 				switch {
 				case r.kind(c) != kindString && r.kind(c) != kindNull:
 					bad = true
@@ -395,7 +446,7 @@ func (r *reader) content(i int, n int32, task bool) int {
 					text = c
 				}
 			})
-			if notText < 0 && (typ < 0 || r.kind(typ) != kindString || r.t.str(typ) != "text") {
+			if notText < 0 && (typ < 0 || r.kind(typ) != kindString || !isText(r.t.str(typ))) {
 				notText = j
 				if typ >= 0 && r.kind(typ) == kindString {
 					notTextType = r.t.str(typ)
@@ -418,26 +469,31 @@ func (r *reader) content(i int, n int32, task bool) int {
 	}
 	if bad {
 		if r.promptErr == nil {
-			r.problem(messagePath(i, ".content"), "must be a string or an array of text parts")
+			r.problem(at.path(".content"), "must be a string or an array of text parts")
 		}
 		return 0
 	}
 	if notText >= 0 && r.promptErr == nil {
-		r.problem(messagePath(i, fmt.Sprintf(".content[%d].type", notText)), "only text parts are read, got %q", notTextType)
+		r.problem(at.path(fmt.Sprintf(".content[%d].type", notText)), "only text parts are read, got %q", notTextType)
 	}
 	if task {
-		var b strings.Builder
-		for _, t := range texts {
-			if s := r.t.str(t); s != "" {
-				if b.Len() > 0 {
-					b.WriteByte('\n')
-				}
-				b.WriteString(s)
-			}
-		}
-		r.c.Task = b.String()
+		r.c.Task = r.joinTexts(texts)
 	}
 	return chars
+}
+
+// joinTexts is the text of string nodes, the empty ones left out, joined by newlines.
+func (r *reader) joinTexts(texts []int32) string {
+	var b strings.Builder
+	for _, t := range texts {
+		if s := r.t.str(t); s != "" {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(s)
+		}
+	}
+	return b.String()
 }
 
 // readPrompt sizes a completion prompt: a string (ceil(characters / 4), at least 1), an array of
