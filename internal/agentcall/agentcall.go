@@ -1,5 +1,5 @@
 // Package agentcall reads an agent's model call: who sent it (the session identity: a header,
-// then the body's metadata.session_id, then user), how large its prompt is (the token estimate
+// then the body's metadata.session_id, then its user), how large its prompt is (the token estimate
 // admission books), and the request fields a server needs (model, stream, output limits). The
 // gateway reads every call it proxies with it and the simulator's server every call it serves,
 // so the two cannot drift apart on what a body means.
@@ -35,7 +35,7 @@
 // that any reader of the shape reads, repeated in the same object, makes the body ambiguous. An
 // ambiguous body is unread: Read returns a *FieldError naming the key (a server answers 400) and
 // a Call with no identity, sized by the body's length (the gateway still proxies it and lets the
-// engine judge it, booked pessimistically and as a one-call session). Repeated keys the readers
+// engine judge it, booked by its size and as a one-call session). Repeated keys the readers
 // do not read (inside tools, say) change nothing basin decides and are left to the engine.
 package agentcall
 
