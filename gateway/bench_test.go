@@ -115,25 +115,17 @@ func BenchmarkStreamThroughput(b *testing.B) {
 // benchChatBody is the benchmarks' long agent conversation, 300 KB.
 func benchChatBody() []byte { return agentbody.Chat(300 << 10) }
 
-// BenchmarkParseCall reads a 300 KB chat body in one pass (parseCall) and as before
-// (parseCallSlow: the body, then the messages, then each content), side by side.
+// BenchmarkParseCall reads a 300 KB chat body as the gateway does on every call (agentcall.Read;
+// internal/agentcall's BenchmarkParseRead sets it beside its encoding/json fallback).
 func BenchmarkParseCall(b *testing.B) {
 	body := benchChatBody()
-	for _, bc := range []struct {
-		name  string
-		parse func(endpoint, []byte) callRequest
-	}{
-		{"single-pass", parseCall},
-		{"before", parseCallSlow},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if c := bc.parse(chatEndpoint, body); c.prompt < 1000 {
-					b.Fatalf("prompt %d", c.prompt)
-				}
+	b.Run("single-pass", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if c := parseCall(chatEndpoint, body); c.prompt < 1000 {
+				b.Fatalf("prompt %d", c.prompt)
 			}
-		})
-	}
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/yamlconf"
 )
 
@@ -30,11 +31,9 @@ const (
 	AdminTokenEnv = "BASIN_GATEWAY_ADMIN_TOKEN"
 )
 
-// defaultSessionHeaders are the headers that carry a session id, first non-empty wins: basin's
-// own, Claude Code's, Codex's two spellings, OpenCode's and NVIDIA Dynamo's (the lists llm-d's
-// agent-identity and Dynamo use).
-var defaultSessionHeaders = []string{"x-session-id", "x-claude-code-session-id", "session-id", "session_id",
-	"x-session-affinity", "x-dynamo-session-id"}
+// defaultSessionHeaders are the headers that carry a session id, first non-empty wins: the list
+// the simulator's server reads too (agentcall.SessionHeaders).
+var defaultSessionHeaders = agentcall.SessionHeaders()
 
 // Duration is a time.Duration written the Go way in YAML ("30s", "10m").
 type Duration = yamlconf.Duration

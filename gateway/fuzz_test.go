@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/yamlconf/yamlconftest"
 )
 
@@ -144,7 +145,7 @@ func FuzzSessionIdentity(f *testing.F) {
 		}
 		c := parseCall(ep, body)
 		require.GreaterOrEqual(t, c.prompt, int64(1))
-		require.LessOrEqual(t, c.prompt, max(1, tokensOf(int64(len(body)))+perMessageTokens*int64(len(body)/2+1)),
+		require.LessOrEqual(t, c.prompt, max(1, tokensOf(int64(len(body)))+agentcall.PerMessageTokens*int64(len(body)/2+1)),
 			"the estimate is bounded by the body's size")
 		require.Equal(t, utf8.RuneCountInString(c.taskText), c.taskChars)
 		require.LessOrEqual(t, c.taskChars, len(body))

@@ -14,7 +14,10 @@
 //
 // # Calls
 //
-// A chat or completion request becomes one sim.ExternalCall. The simulator sees sizes, not text:
+// A chat or completion request becomes one sim.ExternalCall. Its body is read by
+// internal/agentcall, the reader the gateway uses, so the two count the same tokens and name the
+// same session; a malformed or ambiguous body (a key it reads, sent twice) is a 400 naming the
+// field. The simulator sees sizes, not text:
 //
 //   - prompt tokens = ceil(characters of all message contents / 4) + 4 per message (an assistant
 //     message's tool_calls count as content); completions: ceil(characters / 4), at least 1, or the

@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,10 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf16"
-	"unicode/utf8"
 
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -111,12 +108,12 @@ func jsonKind(goKind string) string {
 	return "of another type"
 }
 
-// endpoint is the OpenAI API a request came through.
-type endpoint int
+// endpoint is the API shape a request came through.
+type endpoint = agentcall.Shape
 
 const (
-	chatEndpoint endpoint = iota
-	completionEndpoint
+	chatEndpoint       = agentcall.Chat
+	completionEndpoint = agentcall.Completions
 )
 
 // genRequest is a parsed chat or completion request, in the simulator's terms.
@@ -132,100 +129,31 @@ type genRequest struct {
 	endAfter     bool
 }
 
-// requestBody holds the fields both endpoints read.
-type requestBody struct {
-	Model         string `json:"model"`
-	Stream        bool   `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	N                   *int64 `json:"n"`
-	User                string `json:"user"`
-	Metadata            *struct {
-		SessionID string `json:"session_id"`
-	} `json:"metadata"`
-
-	Messages json.RawMessage `json:"messages"` // chat
-	Prompt   json.RawMessage `json:"prompt"`   // completions
-}
-
-type chatMessage struct {
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	ToolCalls json.RawMessage `json:"tool_calls"`
-}
-
-type contentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-// sessionHeaders are the headers that carry a session id, first match wins: basin's own, then
-// those of Claude Code, SGLang's router, LiteLLM-style proxies and NVIDIA Dynamo.
-var sessionHeaders = []string{"x-session-id", "x-claude-code-session-id", "session-id", "session_id",
-	"x-session-affinity", "x-dynamo-session-id"}
-
-// parseGenerate reads a chat or completion request: body, session identity and the token counts
-// the simulator needs.
-//
-// A chat body is first tried on the fast path, parseChatFast, which decodes it in one pass; at
-// 90× speed the repeated decoding of parseGenerateSlow dominates the simulator's CPU. Any body
-// the fast path is not sure about goes to parseGenerateSlow, so errors read the same either way.
+// parseGenerate reads a chat or completion request with agentcall, the reader the gateway uses:
+// body, session identity and the token counts the simulator needs. Unlike the gateway, which
+// proxies a malformed body for the upstream to judge, the simulator is the upstream: it answers
+// the first problem agentcall finds with a 400 naming the field, then checks what it supports.
 func (s *Server) parseGenerate(ep endpoint, h http.Header, body []byte) (genRequest, *apiError) {
-	if ep == chatEndpoint {
-		if b, counts, ok := parseChatFast(body); ok {
-			return s.finishGenerate(ep, h, &b.requestBody, &counts)
+	c, err := agentcall.Read(ep, body)
+	req := genRequest{endpoint: ep, model: c.Model, stream: c.Stream, includeUsage: c.IncludeUsage,
+		output: DefaultOutputTokens}
+	if err != nil {
+		if fe := (*agentcall.FieldError)(nil); errors.As(err, &fe) {
+			return req, invalid(fe.Field, "%s", fe.Error())
 		}
+		return req, invalid("", "request body: %v", err)
 	}
-	return s.parseGenerateSlow(ep, h, body)
-}
-
-// parseGenerateSlow is the reference parser: it decodes the body, then the messages, then each
-// message, then each content, and answers every malformed request with its own error. It is
-// what parseGenerate falls back to, and what the fast path is tested against.
-func (s *Server) parseGenerateSlow(ep endpoint, h http.Header, body []byte) (genRequest, *apiError) {
-	var b requestBody
-	if err := json.Unmarshal(body, &b); err != nil {
-		return genRequest{}, decodeError(err)
-	}
-	return s.finishGenerate(ep, h, &b, nil)
-}
-
-// promptCounts are a prompt's token counts, computed ahead by the fast path.
-type promptCounts struct{ prompt, shared int }
-
-// finishGenerate checks a decoded body and builds the request. counts, when not nil, are the
-// prompt's token counts already computed; otherwise they are computed here from b.Messages or
-// b.Prompt, with their errors.
-func (s *Server) finishGenerate(ep endpoint, h http.Header, b *requestBody, counts *promptCounts) (genRequest, *apiError) {
-	req := genRequest{endpoint: ep, model: b.Model, stream: b.Stream, output: DefaultOutputTokens}
 	if req.model == "" {
 		req.model = s.o.ModelName
 	}
-	if b.StreamOptions != nil {
-		req.includeUsage = b.StreamOptions.IncludeUsage
+	if c.N != nil && *c.N != 1 {
+		return req, invalid("n", "n: only 1 choice is supported, got %d", *c.N)
 	}
-	if b.N != nil && *b.N != 1 {
-		return req, invalid("n", "n: only 1 choice is supported, got %d", *b.N)
-	}
-	var apiErr *apiError
-	switch {
-	case counts != nil:
-		req.prompt, req.shared = counts.prompt, counts.shared
-	case ep == chatEndpoint:
-		req.prompt, req.shared, apiErr = chatTokens(b.Messages)
-	case ep == completionEndpoint:
-		req.prompt, apiErr = completionTokens(b.Prompt)
-	}
-	if apiErr != nil {
-		return req, apiErr
-	}
+	req.prompt, req.shared = int(c.Prompt), int(c.Shared)
 	for _, f := range []struct {
 		name string
 		v    *int64
-	}{{"max_tokens", b.MaxTokens}, {"max_completion_tokens", b.MaxCompletionTokens}} {
+	}{{"max_tokens", c.MaxTokens}, {"max_completion_tokens", c.MaxCompletionTokens}} {
 		if f.v == nil {
 			continue
 		}
@@ -240,19 +168,7 @@ func (s *Server) finishGenerate(ep endpoint, h http.Header, b *requestBody, coun
 	if req.prompt+req.output > s.maxTokens {
 		return req, s.tooLong(ep, req.prompt, int64(req.output))
 	}
-
-	for _, name := range sessionHeaders {
-		if v := strings.TrimSpace(h.Get(name)); v != "" {
-			req.session = v
-			break
-		}
-	}
-	if req.session == "" && b.Metadata != nil {
-		req.session = strings.TrimSpace(b.Metadata.SessionID)
-	}
-	if req.session == "" {
-		req.session = strings.TrimSpace(b.User)
-	}
+	req.session, _ = c.Identity(h, agentcall.SessionHeaders())
 	if v := strings.TrimSpace(h.Get("x-session-end")); v != "" {
 		end, err := strconv.ParseBool(v)
 		if err != nil {
@@ -266,377 +182,11 @@ func (s *Server) finishGenerate(ep endpoint, h http.Header, b *requestBody, coun
 // tooLong refuses a call whose prompt and output cannot fit one decode instance's KV memory, the
 // simulated deployment's context limit.
 func (s *Server) tooLong(ep endpoint, prompt int, output int64) *apiError {
-	param := "messages"
-	if ep == completionEndpoint {
-		param = "prompt"
-	}
+	param := ep.PromptField()
 	e := invalid(param, "%s: this deployment's context is %d tokens; the request has %d prompt tokens and asks for %d output tokens",
 		param, s.maxTokens, prompt, output)
 	e.code = "context_length_exceeded"
 	return e
-}
-
-// tokens is the prompt size of chars characters: about four characters a token.
-func tokens(chars int) int { return (chars + 3) / 4 }
-
-// perMessageTokens is the chat template's overhead per message (role markers).
-const perMessageTokens = 4
-
-// chatTokens sizes a chat prompt: ceil(characters / 4) + 4 per message. The leading system (or
-// developer) messages are the shared prefix, a system prompt a radix cache keeps for every session.
-func chatTokens(raw json.RawMessage) (prompt, shared int, _ *apiError) {
-	if isNull(raw) {
-		return 0, 0, invalid("messages", "messages: required")
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return 0, 0, invalid("messages", "messages: must be an array of messages")
-	}
-	if len(items) == 0 {
-		return 0, 0, invalid("messages", "messages: must not be empty")
-	}
-	var size promptSize
-	for i, item := range items {
-		var m chatMessage
-		if err := json.Unmarshal(item, &m); err != nil {
-			param := fmt.Sprintf("messages[%d]", i)
-			if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
-				param += "." + te.Field
-				return 0, 0, invalid(param, "%s: must be %s, got JSON %s", param, jsonKind(te.Type.Kind().String()), te.Value)
-			}
-			return 0, 0, invalid(param, "%s: must be a message object", param)
-		}
-		if m.Role == "" {
-			return 0, 0, invalid(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: required", i)
-		}
-		n, apiErr := contentChars(m.Content, i)
-		if apiErr != nil {
-			return 0, 0, apiErr
-		}
-		size.add(m.Role, n, isNull(m.ToolCalls), m.ToolCalls)
-	}
-	c := size.counts()
-	return c.prompt, c.shared, nil
-}
-
-// promptSize sizes a chat prompt message by message, for both parsers: every message's characters
-// (its content's, and its tool calls' raw JSON: the calls an assistant made are part of the
-// conversation the next prompt repeats), and apart those of the leading system and developer
-// messages, the prefix every session of an agent shares.
-type promptSize struct {
-	chars, sharedChars, msgs, sharedMsgs int
-	past                                 bool // past the leading system and developer messages
-}
-
-func (p *promptSize) add(role string, contentChars int, noToolCalls bool, toolCalls []byte) {
-	n := contentChars
-	if !noToolCalls {
-		n += utf8.RuneCount(toolCalls)
-	}
-	p.chars += n
-	p.msgs++
-	if !p.past && (role == "system" || role == "developer") {
-		p.sharedChars += n
-		p.sharedMsgs++
-	} else {
-		p.past = true
-	}
-}
-
-func (p *promptSize) counts() promptCounts {
-	c := promptCounts{prompt: tokens(p.chars) + perMessageTokens*p.msgs}
-	if p.sharedMsgs > 0 {
-		c.shared = tokens(p.sharedChars) + perMessageTokens*p.sharedMsgs
-	}
-	return c
-}
-
-// contentChars counts the characters of one message's content: a string, an array of text parts,
-// or null (an assistant message that only calls tools).
-func contentChars(raw json.RawMessage, i int) (int, *apiError) {
-	param := fmt.Sprintf("messages[%d].content", i)
-	if isNull(raw) {
-		return 0, nil
-	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err == nil {
-		return utf8.RuneCountInString(text), nil
-	}
-	var parts []contentPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return 0, invalid(param, "%s: must be a string or an array of text parts", param)
-	}
-	n := 0
-	for j, p := range parts {
-		if p.Type != "text" {
-			pp := fmt.Sprintf("%s[%d].type", param, j)
-			return 0, invalid(pp, "%s: only text parts are simulated, got %q", pp, p.Type)
-		}
-		n += utf8.RuneCountInString(p.Text)
-	}
-	return n, nil
-}
-
-// chatBodyFast is a chat request body decoded in one pass: requestBody's fields, with the
-// messages decoded as messages rather than kept raw. The outer Messages field, being shallower,
-// takes the "messages" key from the embedded requestBody.Messages, which stays empty.
-type chatBodyFast struct {
-	requestBody
-	Messages []chatMessage `json:"messages"`
-}
-
-// parseChatFast decodes a chat body with a single json.Unmarshal and sizes its prompt exactly as
-// chatTokens does. parseGenerateSlow unmarshals the body, then the messages, then each message,
-// then each content: each json.Unmarshal validates and then decodes, so a long conversation's
-// text is scanned about six times, which dominates the CPU of a simulator driven at 90× speed.
-// Here the text is scanned once by encoding/json, then once more, cheaply, to count runes.
-//
-// ok is false for anything parseGenerateSlow would reject, and for the few valid bodies whose
-// single-pass decoding could differ from its (a top-level key matching "messages" twice); the
-// caller then runs parseGenerateSlow, so that error answers stay exactly the same.
-func parseChatFast(body []byte) (b chatBodyFast, counts promptCounts, ok bool) {
-	if err := json.Unmarshal(body, &b); err != nil || len(b.Messages) == 0 {
-		return b, counts, false
-	}
-	var size promptSize
-	for i := range b.Messages {
-		m := &b.Messages[i]
-		if m.Role == "" {
-			return b, counts, false
-		}
-		n, ok := contentCharsFast(m.Content)
-		if !ok {
-			return b, counts, false
-		}
-		size.add(m.Role, n, isNullBytes(m.ToolCalls), m.ToolCalls)
-	}
-	// A second "messages" key decodes into the elements the first one left, so a field the
-	// second omits would keep the first's value, where the slow path sees only the second.
-	if messagesKeyRepeated(body) {
-		return b, counts, false
-	}
-	return b, size.counts(), true
-}
-
-// contentCharsFast is contentChars for content decoded as part of a valid body: a string's
-// characters are counted from its JSON text, without decoding it again. ok is false where
-// contentChars would answer an error.
-func contentCharsFast(raw json.RawMessage) (n int, ok bool) {
-	raw = bytes.TrimSpace(raw)
-	if isNullBytes(raw) {
-		return 0, true
-	}
-	switch raw[0] {
-	case '"':
-		return jsonStringRunes(raw), true
-	case '[':
-		// Parts are rarer than strings; decoding them as contentChars does keeps the same
-		// answer for duplicate or differently cased keys, which a map[string]any would lose.
-		var parts []contentPart
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return 0, false
-		}
-		for _, p := range parts {
-			if p.Type != "text" {
-				return 0, false
-			}
-			n += utf8.RuneCountInString(p.Text)
-		}
-		return n, true
-	}
-	return 0, false
-}
-
-// isNullBytes is isNull without copying raw to a string.
-func isNullBytes(raw []byte) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || string(raw) == "null"
-}
-
-// jsonStringRunes counts the characters of the string a valid JSON string literal decodes to, as
-// utf8.RuneCountInString would after json.Unmarshal: each escape is one character, but for a
-// valid UTF-16 surrogate pair, also one; each byte of invalid UTF-8 is one (encoding/json turns it
-// into U+FFFD, utf8.RuneCount counts it as one), as is a lone surrogate (U+FFFD).
-func jsonStringRunes(lit []byte) int {
-	s := lit[1 : len(lit)-1]
-	n := 0
-	for {
-		i := bytes.IndexByte(s, '\\')
-		if i < 0 {
-			return n + utf8.RuneCount(s)
-		}
-		n += utf8.RuneCount(s[:i]) + 1
-		if s[i+1] != 'u' {
-			s = s[i+2:]
-			continue
-		}
-		r := hex4(s[i+2 : i+6])
-		s = s[i+6:]
-		if utf16.IsSurrogate(r) && len(s) >= 6 && s[0] == '\\' && s[1] == 'u' &&
-			utf16.DecodeRune(r, hex4(s[2:6])) != unicode.ReplacementChar {
-			s = s[6:] // the pair's second half
-		}
-	}
-}
-
-// hex4 decodes the four hexadecimal digits of a \u escape; -1 if they are not.
-func hex4(h []byte) rune {
-	var r rune
-	for _, c := range h {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return -1
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
-}
-
-// messagesKeyRepeated reports whether the top-level object of a valid JSON body may hold more
-// than one key encoding/json matches to the messages field (it matches case-insensitively). A key
-// with an escape or a non-ASCII byte counts as a match, to be safe. It skips values without
-// decoding them, a pass much cheaper than encoding/json's scanner.
-func messagesKeyRepeated(body []byte) bool {
-	i := skipJSONSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return true
-	}
-	i++
-	seen := 0
-	for {
-		i = skipJSONSpace(body, i)
-		if i >= len(body) {
-			return true
-		}
-		switch body[i] {
-		case '}':
-			return false
-		case ',':
-			i++
-			continue
-		case '"':
-		default:
-			return true
-		}
-		end := jsonStringEnd(body, i)
-		if end > len(body) {
-			return true
-		}
-		if key := body[i+1 : end-1]; bytes.EqualFold(key, []byte("messages")) ||
-			bytes.IndexByte(key, '\\') >= 0 || !isASCII(key) {
-			if seen++; seen > 1 {
-				return true
-			}
-		}
-		i = skipJSONSpace(body, end)
-		if i >= len(body) || body[i] != ':' {
-			return true
-		}
-		i = skipJSONValue(body, skipJSONSpace(body, i+1))
-	}
-}
-
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
-
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// jsonStringEnd returns the index just after the string literal starting at b[i], or len(b)+1 if
-// it does not end.
-func jsonStringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			break
-		}
-		j += k
-		backslashes := 0
-		for p := j - 1; p > i && b[p] == '\\'; p-- {
-			backslashes++
-		}
-		if backslashes%2 == 0 {
-			return j + 1
-		}
-	}
-	return len(b) + 1
-}
-
-// skipJSONValue returns the index just after the valid JSON value starting at b[i].
-func skipJSONValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return jsonStringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = jsonStringEnd(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return i
-	}
-	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && skipJSONSpace(b, i) == i {
-		i++
-	}
-	return i
-}
-
-// completionTokens sizes a completion prompt: a string (ceil(characters / 4), at least 1), an
-// array holding one string, or an array of token ids.
-func completionTokens(raw json.RawMessage) (int, *apiError) {
-	if isNull(raw) {
-		return 0, invalid("prompt", "prompt: required")
-	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err == nil {
-		return max(1, tokens(utf8.RuneCountInString(text))), nil
-	}
-	var texts []string
-	if err := json.Unmarshal(raw, &texts); err == nil {
-		if len(texts) != 1 {
-			return 0, invalid("prompt", "prompt: exactly one prompt is supported, got %d", len(texts))
-		}
-		return max(1, tokens(utf8.RuneCountInString(texts[0]))), nil
-	}
-	var ids []int64
-	if err := json.Unmarshal(raw, &ids); err == nil && len(ids) > 0 {
-		return len(ids), nil
-	}
-	return 0, invalid("prompt", "prompt: must be a string, an array of one string or an array of token ids")
-}
-
-func isNull(raw json.RawMessage) bool {
-	s := strings.TrimSpace(string(raw))
-	return s == "" || s == "null"
 }
 
 // fillerWords make up the generated text. Each is three letters, so that n words joined by spaces

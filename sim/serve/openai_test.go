@@ -11,16 +11,19 @@ import (
 	"github.com/basin-dev/basin/sim"
 )
 
-func testServer(t *testing.T) *Server {
-	t.Helper()
+// testServer is a server over the paper's 1P1D H100 deployment at 60× speed, for tests, fuzz
+// targets and benchmarks.
+func testServer(tb testing.TB) *Server {
+	tb.Helper()
 	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	s, err := New(Options{Sim: sim.Options{Deployment: dep}, Speed: 60})
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return s
 }
 
 func TestChatTokens(t *testing.T) {
+	s := testServer(t)
 	for _, tc := range []struct {
 		name           string
 		messages       string
@@ -42,15 +45,20 @@ func TestChatTokens(t *testing.T) {
 			`[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]`, 3 + 4, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			prompt, shared, apiErr := chatTokens([]byte(tc.messages))
+			req, apiErr := s.parseGenerate(chatEndpoint, http.Header{}, []byte(`{"messages":`+tc.messages+`}`))
 			require.Nil(t, apiErr)
-			assert.Equal(t, tc.prompt, prompt, "prompt")
-			assert.Equal(t, tc.shared, shared, "shared")
+			assert.Equal(t, tc.prompt, req.prompt, "prompt")
+			assert.Equal(t, tc.shared, req.shared, "shared")
 		})
 	}
 }
 
 func TestCompletionTokens(t *testing.T) {
+	s := testServer(t)
+	completionTokens := func(prompt []byte) (int, *apiError) {
+		req, apiErr := s.parseGenerate(completionEndpoint, http.Header{}, []byte(`{"prompt":`+string(prompt)+`}`))
+		return req.prompt, apiErr
+	}
 	for _, tc := range []struct {
 		prompt string
 		want   int

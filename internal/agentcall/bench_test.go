@@ -1,0 +1,36 @@
+package agentcall
+
+import (
+	"testing"
+
+	"github.com/basin-dev/basin/internal/agentbody"
+)
+
+// BenchmarkParseRead reads a 300 KB agent conversation with Read (the scanner) and through
+// encoding/json's tokenizer (the fallback), side by side.
+func BenchmarkParseRead(b *testing.B) {
+	body := agentbody.Chat(300 << 10)
+	for _, bc := range []struct {
+		name string
+		read func() (Call, error)
+	}{
+		{"fast", func() (Call, error) { return Read(Chat, body) }},
+		{"fallback", func() (Call, error) {
+			t, err := buildRef(body)
+			if err != nil {
+				return Call{}, err
+			}
+			return readTree(Chat, t)
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if c, err := bc.read(); err != nil || c.Prompt < 1000 {
+					b.Fatalf("prompt %d, error %v", c.Prompt, err)
+				}
+			}
+		})
+	}
+}
