@@ -45,6 +45,7 @@ func recorded(t *testing.T) (r *Report, raw map[*Invocation][]byte) {
 		Command: "go run ./internal/benchreport/cmd/gen -count 2 -o docs/benchmarks.md", Date: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC),
 		Total: 3 * time.Minute, Count: 2,
 		Gateway:            iv("gateway.txt", "-bench", "StreamThroughput|ParseCall", "-benchmem", "-count", "2", "./gateway/"),
+		AgentCall:          iv("agentcall.txt", "-bench", "ParseRead", "-benchmem", "-count", "2", "./internal/agentcall/"),
 		AdmissionPredictor: iv("admission-predictor.txt", "-bench", ".", "-benchmem", "-count", "2", "./gateway/admission/", "./gateway/predictor/"),
 		Daemon:             iv("daemon.txt", "-bench", "StepSessions", "-benchmem", "-count", "2", "./internal/daemon/"),
 		Sim:                iv("sim.txt", "-bench", ".", "-benchmem", "-count", "2", "./sim/", "./sim/enginemetrics/"),

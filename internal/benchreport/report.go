@@ -15,36 +15,36 @@ import (
 // against the repository's benchmark functions, so that a renamed benchmark fails a test rather
 // than turning its row into "not measured" at the next `make bench`.
 const (
-	benchStreamBare          = "BenchmarkStreamThroughput/bare"
-	benchStreamGateway       = "BenchmarkStreamThroughput/gateway"
-	benchParseCallNow        = "BenchmarkParseCall/single-pass"
-	benchParseCallBefore     = "BenchmarkParseCall/before"
-	benchArrive              = "BenchmarkArriveWith10kQueued"
-	benchPredict             = "BenchmarkPredict"
-	benchStep10k             = "BenchmarkStepSessions/live=10000"
-	benchStep100k            = "BenchmarkStepSessions/live=100000"
-	benchHour                = "BenchmarkHour1P3D"
-	benchTrapped             = "BenchmarkTrapped1P1D"
-	benchGatherPrefill       = "BenchmarkGather/prefill"
-	benchGatherDecode        = "BenchmarkGather/decode"
-	benchParseGenerateNow    = "BenchmarkParseGenerate/fast"
-	benchParseGenerateBefore = "BenchmarkParseGenerate/slow"
-	benchSnapshot            = "BenchmarkSnapshot64x2000"
-	benchRawParse            = "BenchmarkRawParse64x2000"
-	benchFullParse           = "BenchmarkSnapshotFullParse64x2000"
-	benchDetectorStep        = "BenchmarkStep"
+	benchStreamBare    = "BenchmarkStreamThroughput/bare"
+	benchStreamGateway = "BenchmarkStreamThroughput/gateway"
+	benchParseCall     = "BenchmarkParseCall/single-pass"
+	benchReadFast      = "BenchmarkParseRead/fast"
+	benchReadFallback  = "BenchmarkParseRead/fallback"
+	benchArrive        = "BenchmarkArriveWith10kQueued"
+	benchPredict       = "BenchmarkPredict"
+	benchStep10k       = "BenchmarkStepSessions/live=10000"
+	benchStep100k      = "BenchmarkStepSessions/live=100000"
+	benchHour          = "BenchmarkHour1P3D"
+	benchTrapped       = "BenchmarkTrapped1P1D"
+	benchGatherPrefill = "BenchmarkGather/prefill"
+	benchGatherDecode  = "BenchmarkGather/decode"
+	benchParseGenerate = "BenchmarkParseGenerate/fast"
+	benchSnapshot      = "BenchmarkSnapshot64x2000"
+	benchRawParse      = "BenchmarkRawParse64x2000"
+	benchFullParse     = "BenchmarkSnapshotFullParse64x2000"
+	benchDetectorStep  = "BenchmarkStep"
 )
 
 // namedBenchmarks maps each named benchmark to the package directory that declares it.
 var namedBenchmarks = map[string]string{
 	benchStreamBare: "gateway", benchStreamGateway: "gateway",
-	benchParseCallNow: "gateway", benchParseCallBefore: "gateway",
+	benchParseCall: "gateway", benchReadFast: "internal/agentcall", benchReadFallback: "internal/agentcall",
 	benchArrive: "gateway/admission", benchPredict: "gateway/predictor",
 	benchStep10k: "internal/daemon", benchStep100k: "internal/daemon",
 	benchHour: "sim", benchTrapped: "sim",
 	benchGatherPrefill: "sim/enginemetrics", benchGatherDecode: "sim/enginemetrics",
-	benchParseGenerateNow: "sim/serve", benchParseGenerateBefore: "sim/serve",
-	benchSnapshot: "collector", benchRawParse: "collector", benchFullParse: "collector",
+	benchParseGenerate: "sim/serve",
+	benchSnapshot:      "collector", benchRawParse: "collector", benchFullParse: "collector",
 	benchDetectorStep: "detector",
 }
 
@@ -102,7 +102,7 @@ type Report struct {
 	Total   time.Duration
 	Count   int
 
-	Gateway, AdmissionPredictor, Daemon, Sim, Serve, Collector, Detector *Invocation
+	Gateway, AgentCall, AdmissionPredictor, Daemon, Sim, Serve, Collector, Detector *Invocation
 	// Spike100 and Spike300 are the +100% and +300% policy comparisons.
 	Spike100, Spike300 *Compare
 }
@@ -205,8 +205,13 @@ func gatewaySection(b *strings.Builder, r *Report) {
 		t.row(what, missing(gw), "≥ 0.85×")
 	}
 
-	pairRows(t, gw, benchParseCallNow, benchParseCallBefore,
-		"parsing a call's body in the gateway (300 KB of chat), single pass", "parsing a call's body (`BenchmarkParseCall`)")
+	singleRow(t, gw, benchParseCall, "reading a call's body in the gateway (300 KB of chat, `internal/agentcall`)")
+	pairRows(t, r.AgentCall, benchReadFast, benchReadFallback,
+		"reading it with agentcall's scanner", "the same through encoding/json's tokenizer (agentcall's fallback for bodies the scanner leaves)",
+		"ratio scanner / fallback", "reading a call's body (`BenchmarkParseRead`)")
+	if r.AgentCall != nil {
+		t.rest(r.AgentCall)
+	}
 
 	ap := r.AdmissionPredictor
 	const arrive = benchArrive
@@ -355,9 +360,7 @@ func simSection(b *strings.Builder, r *Report) {
 	}
 	sv := r.Serve
 	t.rest(s)
-	pairRows(t, sv, benchParseGenerateNow, benchParseGenerateBefore,
-		"parsing a chat body in `basin sim serve` (300 KB), single pass",
-		"parsing a generate request in `basin sim serve` (`BenchmarkParseGenerate`)")
+	singleRow(t, sv, benchParseGenerate, "reading a chat body in `basin sim serve` (300 KB, `internal/agentcall`)")
 	if sv != nil {
 		t.rest(sv)
 	}
@@ -367,21 +370,32 @@ func simSection(b *strings.Builder, r *Report) {
 
 // pairRows writes a single-pass benchmark, the same work as done before, and their ratio; what
 // names the first, none the row when neither was measured.
-func pairRows(t *table, res *Invocation, now, before, what, none string) {
+// singleRow is one benchmark's time on a row of its own.
+func singleRow(t *table, res *Invocation, name, what string) {
+	t.claim(res, name)
+	if _, ok := stat(res, name, "ns/op"); ok {
+		t.row(what+" (`"+name+"`)", timeResult(res, name), "")
+		return
+	}
+	t.row(what+" (`"+name+"`)", missing(res), "")
+}
+
+// pairRows sets two benchmarks of one invocation side by side, with their ratio.
+func pairRows(t *table, res *Invocation, first, second, whatFirst, whatSecond, ratioWhat, none string) {
 	if res == nil {
 		t.row(none, missing(res), "")
 		return
 	}
-	t.claim(res, now, before)
-	a, ok1 := stat(res, now, "ns/op")
-	b, ok2 := stat(res, before, "ns/op")
+	t.claim(res, first, second)
+	a, ok1 := stat(res, first, "ns/op")
+	b, ok2 := stat(res, second, "ns/op")
 	switch {
 	case ok1 && ok2:
-		t.row(what+" (`"+now+"`)", timeResult(res, now), "")
-		t.row("the same, as parsed before (`"+before+"`)", timeResult(res, before), "")
-		t.row("ratio single pass / before", ratioText(ratio(a, b)), "")
+		t.row(whatFirst+" (`"+first+"`)", timeResult(res, first), "")
+		t.row(whatSecond+" (`"+second+"`)", timeResult(res, second), "")
+		t.row(ratioWhat, ratioText(ratio(a, b)), "")
 	case ok1 || ok2:
-		for _, n := range []string{now, before} {
+		for _, n := range []string{first, second} {
 			if res.Out.Has(n) {
 				t.row("`"+n+"`", timeResult(res, n), "")
 			} else {

@@ -114,7 +114,7 @@ func TestRender(t *testing.T) {
 			"Each result is the median of\n2 runs (`-count 2`)",
 			// (443.58+396.98)/2 / ((473.24+487.61)/2), pairs 443.58/473.24 and 396.98/487.61.
 			"gateway 420 MB/s (397–444, 2 runs), bare 480 MB/s (473–488, 2 runs): **0.875×** (0.814–0.937×, 2 runs) | ≥ 0.85× (met) |",
-			"| parsing a call's body (`BenchmarkParseCall`) | not measured: benchmark not found |",
+			"| reading a call's body in the gateway (300 KB of chat, `internal/agentcall`) (`BenchmarkParseCall/single-pass`) | not measured: benchmark not found |",
 			"go test -bench 'StreamThroughput|ParseCall' ./gateway/  # 3s",
 			"| one daemon step, 100,000 live sessions in the gateway | **20.0 ms** (1 run), 1463 allocations |",
 			"| daemon's retained heap, 100,000 / 10,000 sessions | **1.30×** (1 run) |",

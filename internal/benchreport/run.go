@@ -72,6 +72,7 @@ func Run(o Options) error {
 		args []string
 	}{
 		{&r.Gateway, bench("StreamThroughput|ParseCall", nil, "./gateway/")},
+		{&r.AgentCall, bench("ParseRead", nil, "./internal/agentcall/")},
 		{&r.AdmissionPredictor, bench(".", nil, "./gateway/admission/", "./gateway/predictor/")},
 		{&r.Daemon, bench("StepSessions", nil, "./internal/daemon/")},
 		{&r.Sim, bench(".", nil, "./sim/", "./sim/enginemetrics/")},
