@@ -15,6 +15,8 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/httpjson"
+	"github.com/basin-dev/basin/internal/secret"
 )
 
 // maxAdminBody bounds admin request bodies.
@@ -39,16 +41,15 @@ func (g *Gateway) adminRoutes() http.Handler {
 			g.metrics.authFailures.Inc()
 			if ok, held := g.authLog.Allow(g.now()); ok {
 				why := "no bearer token"
-				if _, has := bearer(r.Header.Get("Authorization")); has {
+				if _, has := secret.Bearer(r.Header.Get("Authorization")); has {
 					why = "wrong token"
 				}
 				g.log.Warn("admin API: refused a request without the admin token", "remote", r.RemoteAddr,
 					"method", r.Method, "path", r.URL.Path, "why", why, "more_since_last_logged", held)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="basin gateway admin"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Error: apiError{
-				Message: "the admin API needs the admin token: Authorization: Bearer <token>",
-				Type:    "authentication_error", Code: "unauthorized"}})
+			httpjson.WriteError(w, http.StatusUnauthorized, "authentication_error", "unauthorized", "",
+				"the admin API needs the admin token: Authorization: Bearer <token>")
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -57,7 +58,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 
 // authorized checks the bearer token in constant time.
 func (g *Gateway) authorized(r *http.Request) bool {
-	tok, ok := bearer(r.Header.Get("Authorization"))
+	tok, ok := secret.Bearer(r.Header.Get("Authorization"))
 	return ok && subtle.ConstantTimeCompare([]byte(tok), g.token) == 1
 }
 
@@ -83,7 +84,7 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	for i, u := range g.upstreams {
 		v.Upstreams = append(v.Upstreams, adminapi.UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})
 	}
-	writeJSON(w, http.StatusOK, v)
+	httpjson.Write(w, http.StatusOK, v)
 }
 
 // budgetEffect explains a budget change: whether admission engages now and, if not, when.
@@ -164,7 +165,7 @@ func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
 		"reference_budget_tokens", fmt.Sprintf("%d → %d", before.ReferenceBudget, after.ReferenceBudget),
 		"count_only", fmt.Sprintf("%t → %t", before.CountOnly, after.CountOnly),
 		"admitted_from_queue", len(admitted), "effect", effect)
-	writeJSON(w, http.StatusOK, adminapi.BudgetResult{
+	httpjson.Write(w, http.StatusOK, adminapi.BudgetResult{
 		Before:           adminapi.Budget{BudgetTokens: before.Budget, ReferenceBudgetTokens: before.ReferenceBudget, CountOnly: before.CountOnly},
 		After:            adminapi.Budget{BudgetTokens: after.Budget, ReferenceBudgetTokens: after.ReferenceBudget, CountOnly: after.CountOnly},
 		Admitted:         admitted,
@@ -219,7 +220,7 @@ func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
 	g.deliver(evs)
 	g.log.Info("sessions shed", "reason", req.Reason, "sessions", shed,
 		"queued", fmt.Sprintf("%d → %d", before, g.core.QueueLen()), "admitted_from_queue", len(admitted))
-	writeJSON(w, http.StatusOK, adminapi.ShedResult{Shed: shed, Admitted: admitted})
+	httpjson.Write(w, http.StatusOK, adminapi.ShedResult{Shed: shed, Admitted: admitted})
 }
 
 func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
@@ -244,7 +245,7 @@ func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
 	g.syncAdminChange("affinity")
 	g.log.Info("affinity switched", "reason", req.Reason, "enabled", fmt.Sprintf("%t → %t", before, *req.Enabled),
 		"header", g.cfg.Affinity.Header)
-	writeJSON(w, http.StatusOK, adminapi.AffinityResult{
+	httpjson.Write(w, http.StatusOK, adminapi.AffinityResult{
 		Before: adminapi.AffinityView{Enabled: before, Header: g.cfg.Affinity.Header},
 		After:  adminapi.AffinityView{Enabled: *req.Enabled, Header: g.cfg.Affinity.Header}})
 }
@@ -325,9 +326,5 @@ func jsonKind(goKind string) string {
 }
 
 func badField(w http.ResponseWriter, param, msg string) {
-	e := apiError{Message: msg, Type: "invalid_request_error", Code: "invalid_request"}
-	if param != "" {
-		e.Param = &param
-	}
-	writeJSON(w, http.StatusBadRequest, errorBody{Error: e})
+	httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, msg)
 }

@@ -10,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/internal/ratelog"
+	"github.com/basin-dev/basin/internal/secret"
 )
 
 // DefaultShutdownTimeout bounds how long a shutdown waits for calls in flight.
@@ -207,18 +207,11 @@ func New(o Options) (*Gateway, error) {
 
 // adminToken reads the admin bearer token from file, else from the environment.
 func adminToken(file string, getenv func(string) string) ([]byte, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("admin_token_file: %w", err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" {
-			return nil, fmt.Errorf("admin_token_file %s: empty", file)
-		}
-		return []byte(tok), nil
-	}
-	if tok := strings.TrimSpace(getenv(AdminTokenEnv)); tok != "" {
+	tok, err := secret.FileOrEnv(file, AdminTokenEnv, getenv)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("admin_token_file: %w", err)
+	case tok != "":
 		return []byte(tok), nil
 	}
 	return nil, fmt.Errorf("admin token: set admin_token_file in the config or the environment variable %s", AdminTokenEnv)

@@ -37,8 +37,20 @@ func decodeCompletion(t *testing.T, r response) completion {
 	return c
 }
 
+// errorReply is an OpenAI-style error as a client decodes it.
+type errorReply struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+type errorBody struct {
+	Error errorReply `json:"error"`
+}
+
 // errorOf decodes an OpenAI-style error body.
-func errorOf(t *testing.T, r response) apiError {
+func errorOf(t *testing.T, r response) errorReply {
 	t.Helper()
 	var e errorBody
 	require.NoError(t, json.Unmarshal(r.body, &e), "%s", r)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/httpjson"
 )
 
 // routes is the OpenAI-compatible listener.
@@ -309,8 +310,8 @@ func (g *Gateway) serveEndSession(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	evs := g.core.End(g.now(), id)
 	if len(evs) == 0 {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: apiError{Message: fmt.Sprintf("session %q is not live", id),
-			Type: "invalid_request_error", Code: "session_not_found"}})
+		httpjson.WriteError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "",
+			fmt.Sprintf("session %q is not live", id))
 		return
 	}
 	g.deliver(evs)
@@ -320,7 +321,7 @@ func (g *Gateway) serveEndSession(w http.ResponseWriter, r *http.Request) {
 	ans := EndAnswer{Ended: true, Upstream: g.endUpstream(r, id, upstream, body)}
 	g.log.Debug("session ended by request", "session", id, "upstream_status", ans.Upstream.Status,
 		"upstream_ended", ans.Upstream.Ended)
-	writeJSON(w, http.StatusOK, ans)
+	httpjson.Write(w, http.StatusOK, ans)
 }
 
 // endUpstream passes a session end on to the upstream, with the client's headers (its API key)

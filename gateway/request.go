@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/internal/secret"
 )
 
 // endpoint is the API shape a model call came through.
@@ -86,7 +87,7 @@ func (g *Gateway) tenant(h http.Header) string {
 			return v
 		}
 	}
-	if key, ok := bearer(h.Get("Authorization")); ok && key != "" {
+	if key, ok := secret.Bearer(h.Get("Authorization")); ok && key != "" {
 		return APIKeyTenant(key)
 	}
 	return ""
@@ -97,15 +98,6 @@ func (g *Gateway) tenant(h http.Header) string {
 func APIKeyTenant(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "key-" + hex.EncodeToString(sum[:8])
-}
-
-// bearer extracts the credentials of an "Authorization: Bearer …" value.
-func bearer(v string) (string, bool) {
-	const prefix = "bearer "
-	if len(v) < len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
-		return "", false
-	}
-	return strings.TrimSpace(v[len(prefix):]), true
 }
 
 // sessionEnd reads x-session-end: true ends the session when the call finishes.

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
-	"strings"
 	"time"
+
+	"github.com/basin-dev/basin/internal/secret"
 )
 
 // Backend applies a lending decision to a deployment. Apply is level-triggered: it receives the
@@ -117,7 +117,7 @@ func NewBackend(cfg BackendConfig) (Backend, error) {
 			add("url: %v", err)
 		}
 		if cfg.TokenFile != "" {
-			if _, err := readToken(cfg.TokenFile); err != nil {
+			if _, err := secret.File(cfg.TokenFile); err != nil {
 				add("token_file: %v", err)
 			}
 		}
@@ -167,23 +167,6 @@ func checkURL(s string) error {
 		return fmt.Errorf("%s: no host", u.Redacted())
 	}
 	return nil
-}
-
-// readToken reads a bearer token, surrounding whitespace trimmed. Errors never quote the file's
-// contents.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	switch {
-	case tok == "":
-		return "", fmt.Errorf("%s: empty", path)
-	case strings.ContainsAny(tok, "\r\n"):
-		return "", fmt.Errorf("%s: more than one line", path)
-	}
-	return tok, nil
 }
 
 // PayloadVersion is the version of the JSON that the http and exec backends send. It changes

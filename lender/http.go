@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/basin-dev/basin/internal/secret"
 )
 
 // maxSnippet bounds how much of an error response's body goes into the error: enough for a JSON
@@ -55,7 +57,7 @@ func (b *HTTPBackend) Apply(ctx context.Context, d Decision) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "basin-lender")
 	if b.TokenFile != "" {
-		tok, err := readToken(b.TokenFile)
+		tok, err := secret.File(b.TokenFile)
 		if err != nil {
 			return fmt.Errorf("http %s: bearer token: %w", where, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -29,39 +30,8 @@ func invalid(param, format string, args ...any) *apiError {
 		typ: "invalid_request_error", param: param}
 }
 
-// errorBody is the OpenAI error shape: {"error":{"message","type","param","code"}}.
-type errorBody struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func (e *apiError) body() errorBody {
-	var b errorBody
-	b.Error.Message, b.Error.Type = e.message, e.typ
-	if e.param != "" {
-		b.Error.Param = &e.param
-	}
-	if e.code != "" {
-		b.Error.Code = &e.code
-	}
-	return b
-}
-
-func writeError(w http.ResponseWriter, e *apiError) { writeJSON(w, e.status, e.body()) }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+func writeError(w http.ResponseWriter, e *apiError) {
+	httpjson.WriteError(w, e.status, e.typ, e.code, e.param, e.message)
 }
 
 // readBody reads a request body of at most limit bytes.
@@ -416,7 +386,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, g *gen
 				w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(ev.PromptTokens))
 				w.Header().Set("x-basin-sim-cached-tokens", strconv.Itoa(ev.CachedTokens))
 				u := newUsage(ev.PromptTokens, ev.CachedTokens, g.req.output)
-				writeJSON(w, http.StatusOK, g.response(false, []choice{g.choice(false, 0, g.req.output, true)}, u))
+				httpjson.Write(w, http.StatusOK, g.response(false, []choice{g.choice(false, 0, g.req.output, true)}, u))
 				return
 			case sim.Aborted:
 				writeError(w, errEnded())
@@ -506,7 +476,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *gene
 // writeStreamError ends a stream with an error event, as OpenAI's API does once a stream has
 // begun (no [DONE] follows).
 func writeStreamError(w http.ResponseWriter, rc *http.ResponseController, e *apiError) {
-	b, _ := json.Marshal(e.body()) // cannot fail: strings and pointers to strings
+	b, _ := json.Marshal(httpjson.NewError(e.typ, e.code, e.param, e.message)) // cannot fail: strings and pointers to strings
 	_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
 	_ = rc.Flush()
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -59,7 +60,7 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 		Created int64  `json:"created"`
 		OwnedBy string `json:"owned_by"`
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpjson.Write(w, http.StatusOK, struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{"list", []model{{ID: s.o.ModelName, Object: "model", Created: s.wallStart.Unix(), OwnedBy: "basin"}}})
@@ -80,7 +81,7 @@ func (s *Server) serveEndSession(w http.ResponseWriter, r *http.Request) {
 	}
 	s.kick()
 	s.o.Logger.Debug("session ended by request", "session", id)
-	writeJSON(w, http.StatusOK, struct {
+	httpjson.Write(w, http.StatusOK, struct {
 		Ended bool `json:"ended"`
 	}{true})
 }
@@ -123,7 +124,7 @@ func (s *Server) serveLending(w http.ResponseWriter, r *http.Request) {
 		s.advanceLocked(s.virtualNow())
 		l := s.mu.sim.Lending()
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, toLending(l))
+		httpjson.Write(w, http.StatusOK, toLending(l))
 		return
 	}
 	body, apiErr := readBody(w, r, s.o.MaxBodyBytes)
@@ -153,7 +154,7 @@ func (s *Server) serveLending(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("max_fraction", "max_fraction: must be in [0, 1], got %v", *f))
 		return
 	}
-	writeJSON(w, http.StatusOK, toLending(s.setLending(*req.Enabled, req.MaxFraction)))
+	httpjson.Write(w, http.StatusOK, toLending(s.setLending(*req.Enabled, req.MaxFraction)))
 }
 
 // setLending switches the simulator's lending, keeping the max fraction unless one is given.
@@ -204,7 +205,7 @@ func (s *Server) serveLendingDecision(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("max_fraction", "max_fraction: must be in [0, 1], got %v", *d.MaxFraction))
 		return
 	}
-	writeJSON(w, http.StatusOK, toLending(s.setLending(*d.Enabled, d.MaxFraction)))
+	httpjson.Write(w, http.StatusOK, toLending(s.setLending(*d.Enabled, d.MaxFraction)))
 }
 
 // state is the JSON of /admin/state: the simulator's ground truth now.
@@ -242,5 +243,5 @@ func (s *Server) serveState(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
