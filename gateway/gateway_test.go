@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
+	"github.com/basin-dev/basin/internal/testclock"
 )
 
 // completion is the part of a chat completion the tests read.
@@ -254,7 +255,7 @@ func TestSessionEnds(t *testing.T) {
 }
 
 func TestIdleSessionsExpire(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New(time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC))
 	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.IdleTimeout = Duration(time.Minute) }), clock.Now)
 	decodeCompletion(t, h.chat("idle", 5, nil))
 	h.settle()

@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/testclock"
 )
 
 func TestSessionIDsOverTheLimitAre400(t *testing.T) {
@@ -59,7 +62,7 @@ func TestSessionIDsOverTheLimitAre400(t *testing.T) {
 }
 
 func TestFailedAdminAuthIsLoggedRateLimited(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New(time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC))
 	h := start(t, baseConfig(t, []string{"http://127.0.0.1:1"}, nil), clock.Now)
 	lines := func() []string {
 		var out []string
@@ -93,7 +96,7 @@ func TestFailedAdminAuthIsLoggedRateLimited(t *testing.T) {
 }
 
 func TestHealthzIsUpReadyzCanReachAnUpstream(t *testing.T) {
-	clock := newFakeClock()
+	clock := testclock.New(time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC))
 	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r) // a router without /health is still reachable
 	})

@@ -15,30 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/testclock"
 )
 
 const testToken = "s3cr3t-t0ken-for-tests"
 
 // t0 is shortly after the alerts of testdata/firing.json started.
 var t0 = time.Date(2025, 6, 3, 14, 5, 0, 0, time.UTC)
-
-// clock is a settable Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // changes records OnChange calls.
 type changes struct {
@@ -66,7 +50,7 @@ func (c *changes) actives() []bool {
 // harness is a Receiver with a fake clock, its own registry and an OnChange recorder.
 type harness struct {
 	r       *Receiver
-	clock   *clock
+	clock   *testclock.Clock
 	reg     *prometheus.Registry
 	changes *changes
 }
@@ -75,7 +59,7 @@ type harness struct {
 // unless set.
 func newHarness(t *testing.T, opts Options) *harness {
 	t.Helper()
-	h := &harness{clock: &clock{t: t0}, reg: prometheus.NewRegistry(), changes: &changes{}}
+	h := &harness{clock: testclock.New(t0), reg: prometheus.NewRegistry(), changes: &changes{}}
 	if opts.Token == "" && opts.BasicUser == "" {
 		opts.Token = testToken
 	}

@@ -22,31 +22,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/internal/testclock"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/serve"
 )
-
-// manualClock is a wall clock that moves only when told to.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // syncBuffer is a log sink the test can read while the server writes.
 type syncBuffer struct {
@@ -584,7 +563,7 @@ func (a *asyncCall) wait(t *testing.T) asyncResult {
 }
 
 func TestBusyAndEndInFlight(t *testing.T) {
-	clock := newManualClock()
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	h := start(t, func(o *serve.Options) { o.Now, o.Speed = clock.Now, 1 })
 	body := chatBody(t, map[string]any{"max_tokens": 100}, message{"user", "hello"})
 	first := h.startCall(map[string]string{"x-session-id": "x"}, body)
@@ -613,7 +592,7 @@ func TestBusyAndEndInFlight(t *testing.T) {
 func TestClientDisconnectAborts(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run("stream="+strconv.FormatBool(stream), func(t *testing.T) {
-			clock := newManualClock()
+			clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			h := start(t, func(o *serve.Options) { o.Now, o.Speed = clock.Now, 1 })
 			body := chatBody(t, map[string]any{"max_tokens": 5000, "stream": stream}, message{"user", "hello"})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -746,7 +725,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestIdleTimeout(t *testing.T) {
-	clock := newManualClock()
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	h := start(t, func(o *serve.Options) {
 		o.Now, o.Speed, o.IdleTimeout = clock.Now, 60, time.Minute
 	})
@@ -772,7 +751,7 @@ func TestIdleTimeout(t *testing.T) {
 }
 
 func TestRunStops(t *testing.T) {
-	clock := newManualClock()
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	o := serve.Options{Sim: sim.Options{Deployment: deployment(t)}, Speed: 1, Now: clock.Now}
 	srv, err := serve.New(o)
 	require.NoError(t, err)
