@@ -1,8 +1,9 @@
-// Package testclock is the settable clock of the tests whose component sits behind a real socket:
-// the gateway, the simulator's server, the alert receiver and the daemon take a Now func, and
-// their tests move it by hand. Loops and controllers tested in-process run in a testing/synctest
-// bubble instead; a bubble's fake time cannot reach a test that talks over a real socket (network
-// I/O is not durably blocking), so these tests keep an injected clock, and this is the one copy.
+// Package testclock is the settable clock of tests that step a component by hand: the gateway and
+// the simulator's server behind real sockets, the alert receiver's handler, the daemon's Step. Each
+// takes a Now func and the test moves it between requests or steps. Loops and controllers tested
+// as they run (Run with its tickers) go in a testing/synctest bubble instead; a bubble's fake time
+// cannot reach a test that talks over a real socket (network I/O is not durably blocking), so
+// these tests keep an injected clock, and this is its one copy.
 package testclock
 
 import (
