@@ -164,36 +164,16 @@ type Result struct {
 	Interrupted bool
 }
 
-func (o Options) withDefaults() (Options, error) {
-	var errs []error
-	switch {
-	case o.Scenario == nil:
-		errs = append(errs, errors.New("scenario: required"))
-	case !o.Scenario.HasSpikes():
-		errs = append(errs, fmt.Errorf("scenario: %s has no spike to compare with its spike-free twin", o.Scenario.Name))
-	}
+// withDefaults fills zero fields.
+func (o Options) withDefaults() Options {
 	if o.Speed == 0 {
 		o.Speed = DefaultSpeed
-	}
-	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
-		errs = append(errs, fmt.Errorf("speed: must be a finite number > 0, got %v", o.Speed))
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
 	}
-	if o.Interval < 0 {
-		errs = append(errs, fmt.Errorf("interval: must be > 0, got %v", o.Interval))
-	}
 	if o.QueueWait == 0 {
 		o.QueueWait = DefaultQueueWait
-	}
-	if o.QueueWait < 0 {
-		errs = append(errs, fmt.Errorf("queue_wait: must be > 0, got %v", o.QueueWait))
-	}
-	if o.Dir == "" {
-		errs = append(errs, errors.New("dir: required"))
-	} else if fi, err := os.Stat(o.Dir); err != nil || !fi.IsDir() {
-		errs = append(errs, fmt.Errorf("dir: %s is not a directory", o.Dir))
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1"
@@ -204,17 +184,44 @@ func (o Options) withDefaults() (Options, error) {
 	if o.sleep == nil {
 		o.sleep = loadgen.Sleep
 	}
-	return o, errors.Join(errs...)
+	return o
+}
+
+// Validate reports every option Run refuses, naming each; zero fields stand for their defaults.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	switch {
+	case o.Scenario == nil:
+		errs = append(errs, errors.New("scenario: required"))
+	case !o.Scenario.HasSpikes():
+		errs = append(errs, fmt.Errorf("scenario: %s has no spike to compare with its spike-free twin", o.Scenario.Name))
+	}
+	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
+		errs = append(errs, fmt.Errorf("speed: must be a finite number > 0, got %v", o.Speed))
+	}
+	if o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("interval: must be > 0, got %v", o.Interval))
+	}
+	if o.QueueWait < 0 {
+		errs = append(errs, fmt.Errorf("queue_wait: must be > 0, got %v", o.QueueWait))
+	}
+	if o.Dir == "" {
+		errs = append(errs, errors.New("dir: required"))
+	} else if fi, err := os.Stat(o.Dir); err != nil || !fi.IsDir() {
+		errs = append(errs, fmt.Errorf("dir: %s is not a directory", o.Dir))
+	}
+	return errors.Join(errs...)
 }
 
 // Run plays the scenario's duration on the three runs and returns their outcomes. Cancelling ctx
 // stops the load early; the result then holds what was measured so far and the error says so.
 // Every server and goroutine it started has stopped when it returns.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("demo options: %w", err)
 	}
+	o = o.withDefaults()
 	began := time.Now()
 	sc := o.Scenario
 	cal, err := harness.Calibrate(sc.WithoutSpikes(), time.Now().UTC())

@@ -75,10 +75,10 @@ type callRecord struct {
 // cancelled: the report then marks the run interrupted and counts those sessions unfinished, and
 // sessions not yet arrived are not in it. The error is for bad options only.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("loadgen options: %w", err)
 	}
+	o = o.withDefaults()
 	so, err := o.Scenario.Options("")
 	if err != nil {
 		return nil, fmt.Errorf("loadgen options: scenario %s: %w", o.Scenario.Name, err)

@@ -94,8 +94,59 @@ type Options struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
-// withDefaults fills the defaults and checks every field, naming the bad ones.
-func (o Options) withDefaults() (Options, error) {
+// withDefaults fills zero fields and normalises the rest: the target loses a trailing "/" and
+// "/v1", a negative jitter fraction or retry budget means none.
+func (o Options) withDefaults() Options {
+	o.Target = strings.TrimSuffix(strings.TrimSuffix(o.Target, "/"), "/v1")
+	if o.Speed == 0 {
+		o.Speed = 1
+	}
+	if o.Model == "" {
+		o.Model = DefaultModel
+	}
+	if o.RunID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+		o.RunID = "lg" + hex.EncodeToString(b[:])
+	}
+	if o.SessionHeader == "" {
+		o.SessionHeader = DefaultSessionHeader
+	}
+	switch {
+	case o.JitterFraction == 0:
+		o.JitterFraction = DefaultJitterFraction
+	case o.JitterFraction < 0:
+		o.JitterFraction = 0
+	}
+	switch {
+	case o.RetryBudget == 0:
+		o.RetryBudget = DefaultRetryBudget
+	case o.RetryBudget < 0:
+		o.RetryBudget = 0
+	}
+	if o.MaxRetryWait == 0 {
+		o.MaxRetryWait = DefaultMaxRetryWait
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ProgressEvery == 0 {
+		o.ProgressEvery = DefaultProgressEvery
+	}
+	if o.Sleep == nil {
+		o.Sleep = Sleep
+	}
+	return o
+}
+
+// Validate reports every option Run refuses, naming each; zero fields stand for their defaults.
+func (o Options) Validate() error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if o.Target == "" {
@@ -106,78 +157,36 @@ func (o Options) withDefaults() (Options, error) {
 		add("target: want an http or https URL with a host, got %q", o.Target)
 	} else if u.RawQuery != "" || u.Fragment != "" {
 		add("target: must not have a query or fragment, got %q", o.Target)
-	} else {
-		o.Target = strings.TrimSuffix(strings.TrimSuffix(o.Target, "/"), "/v1")
 	}
+	o = o.withDefaults()
 	if o.Scenario == nil {
 		add("scenario: missing")
 	}
-	switch {
-	case o.Speed == 0:
-		o.Speed = 1
-	case !(o.Speed > 0) || math.IsInf(o.Speed, 0):
+	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
 		add("speed: must be a finite number > 0, got %v", o.Speed)
 	}
-	if o.Model == "" {
-		o.Model = DefaultModel
-	}
-	if o.RunID == "" {
-		var b [4]byte
-		_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-		o.RunID = "lg" + hex.EncodeToString(b[:])
-	} else if !validID(o.RunID) {
+	if !validID(o.RunID) {
 		add("run_id: want 1–64 letters, digits, '.', '_' or '-', got %q", o.RunID)
 	}
-	if o.SessionHeader == "" {
-		o.SessionHeader = DefaultSessionHeader
-	} else if !validToken(o.SessionHeader) {
+	if !validToken(o.SessionHeader) {
 		add("session_header: not a valid header name: %q", o.SessionHeader)
 	}
 	if strings.ContainsAny(o.APIKey, "\r\n") {
 		add("api_key: must not contain line breaks")
 	}
-	switch {
-	case o.JitterFraction == 0:
-		o.JitterFraction = DefaultJitterFraction
-	case o.JitterFraction < 0:
-		o.JitterFraction = 0
-	case !(o.JitterFraction <= 1):
+	if !(o.JitterFraction <= 1) {
 		add("jitter_fraction: must be ≤ 1 (negative: none), got %v", o.JitterFraction)
 	}
-	switch {
-	case o.RetryBudget == 0:
-		o.RetryBudget = DefaultRetryBudget
-	case o.RetryBudget < 0:
-		o.RetryBudget = 0
-	}
-	switch {
-	case o.MaxRetryWait == 0:
-		o.MaxRetryWait = DefaultMaxRetryWait
-	case o.MaxRetryWait < 0:
+	if o.MaxRetryWait < 0 {
 		add("max_retry_wait: must be > 0, got %v", o.MaxRetryWait)
 	}
-	switch {
-	case o.MaxSessions == 0:
-		o.MaxSessions = DefaultMaxSessions
-	case o.MaxSessions < 0:
+	if o.MaxSessions < 0 {
 		add("max_sessions: must be > 0, got %d", o.MaxSessions)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	switch {
-	case o.ProgressEvery == 0:
-		o.ProgressEvery = DefaultProgressEvery
-	case o.ProgressEvery < 0:
+	if o.ProgressEvery < 0 {
 		add("progress_every: must be > 0, got %v", o.ProgressEvery)
 	}
-	if o.Sleep == nil {
-		o.Sleep = Sleep
-	}
-	return o, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Sleep waits d or until ctx is done: Options.Sleep's default, for callers that wrap it (the

@@ -51,8 +51,9 @@ func TestOptionsValidation(t *testing.T) {
 }
 
 func TestOptionsDefaults(t *testing.T) {
-	o, err := Options{Target: "http://h:1/v1/", Scenario: parseScenario(t, shortYAML)}.withDefaults()
-	require.NoError(t, err)
+	in := Options{Target: "http://h:1/v1/", Scenario: parseScenario(t, shortYAML)}
+	require.NoError(t, in.Validate())
+	o := in.withDefaults()
 	assert.Equal(t, "http://h:1", o.Target, "a trailing /v1 is the API's, not the host's")
 	assert.Equal(t, 1.0, o.Speed)
 	assert.Equal(t, DefaultSessionHeader, o.SessionHeader)
@@ -62,8 +63,7 @@ func TestOptionsDefaults(t *testing.T) {
 	assert.Equal(t, DefaultMaxSessions, o.MaxSessions)
 	assert.Equal(t, DefaultModel, o.Model)
 	assert.Regexp(t, `^lg[0-9a-f]{8}$`, o.RunID)
-	o2, err := Options{Target: "http://h:1", Scenario: parseScenario(t, shortYAML)}.withDefaults()
-	require.NoError(t, err)
+	o2 := Options{Target: "http://h:1", Scenario: parseScenario(t, shortYAML)}.withDefaults()
 	assert.NotEqual(t, o.RunID, o2.RunID, "runs get distinct session ids")
 }
 

@@ -67,28 +67,16 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// withDefaults fills the defaults and checks every field, naming the bad ones.
-func (o Options) withDefaults() (Options, error) {
-	var errs []error
-	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
-		errs = append(errs, fmt.Errorf("speed: must be a finite number > 0, got %v", o.Speed))
-	}
-	switch {
-	case o.IdleTimeout == 0:
+// withDefaults fills zero fields, and the simulator options a served simulation always takes.
+func (o Options) withDefaults() Options {
+	if o.IdleTimeout == 0 {
 		o.IdleTimeout = DefaultIdleTimeout
-	case o.IdleTimeout < 0:
-		errs = append(errs, fmt.Errorf("idle_timeout: must be > 0, got %v", o.IdleTimeout))
 	}
 	if o.ModelName == "" {
 		o.ModelName = DefaultModelName
-	} else if !utf8.ValidString(o.ModelName) {
-		errs = append(errs, fmt.Errorf("model_name: not valid UTF-8: %q", o.ModelName))
 	}
-	switch {
-	case o.MaxBodyBytes == 0:
+	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
-	case o.MaxBodyBytes < 0:
-		errs = append(errs, fmt.Errorf("max_body_bytes: must be > 0, got %d", o.MaxBodyBytes))
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -104,7 +92,27 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Sim.MeasureTo == 0 {
 		o.Sim.MeasureTo = o.Sim.Duration
 	}
-	return o, errors.Join(errs...)
+	return o
+}
+
+// Validate reports every option New refuses, naming each; zero fields stand for their defaults.
+// The simulated deployment itself is checked by New (sim.New).
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
+		errs = append(errs, fmt.Errorf("speed: must be a finite number > 0, got %v", o.Speed))
+	}
+	if o.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("idle_timeout: must be > 0, got %v", o.IdleTimeout))
+	}
+	if !utf8.ValidString(o.ModelName) {
+		errs = append(errs, fmt.Errorf("model_name: not valid UTF-8: %q", o.ModelName))
+	}
+	if o.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("max_body_bytes: must be > 0, got %d", o.MaxBodyBytes))
+	}
+	return errors.Join(errs...)
 }
 
 // Server runs one simulation against the wall clock and serves it over HTTP. Run drives the
@@ -149,10 +157,10 @@ type session struct {
 // New builds a server; the virtual clock starts now. It fails, naming the fields, if an option or
 // the simulated deployment is invalid.
 func New(o Options) (*Server, error) {
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("serve options: %w", err)
 	}
+	o = o.withDefaults()
 	sm, err := sim.New(o.Sim)
 	if err != nil {
 		return nil, fmt.Errorf("serve options: sim: %w", err)
