@@ -84,15 +84,10 @@ type Result struct {
 // Run drives the steps and fits the knee. It stops by itself after the last step, or when ctx is
 // done: then the error wraps ctx's, and the Result holds the points of the steps completed.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if len(o.Multipliers) == 0 {
-		o.Multipliers = DefaultMultipliers
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o = o.withDefaults()
 	wallStep := time.Duration(float64(o.Step) / o.Speed)
 	// Scrape several times per step and keep the rates' window inside one step.
 	interval := min(collector.DefaultInterval, wallStep/6)
@@ -249,7 +244,20 @@ func point(s collector.Snapshot, speed float64) (detector.Point, error) {
 	return p, nil
 }
 
-func (o Options) validate() error {
+// withDefaults fills zero fields.
+func (o Options) withDefaults() Options {
+	if len(o.Multipliers) == 0 {
+		o.Multipliers = DefaultMultipliers
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Validate reports every option Run refuses, naming each; zero fields stand for their defaults.
+func (o Options) Validate() error {
+	o = o.withDefaults()
 	var errs []error
 	if o.Target == "" {
 		errs = append(errs, errors.New("target: missing"))
