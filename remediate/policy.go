@@ -99,7 +99,10 @@ type PolicyState struct {
 	Mode Mode `json:"mode"`
 	// Target is the budget the policy last decided (the gateway's, unless in dry run).
 	Target int64 `json:"target_tokens"`
-	// Reference is the B_ref last sent with a budget change.
+	// Reference is the B_ref in use: the one last sent with a budget change, which the policy's
+	// decisions keep using until B_ref as computed from HeldCapacity moves by more than one Step.
+	// The daemon's status and basin_reference_budget_tokens show this, not a B_ref recomputed
+	// from the latest reading.
 	Reference  int64     `json:"reference_tokens"`
 	ModeSince  time.Time `json:"mode_since"`
 	LastChange time.Time `json:"last_change"`
@@ -175,17 +178,6 @@ func (p *Policy) Replay(recs []Record) {
 	}
 }
 
-// Reference is B_ref = min(ReferenceFraction × knee·C, C) for an assessment, tokens; 0 when the
-// assessment has no capacity yet. It takes C as read, where Decide takes the capacity the policy
-// holds (reference), so after lent KV was reclaimed the two differ for a few minutes. It reads
-// only the options, so unlike the rest of Policy it may be called from any goroutine.
-func (p *Policy) Reference(a detector.Assessment) int64 {
-	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
-		return 0
-	}
-	return p.referenceFor(a.Knee.Ratio, a.KneeTokens/a.Knee.Ratio)
-}
-
 // referenceFor is min(ReferenceFraction × knee × c, c), whole tokens.
 func (p *Policy) referenceFor(knee, c float64) int64 {
 	return int64(math.Round(min(p.o.ReferenceFraction*knee*c, c)))
@@ -235,6 +227,14 @@ func (p *Policy) Decide(in Inputs) Plan {
 	}
 
 	ref := p.reference(a, now)
+	if ref > 0 && p.st.Reference > 0 && !p.meaningful(p.st.Reference, ref, ref) {
+		// B_ref as held drifts a little on every step (the held capacity decays towards each
+		// reading); a drift of less than one Step is no reason to move anything derived from
+		// it — the incident cut, the bounds, the level B returns to — or every step would
+		// re-send the budget by a fraction of a percent (an audit record each). The B_ref in use
+		// stays the one last sent until it has moved by more than one Step.
+		ref = p.st.Reference
+	}
 	if ref <= 0 {
 		plan.Mode = p.st.Mode
 		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
@@ -330,6 +330,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 		step := part(o.Step, ref)
 		lo, hi := part(o.MinFraction, ref), part(o.MaxFraction, ref)
 		due := now.Sub(p.st.LastChange) >= o.StepInterval
+		n := len(plan.Reasons)
 		switch {
 		case cur > hi:
 			target = hi
@@ -362,6 +363,12 @@ func (p *Policy) Decide(in Inputs) Plan {
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f on its plateau %.2f: B %s up towards B_ref %s → %s",
 				a.HitRate, plateau, FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
 		}
+		// B within half a step of where a rule sends it counts as there: the rest of a step
+		// after B_ref moved (B 816.06K → 816.00K), or a loosening clipped at the bound, is an
+		// audit record and a gateway call that change no admission decision worth the name.
+		if target != cur && 2*math.Abs(float64(target-cur)) < float64(step) {
+			target, plan.Reasons = cur, plan.Reasons[:n]
+		}
 	}
 	plan.Mode = p.st.Mode
 	switch {
@@ -390,7 +397,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 			"(the gateway restarted with its configured budget, or someone changed it; pause basin to hold a budget by hand): set %s",
 			FormatTokens(in.Gateway.Budget), FormatTokens(cur), FormatTokens(cur)))
 		p.st.Reference = ref
-	case in.GatewayOK && cur > 0 && math.Abs(float64(ref-p.st.Reference)) > o.Step*float64(ref):
+	case in.GatewayOK && cur > 0 && ref != p.st.Reference: // moved by more than one Step (above)
 		plan.Budget = &BudgetChange{From: cur, To: cur, Reference: ref}
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("B_ref %s → %s (min(%.2f × knee %.2f × C, C) with C %s)",
 			FormatTokens(p.st.Reference), FormatTokens(ref), o.ReferenceFraction, a.Knee.Ratio, FormatTokens(int64(a.KneeTokens/a.Knee.Ratio))))
@@ -454,6 +461,13 @@ func blindWhy(a detector.Assessment, in Inputs) string {
 		parts = append(parts, "no complete observation yet")
 	}
 	return fmt.Sprint(parts)
+}
+
+// meaningful is the policy's one rule for a change worth making to a quantity derived from B_ref:
+// from and to differ by more than Step × ref. It is the normal-mode step, the smallest move the
+// policy makes on purpose; anything smaller is the held capacity's drift, not a decision.
+func (p *Policy) meaningful(from, to, ref int64) bool {
+	return math.Abs(float64(to-from)) > p.o.Step*float64(ref)
 }
 
 // part is f × ref in whole tokens.

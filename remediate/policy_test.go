@@ -2,6 +2,7 @@ package remediate
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -90,12 +91,93 @@ func drive(p *Policy, g *Gateway, from, n int, in func(m int) Inputs) []int64 {
 }
 
 func TestReference(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		knee float64
+		want int64
+	}{
+		{"0.9 × 1.34 C > C: B_ref = C", 1.34, int64(testC)},
+		{"knee 1.0: B_ref = 0.9 C", 1.0, int64(0.9 * testC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			a := assess(t0, detector.Healthy, 0.95)
+			a.Knee.Ratio, a.KneeTokens = tc.knee, tc.knee*testC
+			plan := p.Decide(Inputs{At: t0, Assessment: a, Gateway: gw(int64(testC), 0), GatewayOK: true})
+			require.NotNil(t, plan.Budget, "the first B_ref is sent: %q", plan.Reasons)
+			assert.Equal(t, tc.want, plan.Budget.Reference)
+			assert.Equal(t, tc.want, p.State().Reference, "the state (status page, metric) shows the B_ref sent")
+		})
+	}
 	p := newPolicy(t, Options{})
-	assert.Equal(t, int64(testC), p.Reference(assess(t0, detector.Healthy, 0.95)), "0.9 × 1.34 C > C: B_ref = C")
-	a := assess(t0, detector.Healthy, 0.95)
-	a.Knee.Ratio, a.KneeTokens = 1.0, testC
-	assert.Equal(t, int64(0.9*testC), p.Reference(a))
-	assert.Zero(t, p.Reference(detector.Assessment{}), "no capacity yet")
+	plan := p.Decide(Inputs{At: t0, Assessment: detector.Assessment{At: t0, ObservedAt: t0}, Gateway: gw(int64(testC), 0), GatewayOK: true})
+	assert.Nil(t, plan.Budget, "no capacity yet: no B_ref")
+	assert.Zero(t, p.State().Reference)
+}
+
+// TestNoMicroChangesAsCapacityDecays: the held capacity follows a fall exponentially, so B_ref
+// computed from it moves by a fraction of a percent on every 5 s step. The budget derived from
+// B_ref — the incident cut, the normal-mode bounds, the level B returns to — must move only when
+// B_ref has moved by more than one Step (5%), in one change, not by 0.3% at a time with an audit
+// record each (the 1P3D spike run made a "cut 1.97M → 1.97M" and thirteen "B above 1.10 × B_ref"
+// cuts in a minute).
+func TestNoMicroChangesAsCapacityDecays(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		state  detector.State
+		hit    float64
+		start  int64 // the gateway's budget before the capacity starts to fall
+		queued int
+		fall   float64 // the capacity falls to this fraction of testC and stays
+		// maxChanges bounds the budget changes in the ten minutes of the fall; wantEnd is the
+		// budget after it, as a fraction of the final B_ref.
+		maxChanges int
+		wantEnd    float64
+	}{
+		// B_ref falls 1.0M → 0.8M: the cut follows it as 0.7 × B_ref in a few > 5% steps.
+		{name: "incident: the cut follows B_ref in whole steps", state: detector.Trapped, hit: 0.80, start: 1_000_000, fall: 0.8,
+			maxChanges: 6, wantEnd: 0.7},
+		// B at 1.1 × B_ref with sessions queued: the bound follows B_ref down.
+		{name: "normal, at the upper bound", state: detector.Healthy, hit: 0.95, start: 1_100_000, queued: 5, fall: 0.8,
+			maxChanges: 6, wantEnd: 1.1},
+		// Nobody queued: B returns to B_ref as it falls, a step at a time.
+		{name: "normal, nobody queued", state: detector.Healthy, hit: 0.95, start: 1_000_000, fall: 0.8,
+			maxChanges: 6, wantEnd: 1.0},
+		// A fall of 3% is within one Step: nothing is re-sent at all.
+		{name: "a drift within one step changes nothing", state: detector.Trapped, hit: 0.80, start: 1_000_000, fall: 0.97,
+			maxChanges: 1, wantEnd: 0.7 / 0.97},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			g := gw(tc.start, tc.queued)
+			at := func(i int) time.Time { return t0.Add(time.Duration(i) * 5 * time.Second) }
+			decide := func(i int, c float64) Plan {
+				a := assess(at(i), tc.state, tc.hit)
+				a.KneeTokens = 1.34 * c
+				plan := p.Decide(Inputs{At: at(i), Assessment: a, Gateway: g, GatewayOK: true, ArrivalOK: true})
+				if plan.Budget != nil {
+					g.Budget, g.Reference = plan.Budget.To, plan.Budget.Reference
+				}
+				return plan
+			}
+			for i := range 24 { // two minutes at full capacity: the budget settles
+				decide(i, testC)
+			}
+			changes := 0
+			for i := 24; i < 24+120; i++ { // ten minutes after the fall, at the daemon's 5 s step
+				if plan := decide(i, tc.fall*testC); plan.Budget != nil {
+					changes++
+					if plan.Budget.To != plan.Budget.From {
+						assert.GreaterOrEqual(t, math.Abs(float64(plan.Budget.To-plan.Budget.From)), 0.025*float64(g.Reference),
+							"step %d: a budget change of less than half a step: %q", i, plan.Reasons)
+					}
+				}
+			}
+			assert.LessOrEqual(t, changes, tc.maxChanges, "budget changes in ten minutes of a decaying capacity")
+			assert.InDelta(t, tc.wantEnd, float64(g.Budget)/(tc.fall*testC), 0.06,
+				"B %d against the fallen B_ref %.0f", g.Budget, tc.fall*testC)
+		})
+	}
 }
 
 func TestNormalMode(t *testing.T) {
