@@ -415,8 +415,20 @@ func (p *Policy) Decide(in Inputs) Plan {
 }
 
 // shed applies the shedding rule: the long-run arrival rate above the peak completion rate and the
-// head of the queue waiting ShedHeadWait — capacity is truly short and waiting will not help —
-// drops the lowest-priority queued session, at most once per ShedInterval.
+// head of the queue waiting ShedHeadWait, or two session lifetimes if that is longer — capacity is
+// truly short and waiting will not help — drops the lowest-priority queued session, at most once
+// per ShedInterval.
+//
+// The session lifetime L is Little's law on the admitted sessions: live ÷ peak completion rate
+// (the deployment completes at about its peak whenever shedding is considered, arrivals being
+// above it). A shed session is a certain failure; a queued one fails only if its wait w and its
+// run together pass its deadline — the paper's goodput: 4 × its unloaded time U. With L = s·U at a
+// slowdown s, it is still good while w ≤ (4 − s)/s · L: two lifetimes at s = 1.33, one at s = 2.
+// Waiting is only a possible failure, so the rule sheds past the longer of the two. On short
+// sessions this changes nothing (Terminal-Bench on 1P1D: ≈ 40 live ÷ 5.4/min ≈ 7.4 minutes, two
+// lifetimes under the 15 minutes); on long ones it does (SWE-bench Pro on 1P1D: ≈ 18 live ÷
+// 0.7/min ≈ 26 minutes): with a fixed 15 minutes basin shed 8–10 sessions of the hour that
+// Continuum, which never sheds, served within their deadline.
 func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
 	o, a := p.o, in.Assessment
 	peak := a.PeakCompletionRate
@@ -431,15 +443,27 @@ func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
 		return
 	case p.st.ArrivalEWMA <= peak:
 		return
+	case in.Gateway.HeadWait < shedLifetimes*sessionLifetime(in.Gateway.Live, peak):
+		return
 	case in.At.Sub(p.st.LastShed) < o.ShedInterval:
 		return
 	}
+	wait := max(o.ShedHeadWait, shedLifetimes*sessionLifetime(in.Gateway.Live, peak))
 	id := in.Gateway.ShedCandidates[0]
 	plan.Shed = &ShedAction{IDs: []string{id}}
-	plan.Reasons = append(plan.Reasons, fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s: shed the lowest-priority queued session %s",
-		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), o.ShedHeadWait, id))
+	plan.Reasons = append(plan.Reasons, fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s (the longer of shed_head_wait and two session lifetimes, %d live ÷ the peak): shed the lowest-priority queued session %s",
+		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), wait.Round(time.Second), in.Gateway.Live, id))
 	p.st.LastShed = in.At
 	_ = blind // shedding reads the gateway and the arrival rate only, both checked above
+}
+
+// sessionLifetime is Little's law: live sessions ÷ completion rate (sessions/s), the mean time a
+// session spends admitted.
+func sessionLifetime(live int, rate float64) time.Duration {
+	if live <= 0 || rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(live) / rate * float64(time.Second))
 }
 
 func (p *Policy) finish(plan Plan) Plan {
@@ -509,3 +533,7 @@ func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
 	g.HeadWait = time.Duration(wait * speed * float64(time.Second))
 	return g
 }
+
+// shedLifetimes is how many session lifetimes the head of the queue waits before it may be shed
+// (see shed: the wait a session can afford at the smallest slowdown admitted sessions run at).
+const shedLifetimes = 2

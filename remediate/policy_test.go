@@ -338,11 +338,19 @@ func TestShedding(t *testing.T) {
 		headWait time.Duration
 		disable  bool
 		wantShed int
+		live     int // admitted sessions (the lifetime is live ÷ the peak of 5.1/min)
 	}{
-		{"arrivals over the peak, head waited 15 min: one shed a minute", 6, 16 * time.Minute, false, 5},
-		{"head waited 14 min", 6, 14 * time.Minute, false, 0},
-		{"arrivals under the peak", 4, 30 * time.Minute, false, 0},
-		{"disabled", 6, 30 * time.Minute, true, 0},
+		{"arrivals over the peak, head waited 15 min: one shed a minute", 6, 16 * time.Minute, false, 5, 0},
+		{"head waited 14 min", 6, 14 * time.Minute, false, 0, 0},
+		{"arrivals under the peak", 4, 30 * time.Minute, false, 0, 0},
+		{"disabled", 6, 30 * time.Minute, true, 0, 0},
+		// Short sessions (20 live: a lifetime of 3.9 min, two of them 7.8 min): shed_head_wait binds.
+		{"short sessions: 15 min binds", 6, 16 * time.Minute, false, 5, 20},
+		// Long sessions (80 live: a lifetime of 15.7 min): a queued session can wait two lifetimes,
+		// 31 minutes, and still finish within its deadline, so a 16- or 30-minute wait sheds nobody.
+		{"long sessions: 16 min is not hopeless", 6, 16 * time.Minute, false, 0, 80},
+		{"long sessions: 30 min is not hopeless", 6, 30 * time.Minute, false, 0, 80},
+		{"long sessions: two lifetimes are", 6, 32 * time.Minute, false, 5, 80},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, Options{DisableShedding: tc.disable})
@@ -353,7 +361,7 @@ func TestShedding(t *testing.T) {
 				in.At = t0.Add(time.Duration(m) * time.Minute)
 				in.Assessment.At, in.Assessment.ObservedAt = in.At, in.At
 				in.GatewayOK = true
-				in.Gateway = Gateway{Budget: 1_000_000, Reference: 1_000_000, Queued: 3, HeadWait: tc.headWait,
+				in.Gateway = Gateway{Budget: 1_000_000, Reference: 1_000_000, Queued: 3, HeadWait: tc.headWait, Live: tc.live,
 					ShedCandidates: []string{fmt.Sprintf("low-%d", m), "mid", "high"}}
 				plan := p.Decide(in)
 				if plan.Shed != nil {
