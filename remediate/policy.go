@@ -331,6 +331,11 @@ func (p *Policy) Decide(in Inputs) Plan {
 		lo, hi := part(o.MinFraction, ref), part(o.MaxFraction, ref)
 		due := now.Sub(p.st.LastChange) >= o.StepInterval
 		n := len(plan.Reasons)
+		gwRef := in.Gateway.Reference
+		if gwRef <= 0 {
+			gwRef = ref
+		}
+		idle := in.GatewayOK && !in.Gateway.CountOnly && in.Gateway.Queued == 0 && in.Gateway.WorkingSet+step < gwRef
 		switch {
 		case cur > hi:
 			target = hi
@@ -355,6 +360,11 @@ func (p *Policy) Decide(in Inputs) Plan {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%d sessions queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
 					in.Gateway.Queued, a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(hi)))
 			}
+		case idle && (cur > ref || cur < ref && onPlateau):
+			// B only re-centres on B_ref below; while the gateway admits every arrival by the
+			// reference test (nobody queued, the working set a step under its B_ref) it does not
+			// read B, and following B_ref there was a change a minute on rows where the gate
+			// held nobody. Once the gate engages the rules below move B a step an interval.
 		case in.Gateway.Queued == 0 && cur > ref:
 			target = max(ref, cur-step)
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("nobody queued: B %s back towards B_ref %s → %s", FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))

@@ -60,8 +60,15 @@ func bare(b *BudgetChange) BudgetChange {
 	return c
 }
 
+// gw is a gateway whose working set has reached its B_ref (admission engaged): the budget rules
+// that re-centre B on B_ref act only then (idleGW is one that admits everyone by the reference
+// test).
 func gw(budget int64, queued int) Gateway {
-	return Gateway{Budget: budget, Reference: 1_000_000, Queued: queued}
+	return Gateway{Budget: budget, Reference: 1_000_000, WorkingSet: 1_000_000, Queued: queued}
+}
+
+func idleGW(budget int64) Gateway {
+	return Gateway{Budget: budget, Reference: 1_000_000, WorkingSet: 400_000}
 }
 
 func newPolicy(t *testing.T, o Options) *Policy {
@@ -187,18 +194,28 @@ func TestNormalMode(t *testing.T) {
 		queued int
 		hit    float64
 		want   []int64
+		idle   bool
 	}{
-		{"queued on the plateau: loosen to 1.1 × B_ref", 1_000_000, 5, 0.95, []int64{1_050_000, 1_100_000, 1_100_000, 1_100_000}},
-		{"left the plateau: tighten", 1_000_000, 5, 0.89, []int64{950_000, 900_000, 850_000, 800_000}},
-		{"between the lines: hold", 1_000_000, 5, 0.91, []int64{1_000_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"nobody queued: back to B_ref", 1_100_000, 0, 0.95, []int64{1_050_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"under B_ref on the plateau: up to B_ref", 900_000, 0, 0.95, []int64{950_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"far under the floor on the plateau: floor at once", 100_000, 0, 0.95, []int64{500_000, 550_000, 600_000, 650_000}},
-		{"under the floor off the plateau: never up", 100_000, 0, 0.5, []int64{100_000, 100_000, 100_000, 100_000}},
+		{"queued on the plateau: loosen to 1.1 × B_ref", 1_000_000, 5, 0.95, []int64{1_050_000, 1_100_000, 1_100_000, 1_100_000}, false},
+		{"left the plateau: tighten", 1_000_000, 5, 0.89, []int64{950_000, 900_000, 850_000, 800_000}, false},
+		{"between the lines: hold", 1_000_000, 5, 0.91, []int64{1_000_000, 1_000_000, 1_000_000, 1_000_000}, false},
+		{"nobody queued: back to B_ref", 1_100_000, 0, 0.95, []int64{1_050_000, 1_000_000, 1_000_000, 1_000_000}, false},
+		{"under B_ref on the plateau: up to B_ref", 900_000, 0, 0.95, []int64{950_000, 1_000_000, 1_000_000, 1_000_000}, false},
+		{"far under the floor on the plateau: floor at once", 100_000, 0, 0.95, []int64{500_000, 550_000, 600_000, 650_000}, false},
+		{"under the floor off the plateau: never up", 100_000, 0, 0.5, []int64{100_000, 100_000, 100_000, 100_000}, false},
+		// The gateway admits everyone by the reference test (working set 0.4 × B_ref, nobody
+		// queued): it does not read B, so B is not re-centred — but still kept in its bounds.
+		{"idle gateway: B above B_ref stays", 1_100_000, 0, 0.95, []int64{1_100_000, 1_100_000, 1_100_000, 1_100_000}, true},
+		{"idle gateway: B under B_ref stays", 900_000, 0, 0.95, []int64{900_000, 900_000, 900_000, 900_000}, true},
+		{"idle gateway: B under the floor still floored", 100_000, 0, 0.95, []int64{500_000, 500_000, 500_000, 500_000}, true},
+		{"idle gateway: off the plateau still tightens", 1_000_000, 0, 0.89, []int64{950_000, 900_000, 850_000, 800_000}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, Options{})
 			g := gw(tc.start, tc.queued)
+			if tc.idle {
+				g = idleGW(tc.start)
+			}
 			got := drive(p, &g, 0, 4, func(int) Inputs {
 				return Inputs{Assessment: assess(time.Time{}, detector.Healthy, tc.hit), ArrivalOK: true}
 			})
