@@ -89,7 +89,9 @@ type Options struct {
 	// DisableShedding turns the shedding rule off; the budget still holds sessions back.
 	DisableShedding bool `yaml:"disable_shedding"`
 	// ShedHeadWait is how long the head of the gateway's queue must have waited before a session
-	// is shed (with the long-run arrival rate above the peak completion rate).
+	// is shed (with the long-run arrival rate above the peak completion rate); the head also waits
+	// two session lifetimes (live sessions ÷ peak completion rate) when that is longer, because a
+	// long session that has waited 15 minutes can still finish within its deadline.
 	ShedHeadWait time.Duration `yaml:"shed_head_wait"`
 	// ShedWindow is the time constant of the long-run arrival rate the shedding rule compares with
 	// the peak completion rate.

@@ -99,7 +99,10 @@ type PolicyState struct {
 	Mode Mode `json:"mode"`
 	// Target is the budget the policy last decided (the gateway's, unless in dry run).
 	Target int64 `json:"target_tokens"`
-	// Reference is the B_ref last sent with a budget change.
+	// Reference is the B_ref in use: the one last sent with a budget change, which the policy's
+	// decisions keep using until B_ref as computed from HeldCapacity moves by more than one Step.
+	// The daemon's status and basin_reference_budget_tokens show this, not a B_ref recomputed
+	// from the latest reading.
 	Reference  int64     `json:"reference_tokens"`
 	ModeSince  time.Time `json:"mode_since"`
 	LastChange time.Time `json:"last_change"`
@@ -175,17 +178,6 @@ func (p *Policy) Replay(recs []Record) {
 	}
 }
 
-// Reference is B_ref = min(ReferenceFraction × knee·C, C) for an assessment, tokens; 0 when the
-// assessment has no capacity yet. It takes C as read, where Decide takes the capacity the policy
-// holds (reference), so after lent KV was reclaimed the two differ for a few minutes. It reads
-// only the options, so unlike the rest of Policy it may be called from any goroutine.
-func (p *Policy) Reference(a detector.Assessment) int64 {
-	if a.Knee.Ratio <= 0 || a.KneeTokens <= 0 {
-		return 0
-	}
-	return p.referenceFor(a.Knee.Ratio, a.KneeTokens/a.Knee.Ratio)
-}
-
 // referenceFor is min(ReferenceFraction × knee × c, c), whole tokens.
 func (p *Policy) referenceFor(knee, c float64) int64 {
 	return int64(math.Round(min(p.o.ReferenceFraction*knee*c, c)))
@@ -235,6 +227,14 @@ func (p *Policy) Decide(in Inputs) Plan {
 	}
 
 	ref := p.reference(a, now)
+	if ref > 0 && p.st.Reference > 0 && !p.meaningful(p.st.Reference, ref, ref) {
+		// B_ref as held drifts a little on every step (the held capacity decays towards each
+		// reading); a drift of less than one Step is no reason to move anything derived from
+		// it — the incident cut, the bounds, the level B returns to — or every step would
+		// re-send the budget by a fraction of a percent (an audit record each). The B_ref in use
+		// stays the one last sent until it has moved by more than one Step.
+		ref = p.st.Reference
+	}
 	if ref <= 0 {
 		plan.Mode = p.st.Mode
 		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
@@ -330,6 +330,12 @@ func (p *Policy) Decide(in Inputs) Plan {
 		step := part(o.Step, ref)
 		lo, hi := part(o.MinFraction, ref), part(o.MaxFraction, ref)
 		due := now.Sub(p.st.LastChange) >= o.StepInterval
+		n := len(plan.Reasons)
+		gwRef := in.Gateway.Reference
+		if gwRef <= 0 {
+			gwRef = ref
+		}
+		idle := in.GatewayOK && !in.Gateway.CountOnly && in.Gateway.Queued == 0 && in.Gateway.WorkingSet+step < gwRef
 		switch {
 		case cur > hi:
 			target = hi
@@ -354,6 +360,11 @@ func (p *Policy) Decide(in Inputs) Plan {
 				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%d sessions queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
 					in.Gateway.Queued, a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(hi)))
 			}
+		case idle && (cur > ref || cur < ref && onPlateau):
+			// B only re-centres on B_ref below; while the gateway admits every arrival by the
+			// reference test (nobody queued, the working set a step under its B_ref) it does not
+			// read B, and following B_ref there was a change a minute on rows where the gate
+			// held nobody. Once the gate engages the rules below move B a step an interval.
 		case in.Gateway.Queued == 0 && cur > ref:
 			target = max(ref, cur-step)
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("nobody queued: B %s back towards B_ref %s → %s", FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
@@ -361,6 +372,12 @@ func (p *Policy) Decide(in Inputs) Plan {
 			target = min(ref, cur+step)
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f on its plateau %.2f: B %s up towards B_ref %s → %s",
 				a.HitRate, plateau, FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
+		}
+		// B within half a step of where a rule sends it counts as there: the rest of a step
+		// after B_ref moved (B 816.06K → 816.00K), or a loosening clipped at the bound, is an
+		// audit record and a gateway call that change no admission decision worth the name.
+		if target != cur && 2*math.Abs(float64(target-cur)) < float64(step) {
+			target, plan.Reasons = cur, plan.Reasons[:n]
 		}
 	}
 	plan.Mode = p.st.Mode
@@ -390,7 +407,7 @@ func (p *Policy) Decide(in Inputs) Plan {
 			"(the gateway restarted with its configured budget, or someone changed it; pause basin to hold a budget by hand): set %s",
 			FormatTokens(in.Gateway.Budget), FormatTokens(cur), FormatTokens(cur)))
 		p.st.Reference = ref
-	case in.GatewayOK && cur > 0 && math.Abs(float64(ref-p.st.Reference)) > o.Step*float64(ref):
+	case in.GatewayOK && cur > 0 && ref != p.st.Reference: // moved by more than one Step (above)
 		plan.Budget = &BudgetChange{From: cur, To: cur, Reference: ref}
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("B_ref %s → %s (min(%.2f × knee %.2f × C, C) with C %s)",
 			FormatTokens(p.st.Reference), FormatTokens(ref), o.ReferenceFraction, a.Knee.Ratio, FormatTokens(int64(a.KneeTokens/a.Knee.Ratio))))
@@ -408,8 +425,20 @@ func (p *Policy) Decide(in Inputs) Plan {
 }
 
 // shed applies the shedding rule: the long-run arrival rate above the peak completion rate and the
-// head of the queue waiting ShedHeadWait — capacity is truly short and waiting will not help —
-// drops the lowest-priority queued session, at most once per ShedInterval.
+// head of the queue waiting ShedHeadWait, or two session lifetimes if that is longer — capacity is
+// truly short and waiting will not help — drops the lowest-priority queued session, at most once
+// per ShedInterval.
+//
+// The session lifetime L is Little's law on the admitted sessions: live ÷ peak completion rate
+// (the deployment completes at about its peak whenever shedding is considered, arrivals being
+// above it). A shed session is a certain failure; a queued one fails only if its wait w and its
+// run together pass its deadline — the paper's goodput: 4 × its unloaded time U. With L = s·U at a
+// slowdown s, it is still good while w ≤ (4 − s)/s · L: two lifetimes at s = 1.33, one at s = 2.
+// Waiting is only a possible failure, so the rule sheds past the longer of the two. On short
+// sessions this changes nothing (Terminal-Bench on 1P1D: ≈ 40 live ÷ 5.4/min ≈ 7.4 minutes, two
+// lifetimes under the 15 minutes); on long ones it does (SWE-bench Pro on 1P1D: ≈ 18 live ÷
+// 0.7/min ≈ 26 minutes): with a fixed 15 minutes basin shed 8–10 sessions of the hour that
+// Continuum, which never sheds, served within their deadline.
 func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
 	o, a := p.o, in.Assessment
 	peak := a.PeakCompletionRate
@@ -424,15 +453,27 @@ func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
 		return
 	case p.st.ArrivalEWMA <= peak:
 		return
+	case in.Gateway.HeadWait < shedLifetimes*sessionLifetime(in.Gateway.Live, peak):
+		return
 	case in.At.Sub(p.st.LastShed) < o.ShedInterval:
 		return
 	}
+	wait := max(o.ShedHeadWait, shedLifetimes*sessionLifetime(in.Gateway.Live, peak))
 	id := in.Gateway.ShedCandidates[0]
 	plan.Shed = &ShedAction{IDs: []string{id}}
-	plan.Reasons = append(plan.Reasons, fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s: shed the lowest-priority queued session %s",
-		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), o.ShedHeadWait, id))
+	plan.Reasons = append(plan.Reasons, fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s (the longer of shed_head_wait and two session lifetimes, %d live ÷ the peak): shed the lowest-priority queued session %s",
+		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), wait.Round(time.Second), in.Gateway.Live, id))
 	p.st.LastShed = in.At
 	_ = blind // shedding reads the gateway and the arrival rate only, both checked above
+}
+
+// sessionLifetime is Little's law: live sessions ÷ completion rate (sessions/s), the mean time a
+// session spends admitted.
+func sessionLifetime(live int, rate float64) time.Duration {
+	if live <= 0 || rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(live) / rate * float64(time.Second))
 }
 
 func (p *Policy) finish(plan Plan) Plan {
@@ -454,6 +495,13 @@ func blindWhy(a detector.Assessment, in Inputs) string {
 		parts = append(parts, "no complete observation yet")
 	}
 	return fmt.Sprint(parts)
+}
+
+// meaningful is the policy's one rule for a change worth making to a quantity derived from B_ref:
+// from and to differ by more than Step × ref. It is the normal-mode step, the smallest move the
+// policy makes on purpose; anything smaller is the held capacity's drift, not a decision.
+func (p *Policy) meaningful(from, to, ref int64) bool {
+	return math.Abs(float64(to-from)) > p.o.Step*float64(ref)
 }
 
 // part is f × ref in whole tokens.
@@ -495,3 +543,7 @@ func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
 	g.HeadWait = time.Duration(wait * speed * float64(time.Second))
 	return g
 }
+
+// shedLifetimes is how many session lifetimes the head of the queue waits before it may be shed
+// (see shed: the wait a session can afford at the smallest slowdown admitted sessions run at).
+const shedLifetimes = 2

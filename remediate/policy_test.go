@@ -2,6 +2,7 @@ package remediate
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +60,15 @@ func bare(b *BudgetChange) BudgetChange {
 	return c
 }
 
+// gw is a gateway whose working set has reached its B_ref (admission engaged): the budget rules
+// that re-centre B on B_ref act only then (idleGW is one that admits everyone by the reference
+// test).
 func gw(budget int64, queued int) Gateway {
-	return Gateway{Budget: budget, Reference: 1_000_000, Queued: queued}
+	return Gateway{Budget: budget, Reference: 1_000_000, WorkingSet: 1_000_000, Queued: queued}
+}
+
+func idleGW(budget int64) Gateway {
+	return Gateway{Budget: budget, Reference: 1_000_000, WorkingSet: 400_000}
 }
 
 func newPolicy(t *testing.T, o Options) *Policy {
@@ -90,12 +98,93 @@ func drive(p *Policy, g *Gateway, from, n int, in func(m int) Inputs) []int64 {
 }
 
 func TestReference(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		knee float64
+		want int64
+	}{
+		{"0.9 × 1.34 C > C: B_ref = C", 1.34, int64(testC)},
+		{"knee 1.0: B_ref = 0.9 C", 1.0, int64(0.9 * testC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			a := assess(t0, detector.Healthy, 0.95)
+			a.Knee.Ratio, a.KneeTokens = tc.knee, tc.knee*testC
+			plan := p.Decide(Inputs{At: t0, Assessment: a, Gateway: gw(int64(testC), 0), GatewayOK: true})
+			require.NotNil(t, plan.Budget, "the first B_ref is sent: %q", plan.Reasons)
+			assert.Equal(t, tc.want, plan.Budget.Reference)
+			assert.Equal(t, tc.want, p.State().Reference, "the state (status page, metric) shows the B_ref sent")
+		})
+	}
 	p := newPolicy(t, Options{})
-	assert.Equal(t, int64(testC), p.Reference(assess(t0, detector.Healthy, 0.95)), "0.9 × 1.34 C > C: B_ref = C")
-	a := assess(t0, detector.Healthy, 0.95)
-	a.Knee.Ratio, a.KneeTokens = 1.0, testC
-	assert.Equal(t, int64(0.9*testC), p.Reference(a))
-	assert.Zero(t, p.Reference(detector.Assessment{}), "no capacity yet")
+	plan := p.Decide(Inputs{At: t0, Assessment: detector.Assessment{At: t0, ObservedAt: t0}, Gateway: gw(int64(testC), 0), GatewayOK: true})
+	assert.Nil(t, plan.Budget, "no capacity yet: no B_ref")
+	assert.Zero(t, p.State().Reference)
+}
+
+// TestNoMicroChangesAsCapacityDecays: the held capacity follows a fall exponentially, so B_ref
+// computed from it moves by a fraction of a percent on every 5 s step. The budget derived from
+// B_ref — the incident cut, the normal-mode bounds, the level B returns to — must move only when
+// B_ref has moved by more than one Step (5%), in one change, not by 0.3% at a time with an audit
+// record each (the 1P3D spike run made a "cut 1.97M → 1.97M" and thirteen "B above 1.10 × B_ref"
+// cuts in a minute).
+func TestNoMicroChangesAsCapacityDecays(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		state  detector.State
+		hit    float64
+		start  int64 // the gateway's budget before the capacity starts to fall
+		queued int
+		fall   float64 // the capacity falls to this fraction of testC and stays
+		// maxChanges bounds the budget changes in the ten minutes of the fall; wantEnd is the
+		// budget after it, as a fraction of the final B_ref.
+		maxChanges int
+		wantEnd    float64
+	}{
+		// B_ref falls 1.0M → 0.8M: the cut follows it as 0.7 × B_ref in a few > 5% steps.
+		{name: "incident: the cut follows B_ref in whole steps", state: detector.Trapped, hit: 0.80, start: 1_000_000, fall: 0.8,
+			maxChanges: 6, wantEnd: 0.7},
+		// B at 1.1 × B_ref with sessions queued: the bound follows B_ref down.
+		{name: "normal, at the upper bound", state: detector.Healthy, hit: 0.95, start: 1_100_000, queued: 5, fall: 0.8,
+			maxChanges: 6, wantEnd: 1.1},
+		// Nobody queued: B returns to B_ref as it falls, a step at a time.
+		{name: "normal, nobody queued", state: detector.Healthy, hit: 0.95, start: 1_000_000, fall: 0.8,
+			maxChanges: 6, wantEnd: 1.0},
+		// A fall of 3% is within one Step: nothing is re-sent at all.
+		{name: "a drift within one step changes nothing", state: detector.Trapped, hit: 0.80, start: 1_000_000, fall: 0.97,
+			maxChanges: 1, wantEnd: 0.7 / 0.97},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			g := gw(tc.start, tc.queued)
+			at := func(i int) time.Time { return t0.Add(time.Duration(i) * 5 * time.Second) }
+			decide := func(i int, c float64) Plan {
+				a := assess(at(i), tc.state, tc.hit)
+				a.KneeTokens = 1.34 * c
+				plan := p.Decide(Inputs{At: at(i), Assessment: a, Gateway: g, GatewayOK: true, ArrivalOK: true})
+				if plan.Budget != nil {
+					g.Budget, g.Reference = plan.Budget.To, plan.Budget.Reference
+				}
+				return plan
+			}
+			for i := range 24 { // two minutes at full capacity: the budget settles
+				decide(i, testC)
+			}
+			changes := 0
+			for i := 24; i < 24+120; i++ { // ten minutes after the fall, at the daemon's 5 s step
+				if plan := decide(i, tc.fall*testC); plan.Budget != nil {
+					changes++
+					if plan.Budget.To != plan.Budget.From {
+						assert.GreaterOrEqual(t, math.Abs(float64(plan.Budget.To-plan.Budget.From)), 0.025*float64(g.Reference),
+							"step %d: a budget change of less than half a step: %q", i, plan.Reasons)
+					}
+				}
+			}
+			assert.LessOrEqual(t, changes, tc.maxChanges, "budget changes in ten minutes of a decaying capacity")
+			assert.InDelta(t, tc.wantEnd, float64(g.Budget)/(tc.fall*testC), 0.06,
+				"B %d against the fallen B_ref %.0f", g.Budget, tc.fall*testC)
+		})
+	}
 }
 
 func TestNormalMode(t *testing.T) {
@@ -105,18 +194,28 @@ func TestNormalMode(t *testing.T) {
 		queued int
 		hit    float64
 		want   []int64
+		idle   bool
 	}{
-		{"queued on the plateau: loosen to 1.1 × B_ref", 1_000_000, 5, 0.95, []int64{1_050_000, 1_100_000, 1_100_000, 1_100_000}},
-		{"left the plateau: tighten", 1_000_000, 5, 0.89, []int64{950_000, 900_000, 850_000, 800_000}},
-		{"between the lines: hold", 1_000_000, 5, 0.91, []int64{1_000_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"nobody queued: back to B_ref", 1_100_000, 0, 0.95, []int64{1_050_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"under B_ref on the plateau: up to B_ref", 900_000, 0, 0.95, []int64{950_000, 1_000_000, 1_000_000, 1_000_000}},
-		{"far under the floor on the plateau: floor at once", 100_000, 0, 0.95, []int64{500_000, 550_000, 600_000, 650_000}},
-		{"under the floor off the plateau: never up", 100_000, 0, 0.5, []int64{100_000, 100_000, 100_000, 100_000}},
+		{"queued on the plateau: loosen to 1.1 × B_ref", 1_000_000, 5, 0.95, []int64{1_050_000, 1_100_000, 1_100_000, 1_100_000}, false},
+		{"left the plateau: tighten", 1_000_000, 5, 0.89, []int64{950_000, 900_000, 850_000, 800_000}, false},
+		{"between the lines: hold", 1_000_000, 5, 0.91, []int64{1_000_000, 1_000_000, 1_000_000, 1_000_000}, false},
+		{"nobody queued: back to B_ref", 1_100_000, 0, 0.95, []int64{1_050_000, 1_000_000, 1_000_000, 1_000_000}, false},
+		{"under B_ref on the plateau: up to B_ref", 900_000, 0, 0.95, []int64{950_000, 1_000_000, 1_000_000, 1_000_000}, false},
+		{"far under the floor on the plateau: floor at once", 100_000, 0, 0.95, []int64{500_000, 550_000, 600_000, 650_000}, false},
+		{"under the floor off the plateau: never up", 100_000, 0, 0.5, []int64{100_000, 100_000, 100_000, 100_000}, false},
+		// The gateway admits everyone by the reference test (working set 0.4 × B_ref, nobody
+		// queued): it does not read B, so B is not re-centred — but still kept in its bounds.
+		{"idle gateway: B above B_ref stays", 1_100_000, 0, 0.95, []int64{1_100_000, 1_100_000, 1_100_000, 1_100_000}, true},
+		{"idle gateway: B under B_ref stays", 900_000, 0, 0.95, []int64{900_000, 900_000, 900_000, 900_000}, true},
+		{"idle gateway: B under the floor still floored", 100_000, 0, 0.95, []int64{500_000, 500_000, 500_000, 500_000}, true},
+		{"idle gateway: off the plateau still tightens", 1_000_000, 0, 0.89, []int64{950_000, 900_000, 850_000, 800_000}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, Options{})
 			g := gw(tc.start, tc.queued)
+			if tc.idle {
+				g = idleGW(tc.start)
+			}
 			got := drive(p, &g, 0, 4, func(int) Inputs {
 				return Inputs{Assessment: assess(time.Time{}, detector.Healthy, tc.hit), ArrivalOK: true}
 			})
@@ -256,11 +355,19 @@ func TestShedding(t *testing.T) {
 		headWait time.Duration
 		disable  bool
 		wantShed int
+		live     int // admitted sessions (the lifetime is live ÷ the peak of 5.1/min)
 	}{
-		{"arrivals over the peak, head waited 15 min: one shed a minute", 6, 16 * time.Minute, false, 5},
-		{"head waited 14 min", 6, 14 * time.Minute, false, 0},
-		{"arrivals under the peak", 4, 30 * time.Minute, false, 0},
-		{"disabled", 6, 30 * time.Minute, true, 0},
+		{"arrivals over the peak, head waited 15 min: one shed a minute", 6, 16 * time.Minute, false, 5, 0},
+		{"head waited 14 min", 6, 14 * time.Minute, false, 0, 0},
+		{"arrivals under the peak", 4, 30 * time.Minute, false, 0, 0},
+		{"disabled", 6, 30 * time.Minute, true, 0, 0},
+		// Short sessions (20 live: a lifetime of 3.9 min, two of them 7.8 min): shed_head_wait binds.
+		{"short sessions: 15 min binds", 6, 16 * time.Minute, false, 5, 20},
+		// Long sessions (80 live: a lifetime of 15.7 min): a queued session can wait two lifetimes,
+		// 31 minutes, and still finish within its deadline, so a 16- or 30-minute wait sheds nobody.
+		{"long sessions: 16 min is not hopeless", 6, 16 * time.Minute, false, 0, 80},
+		{"long sessions: 30 min is not hopeless", 6, 30 * time.Minute, false, 0, 80},
+		{"long sessions: two lifetimes are", 6, 32 * time.Minute, false, 5, 80},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, Options{DisableShedding: tc.disable})
@@ -271,7 +378,7 @@ func TestShedding(t *testing.T) {
 				in.At = t0.Add(time.Duration(m) * time.Minute)
 				in.Assessment.At, in.Assessment.ObservedAt = in.At, in.At
 				in.GatewayOK = true
-				in.Gateway = Gateway{Budget: 1_000_000, Reference: 1_000_000, Queued: 3, HeadWait: tc.headWait,
+				in.Gateway = Gateway{Budget: 1_000_000, Reference: 1_000_000, Queued: 3, HeadWait: tc.headWait, Live: tc.live,
 					ShedCandidates: []string{fmt.Sprintf("low-%d", m), "mid", "high"}}
 				plan := p.Decide(in)
 				if plan.Shed != nil {

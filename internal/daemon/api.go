@@ -106,7 +106,9 @@ type Status struct {
 	Unseen     []string              `json:"unseen,omitempty"`
 	Assessment detector.Assessment   `json:"assessment"`
 	Policy     remediate.PolicyState `json:"policy"`
-	// ReferenceBudget is B_ref for the current assessment.
+	// ReferenceBudget is the B_ref the policy uses (PolicyState.Reference): computed from the
+	// capacity the policy holds, not from the latest reading, so that the status shows the number
+	// the budget's bounds and the incident cut are fractions of.
 	ReferenceBudget int64              `json:"reference_budget_tokens"`
 	LastPlan        *remediate.Plan    `json:"last_plan,omitempty"`
 	Paused          *PauseView         `json:"paused,omitempty"`
@@ -164,7 +166,7 @@ func (d *Daemon) StatusNow() Status {
 	d.mu.Lock()
 	s.Policy = d.mu.policy
 	d.mu.Unlock()
-	s.ReferenceBudget = d.pol.Reference(s.Assessment) // reads only the options: safe here
+	s.ReferenceBudget = s.Policy.Reference
 	if paused, until, why := d.exec.Paused(now); paused {
 		s.Paused = &PauseView{Until: until, Reason: why}
 	}

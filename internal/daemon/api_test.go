@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -495,5 +496,51 @@ func TestNoLooseningOffPlateau(t *testing.T) {
 	}
 	for _, r := range done(auditLines(t, e.cfg.DataDir), "budget") {
 		assert.NotEmpty(t, r.Reasons, "budget %d → %d without a reason", r.Budget.From, r.Budget.To)
+	}
+}
+
+// TestReferenceBudgetIsThePolicys: the status's reference_budget_tokens and
+// basin_reference_budget_tokens show the B_ref the policy uses — the one its bounds and incident
+// cut are fractions of, computed from the capacity it holds — not a B_ref recomputed from the
+// latest capacity reading. A dip of the cache within one step (3%) leaves it where it is; a
+// lasting fall of a fifth is followed, and the gateway gets the same number.
+func TestReferenceBudgetIsThePolicys(t *testing.T) {
+	e := newEnv(t, "")
+	d := e.daemon()
+	api := serveAPI(t, d)
+	metric := func() float64 {
+		code, body := call(t, http.MethodGet, api.URL+"/metrics", "", "")
+		require.Equal(t, http.StatusOK, code)
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "basin_reference_budget_tokens{") {
+				v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				require.NoError(t, err, line)
+				return v
+			}
+		}
+		return 0
+	}
+	e.stepUntil(d, 5, "seeing", func(s Status) bool { return !s.Blind && s.ReferenceBudget > 0 })
+	for _, tc := range []struct {
+		name     string
+		capacity float64
+		steps    int
+		want     int64
+	}{
+		{"a dip within one step: B_ref in use unchanged", 0.97 * testCapacity, 12, testReference},
+		{"a lasting fall: followed", 0.8 * testCapacity, 120, 0.8 * testReference},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.dep.capacity = tc.capacity
+			for range tc.steps {
+				e.step(d)
+			}
+			s := d.StatusNow()
+			assert.InDelta(t, tc.want, s.ReferenceBudget, 0.05*testReference, "status")
+			assert.Equal(t, s.Policy.Reference, s.ReferenceBudget, "one number: the policy's")
+			assert.Equal(t, float64(s.ReferenceBudget), metric(), "the metric shows the same")
+			require.NotNil(t, s.Gateway)
+			assert.Equal(t, s.ReferenceBudget, s.Gateway.ReferenceBudget, "the gateway holds the B_ref the policy uses")
+		})
 	}
 }

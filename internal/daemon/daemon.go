@@ -80,10 +80,13 @@ type Daemon struct {
 	audit  *remediate.Audit
 	lend   *lender.Lender
 	lendBE lender.Backend
-	rcv    *alerts.Receiver
-	slack  *notify.Notifier
-	gw     GatewayAPI
-	cal    *detector.Calibration
+	// rem is the remediation step the simulator's harness runs too: pol, lend (when lendBE is
+	// set) and exec.
+	rem   *remediate.Loop
+	rcv   *alerts.Receiver
+	slack *notify.Notifier
+	gw    GatewayAPI
+	cal   *detector.Calibration
 	// passive re-estimates the knee from live observations for the cron job.
 	passive *detector.Passive
 
@@ -308,6 +311,13 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		ex.Lending = remediate.BackendLending{Backend: d.lendBE}
 	}
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
+		return nil, err
+	}
+	var lend *lender.Lender // lending is decided only when there is a backend to apply it
+	if d.lendBE != nil {
+		lend = d.lend
+	}
+	if d.rem, err = remediate.NewLoop(d.pol, lend, d.exec); err != nil {
 		return nil, err
 	}
 	d.authFailures.Every = authLogEvery
@@ -646,7 +656,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	if len(d.audit.Pending()) > 0 {
 		d.reconcile(ctx)
 	}
-	in := remediate.Inputs{At: now, Assessment: a, DryRun: d.cfg.DryRun}
+	in := remediate.StepInputs{Inputs: remediate.Inputs{At: now, Assessment: a, DryRun: d.cfg.DryRun}, Snapshot: snap}
 	in.ArrivalRate, in.ArrivalOK = snap.Get(collector.ArrivalRate)
 	if view != nil {
 		in.GatewayOK = true
@@ -655,27 +665,24 @@ func (d *Daemon) Step(ctx context.Context) {
 	for _, al := range d.rcv.Incident().Alerts {
 		in.Alerts = append(in.Alerts, al.Name)
 	}
-	before := d.pol.State().Mode
-	plan := d.pol.Decide(in)
-	if plan.Mode == remediate.Incident && before != remediate.Incident {
+	if d.lendBE != nil {
+		d.adoptAffinity(view) // the lender's switch must be the gateway's before it decides
+		in.Decode = decodePool(snap)
+	}
+	res := d.rem.Step(ctx, in, d.save)
+	if res.IncidentStarted {
 		d.mu.Lock()
 		d.mu.incidents++
 		d.mu.Unlock()
 	}
-	if d.lendBE != nil {
-		d.adoptAffinity(view)
-		plan = d.pol.Lend(plan, d.lend, snap, a.Knee.Ratio, decodePool(snap))
-	}
 	var errMsg string
-	if !plan.Empty() {
-		if err := d.exec.Execute(ctx, plan, d.save); err != nil {
-			errMsg = err.Error()
-			d.log.Warn("plan", "seq", plan.Seq, "err", err)
+	if res.Err != nil {
+		errMsg = res.Err.Error()
+		if !res.Plan.Empty() {
+			d.log.Warn("plan", "seq", res.Plan.Seq, "err", res.Err)
 		}
-	} else if err := d.save(); err != nil {
-		errMsg = "saving state: " + err.Error()
 	}
-	d.finishStep(&plan, errMsg)
+	d.finishStep(&res.Plan, errMsg)
 }
 
 func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {

@@ -189,6 +189,8 @@ type exposition struct {
 	inCall float64
 	// quiet: no prompt, call, arrival or completion from now on (the counters stand still).
 	quiet bool
+	// capacity is the prefill's cache, tokens (0: testCapacity).
+	capacity float64
 	// Cumulative counters.
 	cacheTokens, computeTokens, calls, arrivals, completions float64
 }
@@ -220,13 +222,20 @@ func (x *exposition) advance(d time.Duration) {
 	x.completions += 0.05 * s
 }
 
+func (x *exposition) cacheCapacity() int64 {
+	if x.capacity > 0 {
+		return int64(x.capacity)
+	}
+	return testCapacity
+}
+
 func (x *exposition) prefill() string {
 	return fmt.Sprintf(`# TYPE sglang:max_total_num_tokens gauge
 sglang:max_total_num_tokens{engine_type="prefill",model_name="m",tp_rank="0"} %d
 # TYPE sglang:realtime_tokens_total counter
 sglang:realtime_tokens_total{engine_type="prefill",mode="prefill_cache",model_name="m",tp_rank="0"} %.0f
 sglang:realtime_tokens_total{engine_type="prefill",mode="prefill_compute",model_name="m",tp_rank="0"} %.0f
-`, testCapacity, x.cacheTokens, x.computeTokens)
+`, x.cacheCapacity(), x.cacheTokens, x.computeTokens)
 }
 
 func (x *exposition) decode() string {

@@ -36,7 +36,7 @@ func newMetrics(d *Daemon) *metrics {
 		lambda:    g("arrival_rate_per_second", "Smoothed session arrival rate λ."),
 		peak:      g("peak_completion_rate_per_second", "Peak session completion rate in use (calibrated or learnt)."),
 		budget:    g("budget_tokens", "The budget basin last decided (the gateway's budget unless in dry run)."),
-		reference: g("reference_budget_tokens", "B_ref = min(0.9 × knee·C, C)."),
+		reference: g("reference_budget_tokens", "The B_ref the policy uses: min(0.9 × knee·C, C) with C the cache capacity it holds (a fall followed over reference_window), re-sent when it moves by more than one step."),
 		paused:    g("remediation_paused", "1 while remediation is paused through the API."),
 		lending:   g("lending_enabled", "1 while basin has KV lending switched on."),
 		ready:     g("daemon_ready", "1 once the daemon has completed a step."),
@@ -58,7 +58,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Lock()
 	a, ready, ps, unseen, gwErr := d.mu.last, d.mu.ready, d.mu.policy, len(d.mu.unseen), d.mu.gatewayErr
 	d.mu.Unlock()
-	ref := d.pol.Reference(a) // reads only the options: safe off the loop
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
@@ -92,8 +91,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if ps.Target > 0 {
 		gauge(m.budget, float64(ps.Target))
 	}
-	if ref > 0 {
-		gauge(m.reference, float64(ref))
+	if ps.Reference > 0 {
+		gauge(m.reference, float64(ps.Reference))
 	}
 	if a.ObservedAt.IsZero() {
 		return // no complete observation yet: no numbers rather than zeros

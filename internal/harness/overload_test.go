@@ -34,9 +34,6 @@ func TestOverloadScenarioIsSustainedOverload(t *testing.T) {
 // deployment's calibration) must serve at least as many good sessions as Continuum on the same
 // hardware, in every seed (the worst seed is the check, not the median).
 func TestBasinNotWorseThanContinuumUnderSustainedOverload(t *testing.T) {
-	t.Skip("issue 14, open: basin misses by one seed on paper-1p1d-h100-overload — seeds 1–3: basin " +
-		"366/380/374 good sessions/h against continuum's 280/250/376 (1.31/1.52/0.995×). Before the lender, " +
-		"reference, restoring and stale-queue fixes: 0.68–0.76×. See docs/simulator.md, Sustained overload.")
 	if testing.Short() {
 		t.Skip("three seeds of a 90-minute overload run, with calibration")
 	}

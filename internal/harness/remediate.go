@@ -49,9 +49,8 @@ func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) erro
 }
 
 // attachRemediation runs basin's remediation loop in a run: on every observation step the
-// detector's assessment and the admission core's state go through remediate.Policy and
-// remediate.Executor — the code `basin daemon` runs — acting on the core instead of the gateway's
-// admin API.
+// detector's assessment and the admission core's state go through remediate.Loop.Step — the step
+// `basin daemon` runs — acting on the core instead of the gateway's admin API.
 func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options) (*RemediationSummary, error) {
 	pol, err := remediate.NewPolicy(ro)
 	if err != nil {
@@ -74,26 +73,31 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 	if err != nil {
 		return nil, err
 	}
+	loop, err := remediate.NewLoop(pol, lend, exec)
+	if err != nil {
+		return nil, err
+	}
 	sum := &RemediationSummary{}
-	lastMode := remediate.Normal
 	err = observe(o, do, func(t Tick) {
 		act.now = t.Now
-		arr, arrOK := t.Snapshot.Get(collector.ArrivalRate)
-		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1), ArrivalRate: arr, ArrivalOK: arrOK})
 		control = t.Control
-		if plan = pol.Lend(plan, lend, t.Snapshot, t.Assessment.Knee.Ratio, decodeInstances(t.Control.Stats())); plan.Lending != nil {
-			sum.LendingToggles++
+		in := remediate.StepInputs{Inputs: remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
+			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1)},
+			Snapshot: t.Snapshot, Decode: decodeInstances(t.Control.Stats())}
+		in.ArrivalRate, in.ArrivalOK = t.Snapshot.Get(collector.ArrivalRate)
+		res := loop.Step(context.Background(), in, nil)
+		if res.Err != nil {
+			panic(fmt.Sprintf("simulated remediation: %v", res.Err)) // the in-process actuators do not fail
 		}
-		if plan.Mode == remediate.Incident && lastMode != remediate.Incident {
+		if res.IncidentStarted {
 			sum.Incidents++
 		}
-		lastMode = plan.Mode
+		plan := res.Plan
+		if plan.Lending != nil {
+			sum.LendingToggles++
+		}
 		if plan.Empty() {
 			return
-		}
-		if err := exec.Execute(context.Background(), plan, nil); err != nil {
-			panic(fmt.Sprintf("simulated remediation: %v", err)) // the in-process actuators do not fail
 		}
 		sum.Plans = append(sum.Plans, plan)
 		if b := plan.Budget; b != nil && b.To != b.From {

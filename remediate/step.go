@@ -1,0 +1,74 @@
+package remediate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/lender"
+)
+
+// Loop is one remediation loop's parts: the policy that decides, the lender that switches KV
+// lending (nil when no lending backend is configured) and the executor that acts. `basin daemon`
+// and the simulator's harness step through the same Loop.Step, so that what the simulator
+// measures is what the daemon does: decide, then lend, then execute, with incidents counted the
+// same way. Not safe for concurrent use: one loop owns it (as it owns the Policy).
+type Loop struct {
+	Policy   *Policy
+	Lender   *lender.Lender
+	Executor *Executor
+}
+
+// StepInputs are one step's readings: the policy's inputs, and the lender's (the collector's
+// snapshot for the risk rule and the decode instances as the lender sees them).
+type StepInputs struct {
+	Inputs
+	Snapshot collector.Snapshot
+	Decode   []lender.Instance
+}
+
+// StepResult is what one step decided and how carrying it out went.
+type StepResult struct {
+	// Plan is the step's plan, lending included; it may be empty.
+	Plan Plan
+	// IncidentStarted: this step entered incident mode (the daemon's daily summary and the
+	// simulator's count of incidents both count these).
+	IncidentStarted bool
+	// Err is the executor's error, or the persist function's when the plan was empty.
+	Err error
+}
+
+// NewLoop checks that the loop has what it needs to decide and act.
+func NewLoop(p *Policy, l *lender.Lender, e *Executor) (*Loop, error) {
+	switch {
+	case p == nil:
+		return nil, errors.New("remediation loop: Policy is required")
+	case e == nil:
+		return nil, errors.New("remediation loop: Executor is required")
+	}
+	return &Loop{Policy: p, Lender: l, Executor: e}, nil
+}
+
+// Step decides on in, lets the lender add its change, and executes the plan; persist (nil: none)
+// is called between each action's intent and outcome, as Executor.Execute does, and once when the
+// plan is empty, so the policy's state moved by the decision (arrival rate, held capacity) is kept
+// even on a step that acts on nothing.
+func (l *Loop) Step(ctx context.Context, in StepInputs, persist func() error) StepResult {
+	before := l.Policy.State().Mode
+	plan := l.Policy.Decide(in.Inputs)
+	res := StepResult{IncidentStarted: plan.Mode == Incident && before != Incident}
+	if l.Lender != nil {
+		plan = l.Policy.Lend(plan, l.Lender, in.Snapshot, in.Assessment.Knee.Ratio, in.Decode)
+	}
+	res.Plan = plan
+	switch {
+	case !plan.Empty():
+		res.Err = l.Executor.Execute(ctx, plan, persist)
+	case persist != nil:
+		if err := persist(); err != nil {
+			res.Err = fmt.Errorf("saving state: %w", err)
+		}
+	}
+	return res
+}
