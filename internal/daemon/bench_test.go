@@ -21,6 +21,7 @@ import (
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/testclock"
 )
 
 // benchWarmSteps is how many steps the daemon takes before its heap is measured: more than
@@ -149,7 +150,7 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 			}
 		}
 	}
-	clk := newClock()
+	clk := testclock.New(t0)
 	baseline := heapInUse()
 	d, err := New(cfg, Options{Now: clk.Now, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

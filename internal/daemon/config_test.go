@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -319,4 +321,38 @@ collector:
 	}
 	_, statErr := os.Stat(filepath.Join(dir, "data"))
 	assert.ErrorIs(t, statErr, os.ErrNotExist)
+}
+
+// TestStartSaysWhichSignalCannotBeProvided: a daemon whose targets cannot feed a signal the
+// detector needs says which one at start, naming the missing target, rather than only staying
+// blind later.
+func TestStartSaysWhichSignalCannotBeProvided(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		targets []collector.Target
+		want    []string
+	}{
+		{"every target", nil, nil},
+		{"no gateway target", []collector.Target{
+			{Name: "prefill-0", URL: "http://127.0.0.1:1/metrics/prefill-0", Role: collector.RolePrefill, Dialect: collector.DialectSGLang},
+			{Name: "decode-0", URL: "http://127.0.0.1:1/metrics/decode-0", Role: collector.RoleDecode, Dialect: collector.DialectSGLang},
+		}, []string{"live_sessions (needed by detector): missing"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			if tc.targets != nil {
+				e.cfg.Collector.Targets = tc.targets
+			}
+			var buf bytes.Buffer
+			e.log = slog.New(slog.NewTextHandler(&buf, nil))
+			e.daemon()
+			logged := buf.String()
+			if len(tc.want) == 0 {
+				assert.NotContains(t, logged, "cannot provide a signal")
+			}
+			for _, w := range tc.want {
+				assert.Contains(t, logged, w)
+			}
+		})
+	}
 }

@@ -221,6 +221,11 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if err := d.col.Declare("detector", detector.Needs()...); err != nil {
 		return nil, fmt.Errorf("collector: %w", err)
 	}
+	// Said once at start, before the first step: a signal no configured target can provide
+	// shows otherwise only as a detector that stays blind, with no hint of which target is missing.
+	for _, p := range d.col.Check() {
+		d.log.Warn("collector: the configured targets cannot provide a signal the detector needs", "problem", p.String())
+	}
 	if d.det, err = detector.New(detector.Options{Calibration: d.cal}); err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/testclock"
 	"github.com/basin-dev/basin/remediate"
 )
 
@@ -34,27 +35,6 @@ var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 
 // stepEvery is the fake time between two steps: the default interval.
 const stepEvery = 5 * time.Second
-
-// clock is a settable Now, safe for concurrent use (Serve's goroutines read it).
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
 
 // budgetCall is one SetBudget the fake gateway received.
 type budgetCall struct {
@@ -302,7 +282,7 @@ type env struct {
 	t     *testing.T
 	dir   string
 	cfg   *Config
-	clock *clock
+	clock *testclock.Clock
 	gw    *fakeGateway
 	dep   *exposition
 	// made are the daemons built on dir, in order.
@@ -348,7 +328,7 @@ func newEnv(t *testing.T, extra string) *env {
 	require.NoError(t, os.WriteFile(path, []byte(baseYAML+extra), 0o600))
 	cfg, err := LoadConfig(path)
 	require.NoError(t, err)
-	return &env{t: t, dir: dir, cfg: cfg, clock: newClock(), gw: newFakeGateway(testReference), dep: healthy()}
+	return &env{t: t, dir: dir, cfg: cfg, clock: testclock.New(t0), gw: newFakeGateway(testReference), dep: healthy()}
 }
 
 // daemon builds a daemon on the env (a restart when one was built before).
