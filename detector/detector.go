@@ -105,6 +105,9 @@ type Assessment struct {
 	// TimeToTrap is how long until N reaches the edge at its current growth; nil when N does not
 	// grow. In JSON: time_to_trap_seconds.
 	TimeToTrap *time.Duration `json:"-"`
+	// SpikeTolerance is the largest arrival spike (for SpikeWindow) the deployment absorbs now and
+	// still comes back by itself; nil while the fluid model cannot say.
+	SpikeTolerance *SpikeTolerance `json:"spike_tolerance,omitempty"`
 
 	// Lambda is the smoothed arrival rate, CompletionRate and ArrivalRate the collector's windowed
 	// ones, all sessions per second; CallsPerSession is K (0 while unknown).
@@ -551,7 +554,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		Knee: knee, KneeTokens: knee.Ratio * obs.c, WorkingSetOverCache: ratio, HitRate: obs.hit, HitEvidence: ev0,
 		Plateau: plateau, CollapseHit: collapse, LiveSessions: obs.n,
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
-		TimeToTrap: out.TimeToTrap, Lambda: out.Lambda, ArrivalRate: obs.arrival,
+		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state), obs.estimated)

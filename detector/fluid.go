@@ -157,6 +157,9 @@ type Outlook struct {
 	ModelSlope, ObservedSlope float64
 	// Lambda is the smoothed arrival rate and K the calls per session (0 when not known yet).
 	Lambda, K float64
+	// SpikeTolerance is the largest spike the deployment absorbs now (nil while K, λ, the edge
+	// or the curve is unknown).
+	SpikeTolerance *SpikeTolerance
 }
 
 // Fluid estimates the fluid model dN/dt = λ − X(N)/K online: X(N) from (live sessions, call
@@ -174,6 +177,8 @@ type Fluid struct {
 	calls, completions     float64 // EWMAs, ratio is K
 	completed              float64 // sessions completed, integrated
 	seededK                float64
+
+	tolCurve sessionCurve // SpikeTolerance's scratch copy of the curve
 }
 
 type fluidBin struct {
@@ -454,6 +459,11 @@ func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
 	}
 	d := *out.Edge - n
 	out.DistanceToEdge = &d
+	if ok {
+		if tol, known := f.SpikeTolerance(n, f.lambda, k, *out.Edge); known {
+			out.SpikeTolerance = &tol
+		}
+	}
 	if slope > 0 {
 		secs := max(0, d/slope)
 		if secs <= maxTimeToTrap.Seconds() {
