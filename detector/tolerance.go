@@ -64,7 +64,8 @@ func (c sessionCurve) at(n float64) float64 {
 // the population past which it does not come back. The fluid model dN/dt = λ(t) − X(N)/K is
 // integrated over the spike window for a candidate extra rate, and the largest extra rate whose
 // population stays below the edge and then comes back at the base rate is found by bisection
-// (the end population rises with the extra rate). ok is false when it cannot be said: no arrivals, K or the edge unknown, or no curve yet.
+// (the end population rises with the extra rate). ok is false when it cannot be said: no
+// arrivals, K or the edge unknown, or the curve not seen up to the edge.
 func (f *Fluid) SpikeTolerance(n, lambda, k, edge float64) (SpikeTolerance, bool) {
 	if !(lambda > 0) || !(k > 0) || !(edge > 0) || math.IsInf(lambda, 0) {
 		return SpikeTolerance{}, false
@@ -76,11 +77,15 @@ func (f *Fluid) SpikeTolerance(n, lambda, k, edge float64) (SpikeTolerance, bool
 		}
 	}
 	f.tolCurve = c
-	if len(c) == 0 {
-		return SpikeTolerance{}, false
-	}
-	if n >= edge {
+	if n >= edge && len(c) > 0 {
 		return SpikeTolerance{Ratio: 1}, true
+	}
+	if len(c) == 0 || c[len(c)-1].n < edge {
+		// The curve has not been seen (or calibrated) up to the edge: how the deployment completes
+		// the sessions a spike adds is unknown there, and extrapolating would decide the answer —
+		// flat from its operating point (X/K = λ), a healthy deployment would read as absorbing
+		// nothing. Unknown is the honest answer.
+		return SpikeTolerance{}, false
 	}
 	window := SpikeWindow.Seconds()
 	dt := window / toleranceSteps

@@ -62,7 +62,7 @@ func TestSpikeTolerance(t *testing.T) {
 		assert.Equal(t, 1.0, tol.Ratio)
 	})
 	t.Run("an edge out of reach is a lower bound", func(t *testing.T) {
-		tol, ok := c.f.SpikeTolerance(1, 0.05/60, k, 1e6)
+		tol, ok := c.f.SpikeTolerance(1, 0.05/60, k, 70)
 		require.True(t, ok)
 		assert.True(t, tol.Capped)
 		assert.Equal(t, MaxSpikeRatio, tol.Ratio)
@@ -93,4 +93,22 @@ func TestOutlookCarriesSpikeTolerance(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, want, *out.SpikeTolerance)
 	assert.Greater(t, out.SpikeTolerance.Ratio, 1.0)
+}
+
+// TestSpikeToleranceUnknownShortOfTheEdge: a deployment seen only around where it runs (its
+// completions matching its arrivals) has shown nothing of how it completes the sessions a spike
+// adds, and must not be read as absorbing nothing.
+func TestSpikeToleranceUnknownShortOfTheEdge(t *testing.T) {
+	for _, seen := range []int{26, 40} {
+		c := learnt(t, seen, 3.3)
+		k, _ := c.f.K()
+		for _, n := range []float64{20, 26} {
+			_, ok := c.f.SpikeTolerance(n, 3.3/60, k, 47.8)
+			assert.False(t, ok, "curve seen up to N=%d, from N=%v", seen, n)
+		}
+	}
+	c := learnt(t, 52, 3.3)
+	k, _ := c.f.K()
+	_, ok := c.f.SpikeTolerance(26, 3.3/60, k, 47.8)
+	assert.True(t, ok, "seen up to the edge")
 }

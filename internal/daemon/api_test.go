@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -541,6 +542,49 @@ func TestReferenceBudgetIsThePolicys(t *testing.T) {
 			assert.Equal(t, float64(s.ReferenceBudget), metric(), "the metric shows the same")
 			require.NotNil(t, s.Gateway)
 			assert.Equal(t, s.ReferenceBudget, s.Gateway.ReferenceBudget, "the gateway holds the B_ref the policy uses")
+		})
+	}
+}
+
+// TestSpikeToleranceMetric: the spike tolerance is exported once the fluid model knows the curve
+// up to the edge (here from a calibration's points), and absent — not a made-up number — before.
+func TestSpikeToleranceMetric(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		points bool
+	}{{"no curve to the edge", false}, {"calibrated curve", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			if tc.points {
+				cal := testCalibration()
+				// Completions rise to 0.2/s at N = 60 and fall after: at λ = 0.05/s the stable point is
+				// N = 15 and the edge N = 97.5, with the env's deployment at N = 40 between them.
+				for n := 10.0; n <= 100; n += 10 {
+					rate := 0.2 * n / 60
+					if n > 60 {
+						rate = 0.2 - 0.004*(n-60)
+					}
+					cal.Points = append(cal.Points, detector.Point{WorkingSetOverCache: n / 40, HitRate: 0.9,
+						Sessions: n, CompletionRatePerS: rate})
+				}
+				require.NoError(t, cal.Save(filepath.Join(e.dir, "calibration.json")))
+			}
+			d := e.daemon()
+			api := serveAPI(t, d)
+			for range 6 {
+				e.step(d)
+			}
+			_, body := call(t, http.MethodGet, api.URL+"/metrics", "", "")
+			m := string(body)
+			if !tc.points {
+				assert.NotContains(t, m, "basin_spike_tolerance_ratio{")
+				return
+			}
+			tol := d.StatusNow().Assessment.SpikeTolerance
+			require.NotNil(t, tol)
+			assert.Greater(t, tol.Ratio, 1.0)
+			assert.Contains(t, m, fmt.Sprintf(`basin_spike_tolerance_ratio{deployment="unit"} %v`, tol.Ratio))
+			assert.Contains(t, m, `basin_spike_tolerance_sessions{deployment="unit"}`)
 		})
 	}
 }

@@ -13,7 +13,7 @@ type metrics struct {
 	d                                                            *Daemon
 	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
-	peak, dryRun, blind, gatewayUp                               *prometheus.Desc
+	peak, dryRun, blind, gatewayUp, tolRatio, tolSessions        *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -22,25 +22,28 @@ func newMetrics(d *Daemon) *metrics {
 		return prometheus.NewDesc("basin_"+name, help, labels, prometheus.Labels{"deployment": d.cfg.Deployment})
 	}
 	return &metrics{d: d,
-		state:     g("state", "1 for the detector's current state, 0 for the others.", "state"),
-		mode:      g("remediation_mode", "1 for the budget controller's current mode (normal, incident, restoring).", "mode"),
-		wc:        g("working_set_over_cache", "Working set ÷ cache capacity (W/C)."),
-		hit:       g("hit_rate", "Windowed prefix-cache hit rate from counters."),
-		plateau:   g("plateau_hit_rate", "The hit rate's plateau (calibrated or learnt)."),
-		knee:      g("knee_ratio", "The knee as W/C (calibrated, learnt or default)."),
-		live:      g("live_sessions", "Live sessions seen by the detector."),
-		stable:    g("equilibrium_stable_sessions", "Fluid model: the stable equilibrium N at the current arrival rate."),
-		unstable:  g("equilibrium_unstable_sessions", "Fluid model: the unstable equilibrium N (the edge of the basin)."),
-		ttt:       g("time_to_trap_seconds", "Fluid model: time until N reaches the edge at its current growth."),
-		edge:      g("distance_to_edge_sessions", "Fluid model: the edge minus N."),
-		lambda:    g("arrival_rate_per_second", "Smoothed session arrival rate λ."),
-		peak:      g("peak_completion_rate_per_second", "Peak session completion rate in use (calibrated or learnt)."),
-		budget:    g("budget_tokens", "The budget basin last decided (the gateway's budget unless in dry run)."),
-		reference: g("reference_budget_tokens", "The B_ref the policy uses: min(0.9 × knee·C, C) with C the cache capacity it holds (a fall followed over reference_window), re-sent when it moves by more than one step."),
-		paused:    g("remediation_paused", "1 while remediation is paused through the API."),
-		lending:   g("lending_enabled", "1 while basin has KV lending switched on."),
-		ready:     g("daemon_ready", "1 once the daemon has completed a step."),
-		dryRun:    g("dry_run", "1 when the daemon only records what it would do."),
+		state:    g("state", "1 for the detector's current state, 0 for the others.", "state"),
+		mode:     g("remediation_mode", "1 for the budget controller's current mode (normal, incident, restoring).", "mode"),
+		wc:       g("working_set_over_cache", "Working set ÷ cache capacity (W/C)."),
+		hit:      g("hit_rate", "Windowed prefix-cache hit rate from counters."),
+		plateau:  g("plateau_hit_rate", "The hit rate's plateau (calibrated or learnt)."),
+		knee:     g("knee_ratio", "The knee as W/C (calibrated, learnt or default)."),
+		live:     g("live_sessions", "Live sessions seen by the detector."),
+		stable:   g("equilibrium_stable_sessions", "Fluid model: the stable equilibrium N at the current arrival rate."),
+		unstable: g("equilibrium_unstable_sessions", "Fluid model: the unstable equilibrium N (the edge of the basin)."),
+		ttt:      g("time_to_trap_seconds", "Fluid model: time until N reaches the edge at its current growth."),
+		edge:     g("distance_to_edge_sessions", "Fluid model: the edge minus N."),
+		tolRatio: g("spike_tolerance_ratio", "Fluid model: the largest multiplier of the current arrival rate, held for 10 minutes, "+
+			"after which the deployment still comes back by itself (1: it absorbs nothing more; 20: at least that)."),
+		tolSessions: g("spike_tolerance_sessions", "Fluid model: the extra sessions of the largest 10-minute spike the deployment absorbs now."),
+		lambda:      g("arrival_rate_per_second", "Smoothed session arrival rate λ."),
+		peak:        g("peak_completion_rate_per_second", "Peak session completion rate in use (calibrated or learnt)."),
+		budget:      g("budget_tokens", "The budget basin last decided (the gateway's budget unless in dry run)."),
+		reference:   g("reference_budget_tokens", "The B_ref the policy uses: min(0.9 × knee·C, C) with C the cache capacity it holds (a fall followed over reference_window), re-sent when it moves by more than one step."),
+		paused:      g("remediation_paused", "1 while remediation is paused through the API."),
+		lending:     g("lending_enabled", "1 while basin has KV lending switched on."),
+		ready:       g("daemon_ready", "1 once the daemon has completed a step."),
+		dryRun:      g("dry_run", "1 when the daemon only records what it would do."),
 		blind: g("blind", "1 while the daemon cannot see a signal the detector needs or the gateway's admin API "+
 			"(GET /api/v1/status lists what): basin_state is then the state held, not a reading."),
 		gatewayUp: g("gateway_admin_up", "1 when the last read of the gateway's admin API succeeded (absent without a gateway)."),
@@ -119,5 +122,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if v := a.TimeToTrap; v != nil {
 		gauge(m.ttt, v.Seconds())
+	}
+	if v := a.SpikeTolerance; v != nil {
+		gauge(m.tolRatio, v.Ratio)
+		gauge(m.tolSessions, v.Sessions)
 	}
 }
