@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/yamlconf"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
@@ -27,6 +28,10 @@ const (
 	DefaultDailySummary = "CRON_TZ=UTC 0 0 9 * * *"
 	// DefaultKneeReestimate re-estimates the knee passively every hour.
 	DefaultKneeReestimate = "@every 1h"
+	// DefaultSpikeToleranceMargin: a deployment should take +50% arrivals for ten minutes and come
+	// back by itself. The paper's deployment recovers from +33% and is trapped by +100%; a margin
+	// between the two warns while a spike the size of ordinary bursts can still be absorbed.
+	DefaultSpikeToleranceMargin = 0.5
 	// TokenEnv, GatewayTokenEnv, SlackTokenEnv and SlackWebhookEnv hold secrets when no file is
 	// configured.
 	TokenEnv        = "BASIN_DAEMON_TOKEN"
@@ -64,6 +69,11 @@ type Config struct {
 	ClockSpeed float64 `yaml:"clock_speed"`
 	// Calibration is the file `basin calibrate` wrote; empty: the knee is learnt passively.
 	Calibration string `yaml:"calibration"`
+	// SpikeToleranceMargin is the spike the deployment should always be able to absorb, as a
+	// fraction of its arrival rate over ten minutes (DefaultSpikeToleranceMargin, +50%): the
+	// BasinSpikeToleranceLow alert warns when the spike tolerance stays under 1 + this. The daemon
+	// exports it as basin_spike_tolerance_alert_ratio so the rule reads it from here.
+	SpikeToleranceMargin float64 `yaml:"spike_tolerance_margin"`
 	// Collector is what to scrape.
 	Collector CollectorConfig `yaml:"collector"`
 	// Gateway is the admission gateway's admin API.
@@ -192,6 +202,12 @@ func (c *Config) validate(root *yaml.Node) error {
 	}
 	if c.Interval < Duration(time.Second) {
 		bad([]string{"interval"}, "%v, must be at least 1s", time.Duration(c.Interval))
+	}
+	if c.SpikeToleranceMargin == 0 {
+		c.SpikeToleranceMargin = DefaultSpikeToleranceMargin
+	}
+	if !(c.SpikeToleranceMargin > 0 && c.SpikeToleranceMargin < detector.MaxSpikeRatio-1) {
+		bad([]string{"spike_tolerance_margin"}, "%v outside (0, %v)", c.SpikeToleranceMargin, detector.MaxSpikeRatio-1)
 	}
 	if c.ClockSpeed == 0 {
 		c.ClockSpeed = 1

@@ -13,7 +13,7 @@ type metrics struct {
 	d                                                            *Daemon
 	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
-	peak, dryRun, blind, gatewayUp, tolRatio, tolSessions        *prometheus.Desc
+	peak, dryRun, blind, gatewayUp, tolRatio, tolSessions, tolAt *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -36,6 +36,7 @@ func newMetrics(d *Daemon) *metrics {
 		tolRatio: g("spike_tolerance_ratio", "Fluid model: the largest multiplier of the current arrival rate, held for 10 minutes, "+
 			"after which the deployment still comes back by itself (1: it absorbs nothing more; 20: at least that)."),
 		tolSessions: g("spike_tolerance_sessions", "Fluid model: the extra sessions of the largest 10-minute spike the deployment absorbs now."),
+		tolAt:       g("spike_tolerance_alert_ratio", "1 + spike_tolerance_margin: BasinSpikeToleranceLow warns while basin_spike_tolerance_ratio stays under it."),
 		lambda:      g("arrival_rate_per_second", "Smoothed session arrival rate λ."),
 		peak:        g("peak_completion_rate_per_second", "Peak session completion rate in use (calibrated or learnt)."),
 		budget:      g("budget_tokens", "The budget basin last decided (the gateway's budget unless in dry run)."),
@@ -72,6 +73,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(m.ready, b2f(ready))
 	gauge(m.dryRun, b2f(d.cfg.DryRun))
+	gauge(m.tolAt, 1+d.cfg.SpikeToleranceMargin)
 	m.cronRuns.Collect(ch)
 	m.cronPanics.Collect(ch)
 	if !ready {
