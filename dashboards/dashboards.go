@@ -289,6 +289,19 @@ func Overview() (Dashboard, error) {
 		target{"60 * sum by (instance) (" + rate(sel("basin_gateway_session_completions_total", j)) + ")", "μ completions {{instance}}"}).
 		Min(0))
 
+	b.panel(timeSeries("Spike tolerance",
+		"The largest arrival spike the deployment absorbs now and still comes back by itself: a multiplier of the "+
+			"current arrival rate held for ten minutes (1 = nothing more), from the fluid model. Under the dashed line "+
+			"(1 + spike_tolerance_margin) for 15 minutes, BasinSpikeToleranceLow warns. Absent while the completion "+
+			"curve is not known up to the edge. The right axis shows the spike's extra sessions.",
+		"short", 12,
+		target{sel("basin_spike_tolerance_ratio", j), "tolerance × λ {{deployment}}"},
+		target{sel("basin_spike_tolerance_alert_ratio", j), "alert below {{deployment}}"},
+		target{sel("basin_spike_tolerance_sessions", j), "extra sessions {{deployment}}"}).
+		Min(0).
+		OverrideByQuery("B", props(dashed(), fixedColor("orange"))).
+		OverrideByQuery("C", append(rightAxis("sessions"), unitProp("short"))))
+
 	b.row("Admission and remediation")
 	b.panel(timeSeries("Budget vs reserved",
 		"The gateway's admission budget B, the live sessions' demands on it, basin's reference budget "+
