@@ -171,13 +171,16 @@ type CurveView struct {
 	UnstableN      *float64              `json:"unstable_n,omitempty"`
 	Estimated      bool                  `json:"unstable_estimated,omitempty"`
 	NoEquilibrium  bool                  `json:"no_equilibrium,omitempty"`
+	// SpikeTolerance is the largest 10-minute spike the deployment absorbs now; absent while the
+	// curve is not known up to the edge.
+	SpikeTolerance *detector.SpikeTolerance `json:"spike_tolerance,omitempty"`
 }
 
 func (d *Daemon) serveCurve(w http.ResponseWriter, _ *http.Request) {
 	a, _ := d.det.Last()
 	v := CurveView{Points: d.det.Curve(), LambdaPerS: a.Lambda, LiveSessions: a.LiveSessions, CompletionPerS: a.CompletionRate,
 		StableN: a.Equilibria.Stable, UnstableN: a.Equilibria.Unstable, Estimated: a.Equilibria.Estimated,
-		NoEquilibrium: a.Equilibria.NoEquilibrium}
+		NoEquilibrium: a.Equilibria.NoEquilibrium, SpikeTolerance: a.SpikeTolerance}
 	if v.Points == nil {
 		v.Points = []detector.CurvePoint{}
 	}

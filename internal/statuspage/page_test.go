@@ -22,8 +22,8 @@ import (
 // api is what the fake daemon answers: the JSON of /api/v1/status, /events, /history and /curve,
 // in the shapes the daemon writes them.
 type api struct {
-	status, history map[string]any
-	events          []map[string]any
+	status, history, curve map[string]any
+	events                 []map[string]any
 }
 
 // serve is the page with a fake daemon API behind it.
@@ -52,7 +52,11 @@ func (a api) serve(t *testing.T) string {
 	answer("/api/v1/status", a.status)
 	answer("/api/v1/history", hist)
 	answer("/api/v1/events", map[string]any{"events": events})
-	answer("/api/v1/curve", map[string]any{"points": []any{}, "lambda_per_s": 0, "live_sessions": 0, "completion_per_s": 0})
+	curve := a.curve
+	if curve == nil {
+		curve = map[string]any{"points": []any{}, "lambda_per_s": 0, "live_sessions": 0, "completion_per_s": 0}
+	}
+	answer("/api/v1/curve", curve)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/"
@@ -170,6 +174,22 @@ func TestPageInChromium(t *testing.T) {
 			text, _ := chromiumtest.Text(dom, "blind")
 			assert.Equal(t, "cannot see: no step completed yet — no state yet; never saw every signal", text)
 		}},
+		{"spike tolerance", api{status: status(nil), curve: curveWith(map[string]any{"ratio": 1.62, "sessions": 37.2})},
+			func(t *testing.T, dom string) {
+				text, _ := chromiumtest.Text(dom, "curve-note")
+				assert.Contains(t, text, "absorbs a spike of +62% for 10 min (37 extra sessions) and comes back")
+			}},
+		{"spike tolerance: none left", api{status: status(nil), curve: curveWith(map[string]any{"ratio": 1, "sessions": 0})},
+			func(t *testing.T, dom string) {
+				text, _ := chromiumtest.Text(dom, "curve-note")
+				assert.Contains(t, text, "absorbs no spike: more arrivals now would leave it trapped")
+			}},
+		{"spike tolerance: unknown, not zero", api{status: status(nil), curve: curveWith(nil)},
+			func(t *testing.T, dom string) {
+				text, _ := chromiumtest.Text(dom, "curve-note")
+				assert.Contains(t, text, "spike tolerance unknown: the curve is not known up to the edge")
+				assert.NotContains(t, text, "absorbs")
+			}},
 		{"count-only budget", api{
 			status: status(func(_, _, g map[string]any) { g["budget_tokens"], g["reference_budget_tokens"] = 1e12, 1e12 }),
 			history: map[string]any{"points": []map[string]any{
@@ -309,4 +329,15 @@ func TestPageLosesTheDaemon(t *testing.T) {
 	text, _ := chromiumtest.Text(dom, "state")
 	assert.Equal(t, "no data: /api/v1/status: 502", text)
 	assert.Equal(t, "no-data", chromiumtest.Attr(dom, "state", "data-state"), "not the green of the last reading")
+}
+
+// curveWith is a /api/v1/curve answer with a learnt curve and, when not nil, a spike tolerance.
+func curveWith(tolerance map[string]any) map[string]any {
+	c := map[string]any{"points": []map[string]any{{"n": 10, "sessions_per_s": 0.02}, {"n": 30, "sessions_per_s": 0.06},
+		{"n": 60, "sessions_per_s": 0.03}}, "lambda_per_s": 0.04, "live_sessions": 20, "completion_per_s": 0.04,
+		"stable_n": 20.0, "unstable_n": 50.0}
+	if tolerance != nil {
+		c["spike_tolerance"] = tolerance
+	}
+	return c
 }

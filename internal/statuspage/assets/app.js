@@ -108,7 +108,18 @@ function drawCurve(c) {
   if (c.stable_n !== undefined) parts.push(`stable N ${c.stable_n.toFixed(1)}`);
   if (c.unstable_n !== undefined) parts.push(`unstable N ${c.unstable_n.toFixed(1)}: past it the population grows by itself`);
   if (c.no_equilibrium) parts.push("no equilibrium: arrivals exceed what the deployment can complete");
+  parts.push(spikeTolerance(c.spike_tolerance));
   note.textContent = parts.join(" · ");
+}
+
+// spikeTolerance says how large a ten-minute arrival spike the deployment takes now and still comes
+// back by itself; unknown is said as such, never as zero.
+function spikeTolerance(t) {
+  if (!t) return "spike tolerance unknown: the curve is not known up to the edge";
+  if (t.ratio <= 1) return "absorbs no spike: more arrivals now would leave it trapped";
+  const pct = Math.round((t.ratio - 1) * 100);
+  return (t.capped ? `absorbs at least +${pct}%` : `absorbs a spike of +${pct}%`) +
+    ` for 10 min (${Math.round(t.sessions)} extra sessions) and comes back`;
 }
 
 // blindness is what the daemon cannot see, or null when it sees everything it needs. The daemon
