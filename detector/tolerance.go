@@ -1,6 +1,8 @@
 package detector
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -131,4 +133,40 @@ func (f *Fluid) SpikeTolerance(n, lambda, k, edge float64) (SpikeTolerance, bool
 		}
 	}
 	return SpikeTolerance{Ratio: 1 + lo/lambda, Sessions: lo * window}, true
+}
+
+// CalibratedOutlook is the fluid model's outlook from a calibration alone — the completion curve
+// its points give, with its calls per session — at population n and arrival rate lambda (sessions
+// per second), for sessions of meanContext tokens on a cache of cacheTokens: what `basin risk` says
+// before a daemon has watched the deployment. A negative n stands for the stable equilibrium of
+// lambda, where a deployment at that arrival rate settles.
+func CalibratedOutlook(c *Calibration, n, lambda, meanContext, cacheTokens float64) (Outlook, error) {
+	switch {
+	case c == nil || len(c.Points) == 0:
+		return Outlook{}, errors.New("calibration: no points (run basin calibrate): the completion curve is unknown")
+	case !(c.CallsPerSession > 0):
+		return Outlook{}, errors.New("calibration: calls_per_session unknown: the completion curve is unknown")
+	case !(lambda > 0) || math.IsInf(lambda, 0):
+		return Outlook{}, fmt.Errorf("arrival rate: %v sessions/s, must be positive", lambda)
+	case !(meanContext > 0) || !(cacheTokens > 0):
+		return Outlook{}, fmt.Errorf("mean context %v and cache %v tokens: both must be positive", meanContext, cacheTokens)
+	}
+	f, err := NewFluid(FluidOptions{})
+	if err != nil {
+		return Outlook{}, err
+	}
+	f.Seed(c)
+	f.lambda, f.meanCtx = lambda, meanContext
+	knee := c.KneeRatio
+	if !(knee > 0) {
+		knee = DefaultKneeRatio
+	}
+	if n < 0 {
+		out := f.Outlook(0, knee, cacheTokens)
+		if out.Equilibria.Stable == nil {
+			return out, errors.New("no stable equilibrium at this arrival rate: the deployment does not settle")
+		}
+		n = *out.Equilibria.Stable
+	}
+	return f.Outlook(n, knee, cacheTokens), nil
 }

@@ -112,3 +112,32 @@ func TestSpikeToleranceUnknownShortOfTheEdge(t *testing.T) {
 	_, ok := c.f.SpikeTolerance(26, 3.3/60, k, 47.8)
 	assert.True(t, ok, "seen up to the edge")
 }
+
+func TestCalibratedOutlook(t *testing.T) {
+	cal := &Calibration{CallsPerSession: testK, KneeRatio: 1.9}
+	for n := 2.0; n <= 80; n += 2 {
+		cal.Points = append(cal.Points, Point{Sessions: n, CompletionRatePerS: simCurve(n) / 60})
+	}
+	out, err := CalibratedOutlook(cal, -1, 3.3/60, 25_000, 70*25_000/1.9)
+	require.NoError(t, err)
+	require.NotNil(t, out.Equilibria.Stable)
+	assert.InDelta(t, 3.3*40/5.1, *out.Equilibria.Stable, 0.5, "settles at the stable point")
+	require.NotNil(t, out.SpikeTolerance)
+	want := referenceTolerance(*out.Equilibria.Stable, 3.3, 40+1.8/0.23)
+	assert.InEpsilon(t, want, out.SpikeTolerance.Ratio, 0.03)
+
+	for name, tc := range map[string]struct {
+		cal          *Calibration
+		lambda, ctx  float64
+		wantContains string
+	}{
+		"no points":       {&Calibration{CallsPerSession: testK}, 3.3 / 60, 25_000, "no points"},
+		"no K":            {&Calibration{Points: cal.Points}, 3.3 / 60, 25_000, "calls_per_session"},
+		"no arrivals":     {cal, 0, 25_000, "arrival rate"},
+		"no mean context": {cal, 3.3 / 60, 0, "mean context"},
+		"above the peak":  {cal, 6.0 / 60, 25_000, "no stable equilibrium"},
+	} {
+		_, err := CalibratedOutlook(tc.cal, -1, tc.lambda, tc.ctx, 70*25_000/1.9)
+		assert.ErrorContains(t, err, tc.wantContains, name)
+	}
+}

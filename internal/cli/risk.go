@@ -18,6 +18,7 @@ import (
 	"github.com/basin-dev/basin/internal/calibrate"
 	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
@@ -35,12 +36,13 @@ func runRisk(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	knee := 0.0
+	var cal *detector.Calibration
 	if *calib != "" {
 		c, err := detector.LoadCalibration(*calib)
 		if err != nil {
 			return err
 		}
-		knee = c.KneeRatio
+		knee, cal = c.KneeRatio, c
 	}
 	if *metrics != "" {
 		if *scName != "" {
@@ -53,7 +55,7 @@ func runRisk(ctx context.Context, env Env, args []string) error {
 		if err := checkTargets(ctx, targets); err != nil {
 			return err
 		}
-		rep, err := liveRisk(ctx, targets, *window, knee)
+		rep, err := liveRisk(ctx, targets, *window, knee, cal)
 		if rep != nil {
 			var werr error
 			if *asJSON {
@@ -80,14 +82,84 @@ func runRisk(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	tol := scenarioTolerance(sc, o.Deployment, sh, cal)
 	if *asJSON {
 		return writeJSON(env.Stdout, struct {
 			Scenario string                `json:"scenario"`
 			Shape    harness.WorkloadShape `json:"workload"`
 			detector.RiskReport
-		}{sc.Name, sh, rep})
+			SpikeTolerance toleranceReport `json:"spike_tolerance"`
+		}{sc.Name, sh, rep, tol})
 	}
-	return printRisk(env.Stdout, sc.Name, &sh, rep)
+	if err := printRisk(env.Stdout, sc.Name, &sh, rep); err != nil {
+		return err
+	}
+	return printTolerance(env.Stdout, tol)
+}
+
+// toleranceReport is the spike tolerance `basin risk` prints: the largest ten-minute arrival spike
+// the deployment absorbs at population N and arrival rate λ, or why it is unknown.
+type toleranceReport struct {
+	*detector.SpikeTolerance
+	Sessions         float64 `json:"live_sessions"`
+	ArrivalsPerMin   float64 `json:"arrivals_per_min"`
+	CurveFrom        string  `json:"curve_from,omitempty"`
+	Unknown          string  `json:"unknown,omitempty"`
+	StableEquilibria bool    `json:"at_stable_equilibrium,omitempty"`
+}
+
+// scenarioTolerance is the spike tolerance of a scenario's deployment settled at its base arrival
+// rate, from the given calibration or, without one, the scenario's own measured curve.
+func scenarioTolerance(sc *scenario.Scenario, dep sim.Deployment, sh harness.WorkloadShape, cal *detector.Calibration) toleranceReport {
+	r := toleranceReport{ArrivalsPerMin: sc.Arrivals.RatePerMin, CurveFrom: "--calibration", StableEquilibria: true}
+	if cal == nil {
+		c, err := harness.Calibrate(sc.WithoutSpikes(), time.Now().UTC())
+		if err != nil {
+			r.Unknown = "measuring the scenario's completion curve: " + err.Error()
+			return r
+		}
+		cal, r.CurveFrom = c, "the scenario, measured (basin calibrate --scenario)"
+	}
+	cache := float64(dep.Prefill.Instances * (dep.Prefill.CacheTokens + dep.Prefill.HostCacheTokens))
+	out, err := detector.CalibratedOutlook(cal, -1, sc.Arrivals.RatePerMin/60, sh.MeanContext, cache)
+	if out.Equilibria.Stable != nil {
+		r.Sessions = *out.Equilibria.Stable
+	}
+	switch {
+	case err != nil:
+		r.Unknown = err.Error()
+	case out.SpikeTolerance == nil:
+		r.Unknown = "the completion curve is not known up to the edge"
+	default:
+		r.SpikeTolerance = out.SpikeTolerance
+	}
+	return r
+}
+
+// printTolerance adds the spike tolerance to a risk printout.
+func printTolerance(w io.Writer, r toleranceReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	at := fmt.Sprintf("at N %.1f, λ %.2f sessions/min", r.Sessions, r.ArrivalsPerMin)
+	if r.StableEquilibria {
+		at = fmt.Sprintf("settled at N %.1f (the stable point of λ %.2f sessions/min)", r.Sessions, r.ArrivalsPerMin)
+	}
+	switch t := r.SpikeTolerance; {
+	case r.Unknown != "":
+		fmt.Fprintf(tw, "spike tolerance\tunknown: %s\n", r.Unknown)
+	case t.Ratio <= 1:
+		fmt.Fprintf(tw, "spike tolerance\tnone: %s, any more arrivals leave it trapped\n", at)
+	default:
+		least := ""
+		if t.Capped {
+			least = "at least "
+		}
+		fmt.Fprintf(tw, "spike tolerance\t%s+%.0f%% arrivals for 10 min (%.0f extra sessions), %s\n", least,
+			100*(t.Ratio-1), t.Sessions, at)
+	}
+	if r.CurveFrom != "" && r.Unknown == "" {
+		fmt.Fprintf(tw, "\tcompletion curve from %s\n", r.CurveFrom)
+	}
+	return tw.Flush()
 }
 
 func printRisk(w io.Writer, source string, sh *harness.WorkloadShape, rep detector.RiskReport) error {
@@ -298,14 +370,15 @@ type liveRiskReport struct {
 	KneeWorkingSetTokens float64  `json:"knee_working_set_tokens"`
 	DecodeCapacityTokens *float64 `json:"decode_capacity_tokens,omitempty"`
 	*detector.RiskReport
-	Unknown []string `json:"unknown,omitempty"`
+	SpikeTolerance *toleranceReport `json:"spike_tolerance,omitempty"`
+	Unknown        []string         `json:"unknown,omitempty"`
 }
 
 // liveRisk watches live metrics. With a gateway target it watches the whole window: the served
 // fraction is averaged over it (one instant is noisy), the rest read from the final snapshot.
 // Without one it stops as soon as the engines' capacities are read, and says what needs the
 // gateway. A non-nil report comes with an error when the binding limit could not be decided.
-func liveRisk(ctx context.Context, targets []collector.Target, window time.Duration, knee float64) (*liveRiskReport, error) {
+func liveRisk(ctx context.Context, targets []collector.Target, window time.Duration, knee float64, cal *detector.Calibration) (*liveRiskReport, error) {
 	interval := min(collector.DefaultInterval, max(window/6, 100*time.Millisecond))
 	col, err := collector.New(collector.Options{Targets: targets, Interval: interval, Timeout: interval,
 		Window: max(2*interval, window)})
@@ -392,7 +465,36 @@ wait:
 		return rep, err
 	}
 	rep.RiskReport = &r
+	rep.SpikeTolerance = liveTolerance(snap, cal, c)
 	return rep, nil
+}
+
+// liveTolerance is the spike tolerance at the population and arrival rate the metrics show, on the
+// calibration's completion curve (a minute of metrics does not show the curve up to the edge).
+func liveTolerance(snap collector.Snapshot, cal *detector.Calibration, cache float64) *toleranceReport {
+	r := &toleranceReport{CurveFrom: "--calibration"}
+	n, okN := snap.Get(collector.LiveSessions)
+	lambda, okL := snap.Get(collector.ArrivalRate)
+	w, okW := snap.Get(collector.WorkingSet)
+	r.Sessions, r.ArrivalsPerMin = n, 60*lambda
+	switch {
+	case cal == nil:
+		r.Unknown = "needs --calibration: the completion curve up to the edge comes from basin calibrate"
+		return r
+	case !okN || !okL || !okW || n <= 0:
+		r.Unknown = "no live sessions, arrival rate or working set in the gateway's metrics"
+		return r
+	}
+	out, err := detector.CalibratedOutlook(cal, n, lambda, w/n, cache)
+	switch {
+	case err != nil:
+		r.Unknown = err.Error()
+	case out.SpikeTolerance == nil:
+		r.Unknown = "the completion curve is not known up to the edge"
+	default:
+		r.SpikeTolerance = out.SpikeTolerance
+	}
+	return r
 }
 
 // printLiveRisk writes what the live metrics gave, and what they could not.
@@ -416,5 +518,11 @@ func printLiveRisk(w io.Writer, rep *liveRiskReport) error {
 	for _, u := range rep.Unknown {
 		fmt.Fprintf(tw, "unknown	%s\n", u)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.SpikeTolerance != nil {
+		return printTolerance(w, *rep.SpikeTolerance)
+	}
+	return nil
 }
