@@ -100,8 +100,8 @@ type Options struct {
 	ShedInterval time.Duration `yaml:"shed_interval"`
 }
 
-// WithDefaults fills zero fields with the defaults.
-func (o Options) WithDefaults() Options {
+// withDefaults fills zero fields with the defaults.
+func (o Options) withDefaults() Options {
 	f := func(v *float64, d float64) {
 		if *v == 0 {
 			*v = d
@@ -129,8 +129,10 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// Validate checks the options (after WithDefaults) and names the first bad field of each kind.
+// Validate checks the options as NewPolicy will use them (zero fields stand for their defaults)
+// and names the first bad field of each kind.
 func (o Options) Validate() error {
+	o = o.withDefaults()
 	frac := func(name string, v, lo, hi float64) error {
 		if !(v > lo && v <= hi) {
 			return fmt.Errorf("%s: %v outside (%v, %v]", name, v, lo, hi)

@@ -129,10 +129,10 @@ type Policy struct {
 
 // NewPolicy validates the options.
 func NewPolicy(o Options) (*Policy, error) {
-	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("remediate options: %w", err)
 	}
+	o = o.withDefaults()
 	return &Policy{o: o, st: PolicyState{Mode: Normal}}, nil
 }
 

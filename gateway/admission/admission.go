@@ -101,17 +101,34 @@ const (
 	DefaultStaleAfter = 8 * time.Minute
 )
 
-// Validate reports every option that cannot configure a Core, naming it.
-func (o Options) Validate() error {
-	_, err := o.withDefaults()
-	return err
-}
-
-func (o Options) withDefaults() (Options, error) {
-	var errs []error
+// withDefaults fills zero fields.
+func (o Options) withDefaults() Options {
 	if o.Mode == "" {
 		o.Mode = ModeCurrent
 	}
+	if o.ReferenceBudget == 0 {
+		o.ReferenceBudget = o.Budget
+	}
+	if o.TokensPerSecond == 0 {
+		o.TokensPerSecond = DefaultTokensPerSecond
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.RetryMemory, DefaultRetryMemory}, {&o.ShedMemory, DefaultShedMemory}, {&o.DrainWindow, DefaultDrainWindow},
+		{&o.IdleTimeout, DefaultIdleTimeout}, {&o.StaleAfter, DefaultStaleAfter}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	return o
+}
+
+// Validate reports every option that cannot configure a Core, naming it; zero fields stand for
+// their defaults.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
 	if o.Mode != ModeCurrent && o.Mode != ModePeak {
 		errs = append(errs, fmt.Errorf("mode: %q, want current or peak", o.Mode))
 	}
@@ -121,14 +138,8 @@ func (o Options) withDefaults() (Options, error) {
 	case !o.CountOnly && o.Budget <= 0:
 		errs = append(errs, fmt.Errorf("budget_tokens: must be > 0, got %d", o.Budget))
 	}
-	if o.ReferenceBudget == 0 {
-		o.ReferenceBudget = o.Budget
-	}
 	if o.ReferenceBudget < 0 {
 		errs = append(errs, fmt.Errorf("reference_budget_tokens: must be ≥ 0, got %d", o.ReferenceBudget))
-	}
-	if o.TokensPerSecond == 0 {
-		o.TokensPerSecond = DefaultTokensPerSecond
 	}
 	if !(o.TokensPerSecond > 0) || math.IsInf(o.TokensPerSecond, 0) {
 		errs = append(errs, fmt.Errorf("priority_tokens_per_sec: must be > 0, got %v", o.TokensPerSecond))
@@ -141,22 +152,15 @@ func (o Options) withDefaults() (Options, error) {
 			errs = append(errs, fmt.Errorf("quotas[%q]: must be ≥ 0, got %d", t, q))
 		}
 	}
-	def := func(d *time.Duration, v time.Duration, name string) {
-		switch {
-		case *d == 0:
-			*d = v
-		case *d < 0:
-			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", name, *d))
+	for _, d := range []struct {
+		v    time.Duration
+		name string
+	}{{o.RetryMemory, "retry_memory"}, {o.ShedMemory, "shed_memory"}, {o.DrainWindow, "drain_window"}, {o.IdleTimeout, "idle_timeout"}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", d.name, d.v))
 		}
 	}
-	def(&o.RetryMemory, DefaultRetryMemory, "retry_memory")
-	def(&o.ShedMemory, DefaultShedMemory, "shed_memory")
-	def(&o.DrainWindow, DefaultDrainWindow, "drain_window")
-	def(&o.IdleTimeout, DefaultIdleTimeout, "idle_timeout")
-	if o.StaleAfter == 0 {
-		o.StaleAfter = DefaultStaleAfter
-	}
-	return o, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Request is a new session's first call as the gateway sees it.
@@ -309,10 +313,10 @@ type Counters struct {
 
 // New returns a Core, or an error naming every bad option.
 func New(o Options) (*Core, error) {
-	o, err := o.withDefaults()
-	if err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, fmt.Errorf("admission options: %w", err)
 	}
+	o = o.withDefaults()
 	c := &Core{}
 	c.mu.o = o
 	c.mu.live = map[string]*session{}

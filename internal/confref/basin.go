@@ -10,6 +10,7 @@ import (
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/daemon"
 	"github.com/basin-dev/basin/lender"
+	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
 )
 
@@ -56,7 +57,9 @@ func Files() []File {
 			Downstream: func(cfg any) {
 				c := cfg.(*daemon.Config)
 				// ParseConfig validates remediate with its defaults; the policy fills them.
-				c.Remediate = c.Remediate.WithDefaults()
+				if p, err := remediate.NewPolicy(c.Remediate); err == nil {
+					c.Remediate = p.Options()
+				}
 			},
 			Defaults: daemonDefaults(),
 			Required: map[string]string{

@@ -229,8 +229,7 @@ func (c *Config) validate(root *yaml.Node) error {
 			bad([]string{"gateway", "admin_url"}, "%q is not an http(s) URL", c.Gateway.AdminURL)
 		}
 	}
-	ro := c.Remediate.WithDefaults()
-	if err := ro.Validate(); err != nil {
+	if err := c.Remediate.Validate(); err != nil {
 		bad([]string{"remediate"}, "%v", err)
 	}
 	if !(c.Lending.MaxFraction >= 0 && c.Lending.MaxFraction <= 1) { // NaN too

@@ -57,8 +57,7 @@ func FuzzParseConfig(f *testing.F) {
 			require.Contains(t, []string{"http", "https"}, u.Scheme)
 			require.NotEmpty(t, u.Host)
 		}
-		ro := c.Remediate.WithDefaults()
-		require.NoError(t, ro.Validate())
+		require.NoError(t, c.Remediate.Validate())
 		require.True(t, c.Lending.MaxFraction >= 0 && c.Lending.MaxFraction <= 1,
 			"lending.max_fraction %v", c.Lending.MaxFraction)
 		if c.Slack.BotTokenFile != "" {
