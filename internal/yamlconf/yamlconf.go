@@ -51,12 +51,96 @@ func Decode(data []byte, v any) (*yaml.Node, error) {
 	if len(root.Content) == 0 {
 		return &root, nil
 	}
+	if err := checkDurations(&root, reflect.TypeOf(v), ""); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nameKeys(&root, yamlError(err))
 	}
 	return &root, nil
+}
+
+// checkDurations makes every time.Duration field read the way Duration does: yaml.v3 parses a
+// string ("30s") into one but takes a bare number as nanoseconds, so `step_interval: 120` would
+// silently mean 120 ns. A number is refused, naming the key and its line.
+func checkDurations(n *yaml.Node, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		return checkDurations(n.Content[0], t, path)
+	}
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	var errs []error
+	switch {
+	case t == reflect.TypeFor[time.Duration]():
+		if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+			return nil
+		}
+		if _, err := time.ParseDuration(n.Value); err != nil || n.Tag != "!!str" {
+			return fmt.Errorf("line %d: %s: duration %s: want a value like 30s or 10m", n.Line, path, n.Value)
+		}
+	case t.Kind() == reflect.Struct && t != reflect.TypeFor[time.Time]():
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		fields := map[string]reflect.Type{}
+		var collect func(t reflect.Type)
+		collect = func(t reflect.Type) {
+			for i := range t.NumField() {
+				f := t.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+				switch {
+				case strings.Contains(opts, "inline"):
+					ft := f.Type
+					for ft.Kind() == reflect.Pointer {
+						ft = ft.Elem()
+					}
+					if ft.Kind() == reflect.Struct {
+						collect(ft)
+					}
+				case !f.IsExported() || name == "-":
+				case name == "":
+					fields[strings.ToLower(f.Name)] = f.Type
+				default:
+					fields[name] = f.Type
+				}
+			}
+		}
+		collect(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if ft, ok := fields[n.Content[i].Value]; ok {
+				errs = append(errs, checkDurations(n.Content[i+1], ft, join(path, n.Content[i].Value)))
+			}
+		}
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+		if n.Kind == yaml.SequenceNode {
+			for i, c := range n.Content {
+				errs = append(errs, checkDurations(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)))
+			}
+		}
+	case t.Kind() == reflect.Map:
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				errs = append(errs, checkDurations(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 // Overlay decodes data onto v without the unknown-key check (Decode ran it), so that only the keys

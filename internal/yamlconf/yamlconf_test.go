@@ -91,3 +91,45 @@ func TestKeys(t *testing.T) {
 	assert.Equal(t, map[string]any{"a": 1, "inner": inner{B: 2}, "inner.b": 2, "items": []item{{N: "x"}},
 		"items[].name": nil, "e": 3, "plain": true}, vals)
 }
+
+// TestDurationsReadOneWay: a time.Duration field reads "30s" like a Duration field does, and a bare
+// number — which yaml.v3 would take as nanoseconds — is refused with its key and line.
+func TestDurationsReadOneWay(t *testing.T) {
+	type inner struct {
+		Every time.Duration `yaml:"every"`
+	}
+	type conf struct {
+		Wait  time.Duration            `yaml:"wait"`
+		Inner inner                    `yaml:"inner"`
+		List  []inner                  `yaml:"list"`
+		ByKey map[string]time.Duration `yaml:"by_key"`
+		Ptr   *inner                   `yaml:"ptr"`
+	}
+	for _, tc := range []struct {
+		name, doc, wantErr string
+	}{
+		{"strings", "wait: 30s\ninner: {every: 2m}\nlist: [{every: 1h}]\nby_key: {a: 5s}\nptr: {every: 1s}\n", ""},
+		{"unset and null", "wait:\ninner: {}\n", ""},
+		{"number at the top", "wait: 120\n", "line 1: wait: duration 120: want a value like 30s or 10m"},
+		{"number nested", "inner:\n  every: 5\n", "line 2: inner.every: duration 5"},
+		{"number in a list", "list:\n  - every: 1m\n  - every: 7\n", "line 3: list[1].every: duration 7"},
+		{"number in a map", "by_key: {a: 3}\n", "by_key.a: duration 3"},
+		{"number behind a pointer", "ptr: {every: 9}\n", "ptr.every: duration 9"},
+		{"not a duration", "wait: soon\n", "line 1: wait: duration soon"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c conf
+			_, err := Decode([]byte(tc.doc), &c)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+	var c conf
+	_, err := Decode([]byte("wait: 30s\ninner: {every: 2m}\n"), &c)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, c.Wait)
+	assert.Equal(t, 2*time.Minute, c.Inner.Every)
+}
