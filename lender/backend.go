@@ -43,8 +43,7 @@ const (
 )
 
 // BackendConfig selects and configures a backend; it is the lender's backend section of the
-// daemon's YAML config. Sim and Affinity are wiring, not configuration: the in-process simulator
-// and the gateway admin client are handed in by the code that builds the daemon.
+// daemon's YAML config, values only (what the code hands in is Wiring).
 type BackendConfig struct {
 	// Kind is sim, affinity, http or exec.
 	Kind string `yaml:"kind"`
@@ -58,17 +57,21 @@ type BackendConfig struct {
 	// Timeout bounds one apply, written "5s" (default DefaultHTTPTimeout for http and affinity,
 	// DefaultExecTimeout for exec; sim takes none).
 	Timeout time.Duration `yaml:"timeout"`
+}
 
-	// Sim is the simulator's lending switch, sim.Control.SetLending (sim).
-	Sim func(enabled bool, maxFraction float64) `yaml:"-"`
-	// Affinity is the gateway admin client (affinity).
-	Affinity AffinitySetter `yaml:"-"`
+// Wiring is what the code that builds a backend hands in, beside the configuration: the
+// in-process simulator's switch and the gateway admin client are objects, not settings.
+type Wiring struct {
+	// Sim is the simulator's lending switch, sim.Control.SetLending (kind sim).
+	Sim func(enabled bool, maxFraction float64)
+	// Affinity is the gateway admin client (kind affinity).
+	Affinity AffinitySetter
 }
 
 // NewBackend builds the backend cfg names. Every problem is reported at once, each naming its
 // YAML key, including keys set for a kind that ignores them: a url on an exec backend is a config
 // mistake that would otherwise switch nothing, silently.
-func NewBackend(cfg BackendConfig) (Backend, error) {
+func NewBackend(cfg BackendConfig, w Wiring) (Backend, error) {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	unused := func(kind string) {
@@ -99,16 +102,16 @@ func NewBackend(cfg BackendConfig) (Backend, error) {
 		if cfg.Timeout != 0 {
 			add("timeout: not used by kind sim (the simulator switches in-process)")
 		}
-		if cfg.Sim == nil {
-			add("kind: sim needs the simulator's lending switch, and none was wired (BackendConfig.Sim)")
+		if w.Sim == nil {
+			add("kind: sim needs the simulator's lending switch, and none was wired (Wiring.Sim)")
 		}
-		b = SimBackend{Set: cfg.Sim}
+		b = SimBackend{Set: w.Sim}
 	case KindAffinity:
 		unused(cfg.Kind)
-		if cfg.Affinity == nil {
-			add("kind: affinity needs a gateway admin client, and none was wired (BackendConfig.Affinity)")
+		if w.Affinity == nil {
+			add("kind: affinity needs a gateway admin client, and none was wired (Wiring.Affinity)")
 		}
-		b = AffinityBackend{Client: cfg.Affinity, Timeout: timeout(DefaultHTTPTimeout)}
+		b = AffinityBackend{Client: w.Affinity, Timeout: timeout(DefaultHTTPTimeout)}
 	case KindHTTP:
 		if cfg.Command != nil {
 			add("command: not used by kind http")

@@ -42,6 +42,8 @@ func TestNewBackendErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(empty, []byte(" \n"), 0o600))
 	setSim := func(bool, float64) {}
 
+	// What the code hands in beside the configuration, by case (none unless named).
+	wires := map[string]Wiring{"sim with a timeout": {Sim: setSim}, "affinity with a url": {Affinity: &fakeAffinity{}}}
 	tests := []struct {
 		name string
 		cfg  BackendConfig
@@ -50,9 +52,9 @@ func TestNewBackendErrors(t *testing.T) {
 		{"no kind", BackendConfig{}, []string{"kind: required, one of sim, affinity, http, exec"}},
 		{"unknown kind", BackendConfig{Kind: "grpc"}, []string{`kind: unknown "grpc"`}},
 		{"sim without the switch", BackendConfig{Kind: "sim"}, []string{"kind: sim needs the simulator's lending switch"}},
-		{"sim with a timeout", BackendConfig{Kind: "sim", Sim: setSim, Timeout: time.Second}, []string{"timeout: not used by kind sim"}},
+		{"sim with a timeout", BackendConfig{Kind: "sim", Timeout: time.Second}, []string{"timeout: not used by kind sim"}},
 		{"affinity without a client", BackendConfig{Kind: "affinity"}, []string{"kind: affinity needs a gateway admin client"}},
-		{"affinity with a url", BackendConfig{Kind: "affinity", Affinity: &fakeAffinity{}, URL: "http://x"},
+		{"affinity with a url", BackendConfig{Kind: "affinity", URL: "http://x"},
 			[]string{"url: not used by kind affinity"}},
 		{"http without url", BackendConfig{Kind: "http"}, []string{"url: required"}},
 		{"http with a relative url", BackendConfig{Kind: "http", URL: "/lending"}, []string{"url: /lending: want an http or https URL"}},
@@ -76,7 +78,7 @@ func TestNewBackendErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := NewBackend(tt.cfg)
+			b, err := NewBackend(tt.cfg, wires[tt.name])
 			require.Error(t, err)
 			assert.Nil(t, b)
 			assert.Contains(t, err.Error(), "lender backend: ")
@@ -92,20 +94,21 @@ func TestNewBackendKinds(t *testing.T) {
 	tests := []struct {
 		cfg  BackendConfig
 		want Backend
+		wire Wiring
 	}{
-		{BackendConfig{Kind: "sim", Sim: func(bool, float64) {}}, nil},
-		{BackendConfig{Kind: "affinity", Affinity: &fakeAffinity{}},
-			AffinityBackend{Client: &fakeAffinity{}, Timeout: DefaultHTTPTimeout}},
+		{BackendConfig{Kind: "sim"}, nil, Wiring{Sim: func(bool, float64) {}}},
+		{BackendConfig{Kind: "affinity"},
+			AffinityBackend{Client: &fakeAffinity{}, Timeout: DefaultHTTPTimeout}, Wiring{Affinity: &fakeAffinity{}}},
 		{BackendConfig{Kind: "http", URL: "https://switch.example/lending"},
-			&HTTPBackend{URL: "https://switch.example/lending", Timeout: DefaultHTTPTimeout}},
+			&HTTPBackend{URL: "https://switch.example/lending", Timeout: DefaultHTTPTimeout}, Wiring{}},
 		{BackendConfig{Kind: "http", URL: "http://127.0.0.1:9/x", Timeout: time.Second},
-			&HTTPBackend{URL: "http://127.0.0.1:9/x", Timeout: time.Second}},
+			&HTTPBackend{URL: "http://127.0.0.1:9/x", Timeout: time.Second}, Wiring{}},
 		{BackendConfig{Kind: "exec", Command: []string{"sh", "-c", "true"}},
-			&ExecBackend{Command: []string{"sh", "-c", "true"}, Timeout: DefaultExecTimeout}},
+			&ExecBackend{Command: []string{"sh", "-c", "true"}, Timeout: DefaultExecTimeout}, Wiring{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.cfg.Kind, func(t *testing.T) {
-			b, err := NewBackend(tt.cfg)
+			b, err := NewBackend(tt.cfg, tt.wire)
 			require.NoError(t, err)
 			assert.Equal(t, tt.cfg.Kind, b.Name())
 			if tt.want != nil {

@@ -33,7 +33,7 @@ func TestExecBackendPassesTheDecision(t *testing.T) {
 	dir := t.TempDir()
 	stdin, envOut := filepath.Join(dir, "stdin.json"), filepath.Join(dir, "env")
 	b, err := NewBackend(BackendConfig{Kind: "exec", Command: []string{"sh", "-c",
-		`cat > "$1" && env | grep '^BASIN_LENDING_' | sort > "$2"`, "switch", stdin, envOut}})
+		`cat > "$1" && env | grep '^BASIN_LENDING_' | sort > "$2"`, "switch", stdin, envOut}}, Wiring{})
 	require.NoError(t, err)
 
 	d := decision(t)

@@ -53,7 +53,7 @@ func TestHTTPBackendPostsThePayload(t *testing.T) {
 	srv, got := server(t, http.StatusNoContent, "")
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte("s3cret-token\n"), 0o600))
-	b, err := NewBackend(BackendConfig{Kind: "http", URL: srv.URL + "/lending", TokenFile: tokenFile})
+	b, err := NewBackend(BackendConfig{Kind: "http", URL: srv.URL + "/lending", TokenFile: tokenFile}, Wiring{})
 	require.NoError(t, err)
 
 	d := decision(t)

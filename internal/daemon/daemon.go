@@ -249,13 +249,14 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("lending: %w", err)
 	}
 	if be := cfg.Lending.Backend; be.Kind != "" {
+		var wire lender.Wiring
 		if be.Kind == lender.KindAffinity {
 			if d.gw == nil {
 				return nil, errors.New("lending.backend: affinity needs gateway.admin_url")
 			}
-			be.Affinity = d.gw
+			wire.Affinity = d.gw
 		}
-		if d.lendBE, err = lender.NewBackend(be); err != nil {
+		if d.lendBE, err = lender.NewBackend(be, wire); err != nil {
 			return nil, fmt.Errorf("lending.backend: %w", err)
 		}
 	}

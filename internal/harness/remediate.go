@@ -63,8 +63,8 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 		return nil, err
 	}
 	lend.Restore(o.Deployment.Lending.Enabled, time.Time{})
-	backend, err := lender.NewBackend(lender.BackendConfig{Kind: lender.KindSim,
-		Sim: func(enabled bool, maxFraction float64) { control.SetLending(enabled, maxFraction) }})
+	backend, err := lender.NewBackend(lender.BackendConfig{Kind: lender.KindSim},
+		lender.Wiring{Sim: func(enabled bool, maxFraction float64) { control.SetLending(enabled, maxFraction) }})
 	if err != nil {
 		return nil, err
 	}
