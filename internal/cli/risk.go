@@ -108,6 +108,18 @@ type toleranceReport struct {
 	StableEquilibria bool    `json:"at_stable_equilibrium,omitempty"`
 }
 
+// take fills the tolerance from an outlook, or says why it is unknown.
+func (r *toleranceReport) take(out detector.Outlook, err error) {
+	switch {
+	case err != nil:
+		r.Unknown = err.Error()
+	case out.SpikeTolerance == nil:
+		r.Unknown = "the completion curve is not known up to the edge"
+	default:
+		r.SpikeTolerance = out.SpikeTolerance
+	}
+}
+
 // scenarioTolerance is the spike tolerance of a scenario's deployment settled at its base arrival
 // rate, from the given calibration or, without one, the scenario's own measured curve.
 func scenarioTolerance(sc *scenario.Scenario, dep sim.Deployment, sh harness.WorkloadShape, cal *detector.Calibration) toleranceReport {
@@ -125,14 +137,7 @@ func scenarioTolerance(sc *scenario.Scenario, dep sim.Deployment, sh harness.Wor
 	if out.Equilibria.Stable != nil {
 		r.Sessions = *out.Equilibria.Stable
 	}
-	switch {
-	case err != nil:
-		r.Unknown = err.Error()
-	case out.SpikeTolerance == nil:
-		r.Unknown = "the completion curve is not known up to the edge"
-	default:
-		r.SpikeTolerance = out.SpikeTolerance
-	}
+	r.take(out, err)
 	return r
 }
 
@@ -486,14 +491,7 @@ func liveTolerance(snap collector.Snapshot, cal *detector.Calibration, cache flo
 		return r
 	}
 	out, err := detector.CalibratedOutlook(cal, n, lambda, w/n, cache)
-	switch {
-	case err != nil:
-		r.Unknown = err.Error()
-	case out.SpikeTolerance == nil:
-		r.Unknown = "the completion curve is not known up to the edge"
-	default:
-		r.SpikeTolerance = out.SpikeTolerance
-	}
+	r.take(out, err)
 	return r
 }
 
