@@ -113,6 +113,14 @@ func root() command {
 				usage:    "[flags]",
 				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown"},
 			}, run: leaf(simDetect)},
+			"tolerance": {help: help{
+				summary: "the detector's predicted spike tolerance against the simulated one over deployments, tiers and base loads",
+				usage:   "[flags]",
+				detail: "For each point the fluid model predicts, at the stable point of the base rate, the largest\n" +
+					"ten-minute spike the deployment absorbs; the simulator bisects for the smallest spike multiplier that\n" +
+					"collapses at least half of the seeds. Prints the table, the rank correlation and the median ratio.",
+				examples: []string{"basin sim tolerance --quick", "basin sim tolerance --seeds 5 --markdown"},
+			}, run: leaf(simTolerance)},
 			"matrix": {help: help{
 				summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
 				usage:   "[flags]",
