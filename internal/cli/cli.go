@@ -109,9 +109,13 @@ func root() command {
 				examples: []string{"basin sim riskgrid", "basin sim riskgrid --markdown --seed 1"},
 			}, run: leaf(simRiskGrid)},
 			"detect": {help: help{
-				summary:  "the detector against conventional utilisation alerts over seeds of the spike scenarios",
-				usage:    "[flags]",
-				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown"},
+				summary: "the detector against conventional utilisation alerts over seeds of the spike scenarios, and each collapse's last rescue time",
+				usage:   "[flags]",
+				detail: "For every collapsed +100% run the same seed is re-run with basin's daemon switched from watching to\n" +
+					"acting at different minutes; the latest minute that still avoids the collapse is its last rescue time\n" +
+					"(--rescue=false skips it).",
+				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown",
+					"basin sim detect --seeds 5 --rescue=false"},
 			}, run: leaf(simDetect)},
 			"tolerance": {help: help{
 				summary: "the detector's predicted spike tolerance against the simulated one over deployments, tiers and base loads",
