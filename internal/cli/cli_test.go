@@ -435,6 +435,10 @@ func TestSimRunWithDetector(t *testing.T) {
 	code, stdout, stderr = basin(t, "sim", "detect", "--seeds", "1")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| paper-1p3d-h200-spike | 1 |")
+	assert.Contains(t, stdout, "### Pages versus states")
+	assert.Contains(t, stdout, "| paper-1p1d-h100 | 1 | 1 |", "the healthy preset does not collapse")
+	assert.Contains(t, stdout, "### Last rescue time")
+	assert.Regexp(t, `\| paper-1p1d-h100-spike \| 1 \| [0-9.]+ \|`, stdout, "seed 1 of the +100% spike collapses and is searched")
 }
 
 // TestSimTolerance: the quick slice prints its three points and the summary line; --json carries
