@@ -109,10 +109,22 @@ func root() command {
 				examples: []string{"basin sim riskgrid", "basin sim riskgrid --markdown --seed 1"},
 			}, run: leaf(simRiskGrid)},
 			"detect": {help: help{
-				summary:  "the detector against conventional utilisation alerts over seeds of the spike scenarios",
-				usage:    "[flags]",
-				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown"},
+				summary: "the detector against conventional utilisation alerts over seeds of the spike scenarios, and each collapse's last rescue time",
+				usage:   "[flags]",
+				detail: "For every collapsed +100% run the same seed is re-run with basin's daemon switched from watching to\n" +
+					"acting at different minutes; the latest minute that still avoids the collapse is its last rescue time\n" +
+					"(--rescue=false skips it).",
+				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown",
+					"basin sim detect --seeds 5 --rescue=false"},
 			}, run: leaf(simDetect)},
+			"tolerance": {help: help{
+				summary: "the detector's predicted spike tolerance against the simulated one over deployments, tiers and base loads",
+				usage:   "[flags]",
+				detail: "For each point the fluid model predicts, at the stable point of the base rate, the largest\n" +
+					"ten-minute spike the deployment absorbs; the simulator bisects for the smallest spike multiplier that\n" +
+					"collapses at least half of the seeds. Prints the table, the rank correlation and the median ratio.",
+				examples: []string{"basin sim tolerance --quick", "basin sim tolerance --seeds 5 --markdown"},
+			}, run: leaf(simTolerance)},
 			"matrix": {help: help{
 				summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
 				usage:   "[flags]",

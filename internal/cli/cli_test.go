@@ -435,6 +435,36 @@ func TestSimRunWithDetector(t *testing.T) {
 	code, stdout, stderr = basin(t, "sim", "detect", "--seeds", "1")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| paper-1p3d-h200-spike | 1 |")
+	assert.Contains(t, stdout, "### Pages versus states")
+	assert.Contains(t, stdout, "| paper-1p1d-h100 | 1 | 1 |", "the healthy preset does not collapse")
+	assert.Contains(t, stdout, "### Last rescue time")
+	assert.Regexp(t, `\| paper-1p1d-h100-spike \| 1 \| [0-9.]+ \|`, stdout, "seed 1 of the +100% spike collapses and is searched")
+}
+
+// TestSimTolerance: the quick slice prints its three points and the summary line; --json carries
+// the multipliers tried; a bad flag is a usage error naming it.
+func TestSimTolerance(t *testing.T) {
+	code, stdout, stderr := basin(t, "sim", "tolerance", "--quick", "--seeds", "1", "--steps", "2")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "| 1p3d | gpu | 0.50 |")
+	assert.Contains(t, stdout, "| 1p3d | gpu | 0.90 |")
+	assert.Contains(t, stdout, "Spearman rank correlation")
+	assert.Contains(t, stderr, "3 points in")
+
+	code, stdout, stderr = basin(t, "sim", "tolerance", "--quick", "--seeds", "1", "--steps", "1", "--json")
+	require.Equal(t, 0, code, stderr)
+	var res struct {
+		Points []struct {
+			Tries []struct{ Multiplier float64 } `json:"tries"`
+		} `json:"points"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	require.Len(t, res.Points, 3)
+	assert.NotEmpty(t, res.Points[0].Tries)
+
+	code, _, stderr = basin(t, "sim", "tolerance", "--steps", "0")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "steps")
 }
 
 // TestCalibrateKeepsPartial: a live calibration that stops early leaves its points next to -o,

@@ -105,6 +105,7 @@ func simDetect(env Env, args []string) error {
 	seeds := seedsFlag(fs, 20)
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")
+	rescue := fs.Bool("rescue", true, "find each collapsed +100% run's last rescue time (re-runs each about eight times)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -118,13 +119,38 @@ func simDetect(env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case *asJSON:
-		return writeJSON(env.Stdout, runs)
-	case *markdown:
-		return harness.DetectionMarkdown(env.Stdout, runs, fmt.Sprintf("basin sim detect --seeds %d --markdown", len(list)))
+	var rescues []harness.Rescue
+	if *rescue {
+		b := bar(env, *asJSON || *markdown, "last rescue times")
+		rescues, err = harness.LastRescues(runs, []string{"paper-1p1d-h100-spike", "paper-1p3d-h200-spike"},
+			func(done, total int) { b.Set(float64(done) / float64(total)) })
+		b.Done()
+		if err != nil {
+			return err
+		}
 	}
-	return harness.DetectionMarkdown(env.Stdout, runs, "basin sim detect")
+	if *asJSON {
+		return writeJSON(env.Stdout, struct {
+			Runs    []harness.DetectionRun `json:"runs"`
+			Rescues []harness.Rescue       `json:"rescues,omitempty"`
+		}{runs, rescues})
+	}
+	cmd := "basin sim detect"
+	if *markdown {
+		cmd = fmt.Sprintf("basin sim detect --seeds %d --markdown", len(list))
+	}
+	if err := harness.DetectionMarkdown(env.Stdout, runs, cmd); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout)
+	if err := harness.PagesMarkdown(env.Stdout, runs); err != nil {
+		return err
+	}
+	if !*rescue {
+		return nil
+	}
+	fmt.Fprintln(env.Stdout)
+	return harness.RescueMarkdown(env.Stdout, rescues, runs)
 }
 
 // simMatrix sweeps every policy over load (as a fraction of each deployment's calibrated peak),

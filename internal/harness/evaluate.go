@@ -38,6 +38,8 @@ type DetectionRun struct {
 	Collapsed bool `json:"collapsed"`
 	// SpikeStartMin is when the scenario's first arrival spike begins (nil without one).
 	SpikeStartMin *float64 `json:"spike_start_min,omitempty"`
+	// DurationMin is the run's length: a state still held at the end was held until then.
+	DurationMin float64 `json:"duration_min"`
 }
 
 // AlertSoonAfterSpike reports a run whose first utilisation alert came less than five minutes
@@ -102,6 +104,7 @@ func EvaluateDetector(names []string, seeds []uint64) ([]DetectionRun, error) {
 				return
 			}
 			sc.Seed = j.Seed
+			j.DurationMin = time.Duration(sc.Duration).Minutes()
 			if sp := sc.Arrivals.Spikes; len(sp) > 0 {
 				m := time.Duration(sp[0].From).Minutes()
 				j.SpikeStartMin = &m

@@ -52,6 +52,13 @@ func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) erro
 // detector's assessment and the admission core's state go through remediate.Loop.Step — the step
 // `basin daemon` runs — acting on the core instead of the gateway's admin API.
 func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options) (*RemediationSummary, error) {
+	return attachRemediationFrom(o, g, do, ro, 0)
+}
+
+// attachRemediationFrom is attachRemediation with the loop acting only from simulated time start
+// on: before it the detector watches and the loop neither decides nor acts, as a daemon switched
+// from watching to acting at start. The last rescue time is searched with it.
+func attachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options, start time.Duration) (*RemediationSummary, error) {
 	pol, err := remediate.NewPolicy(ro)
 	if err != nil {
 		return nil, err
@@ -79,6 +86,9 @@ func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediat
 	}
 	sum := &RemediationSummary{}
 	err = observe(o, do, func(t Tick) {
+		if t.T < start {
+			return
+		}
 		act.now = t.Now
 		control = t.Control
 		in := remediate.StepInputs{Inputs: remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,

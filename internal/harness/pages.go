@@ -1,0 +1,122 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+// Pressure is information; drifting and trapped page someone. A false page is BasinMetastableDrift
+// or BasinTrapped firing in a run that does not collapse. The rules fire when basin_state has been
+// drifting (or trapped) for their `for:`, so a page here is the detector holding one of those
+// states for PageFor without a break.
+
+// PageFor is the `for:` of BasinMetastableDrift and BasinTrapped in rules/basin.rules.yml.
+const PageFor = time.Minute
+
+// PageMin is the first minute one of basin's paging alerts fires in the run: the end of the first
+// PageFor spent in drifting or in trapped without leaving it (a move from drifting to trapped
+// starts the trapped alert's own wait). Nil when none fires.
+func (r DetectionRun) PageMin() *float64 {
+	if r.Obs == nil {
+		return nil
+	}
+	trs := r.Obs.Transitions
+	end := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
+	for i, tr := range trs {
+		if tr.To != detector.Drifting && tr.To != detector.Trapped {
+			continue
+		}
+		until := end
+		if i+1 < len(trs) {
+			until = trs[i+1].At
+		}
+		if until.Sub(tr.At) >= PageFor {
+			m := tr.At.Add(PageFor).Sub(epoch).Minutes()
+			return &m
+		}
+	}
+	return nil
+}
+
+// FalsePage reports basin paging in a run that did not collapse.
+func (r DetectionRun) FalsePage() bool { return !r.Collapsed && r.PageMin() != nil }
+
+// UtilisationFalsePage reports a conventional utilisation alert firing (its condition held for
+// AlertFor, the same one minute) in a run that did not collapse.
+func (r DetectionRun) UtilisationFalsePage() bool {
+	return !r.Collapsed && r.Obs != nil && r.Obs.UtilisationFirstMin != nil
+}
+
+// PagesMarkdown writes the false pages of basin's alerts and of the utilisation alerts per
+// scenario, next to the detector's internal drifting-or-trapped count, and the issue's targets:
+// none in the healthy presets, at most one in the healthy and +33% runs together.
+func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
+	type agg struct{ runs, calm, pages, util, states, collapsedPaged, collapsed int }
+	by := map[string]*agg{}
+	var names []string
+	for _, r := range runs {
+		a := by[r.Scenario]
+		if a == nil {
+			a = &agg{}
+			by[r.Scenario] = a
+			names = append(names, r.Scenario)
+		}
+		a.runs++
+		if r.Collapsed {
+			a.collapsed++
+			if r.PageMin() != nil {
+				a.collapsedPaged++
+			}
+		} else {
+			a.calm++
+		}
+		if r.FalsePage() {
+			a.pages++
+		}
+		if r.UtilisationFalsePage() {
+			a.util++
+		}
+		if r.FalseAlarm() {
+			a.states++
+		}
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Pages versus states\n\n"+
+		"A *false page* is BasinMetastableDrift or BasinTrapped firing — basin_state drifting (or trapped) "+
+		"held for the rules' `for: %gm` — in a run that did not collapse; pressure does not page. Utilisation "+
+		"alerts are counted the same way: any of the four above firing (held for %g min) in a run that did not "+
+		"collapse. *Drifting states* is the detector's internal count from the table above (drifting or trapped at "+
+		"any moment in a run that did not collapse).\n\n", PageFor.Minutes(), AlertFor.Minutes())
+	b.WriteString("| scenario | runs | not collapsed | false pages (basin) | false pages (utilisation) | drifting states | collapsed runs paged |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, n := range names {
+		a := by[n]
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d of %d |\n", n, a.runs, a.calm, a.pages, a.util, a.states,
+			a.collapsedPaged, a.collapsed)
+	}
+	var healthy []string
+	var calmRuns, calmPages, calmUtil int
+	for _, n := range names {
+		if strings.HasSuffix(n, "-spike") {
+			continue
+		}
+		a := by[n]
+		calmRuns += a.runs
+		calmPages += a.pages
+		calmUtil += a.util
+		if !strings.Contains(n, "-spike") {
+			healthy = append(healthy, fmt.Sprintf("%s %d in %d", n, a.pages, a.runs))
+		}
+	}
+	fmt.Fprintf(&b, "\nAgainst the targets: false pages in the healthy presets: %s (target: 0 each, ≥ 20 seeds); in "+
+		"the healthy and +33%% runs together %d in %d (target ≤ 1; utilisation alerts: %d).\n",
+		strings.Join(healthy, ", "), calmPages, calmRuns, calmUtil)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+func TestPageMin(t *testing.T) {
+	at := func(min float64) time.Time { return epoch.Add(time.Duration(min * float64(time.Minute))) }
+	tr := func(from, to detector.State, min float64) detector.Transition {
+		return detector.Transition{From: from, To: to, At: at(min)}
+	}
+	const (
+		H, P, D, T = detector.Healthy, detector.Pressure, detector.Drifting, detector.Trapped
+	)
+	cases := []struct {
+		name string
+		trs  []detector.Transition
+		want *float64
+	}{
+		{"pressure never pages", []detector.Transition{tr(H, P, 10), tr(P, H, 40)}, nil},
+		{"drifting for 50 s does not page", []detector.Transition{tr(H, P, 10), tr(P, D, 11), tr(D, P, 11+50.0/60)}, nil},
+		{"drifting for a minute pages", []detector.Transition{tr(H, P, 10), tr(P, D, 11), tr(D, P, 12.5)}, ptr(12)},
+		{"drifting then trapped: trapped's own wait", []detector.Transition{tr(H, D, 10), tr(D, T, 10.5), tr(T, P, 11)}, nil},
+		{"trapped to the end pages", []detector.Transition{tr(H, D, 10), tr(D, T, 10.5)}, ptr(11.5)},
+		{"entered 30 s before the end does not", []detector.Transition{tr(H, D, 89.5)}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := DetectionRun{DurationMin: 90, Obs: &Observation{Transitions: tc.trs}}
+			got := r.PageMin()
+			if tc.want == nil {
+				assert.Nil(t, got)
+				assert.False(t, r.FalsePage())
+				return
+			}
+			require.NotNil(t, got)
+			assert.InDelta(t, *tc.want, *got, 1e-9)
+			assert.True(t, r.FalsePage(), "paged without a collapse")
+			r.Collapsed = true
+			assert.False(t, r.FalsePage(), "a page in a collapsed run is a true page")
+		})
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
+
+func TestPagesMarkdown(t *testing.T) {
+	at := func(min float64) time.Time { return epoch.Add(time.Duration(min * float64(time.Minute))) }
+	paged := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
+		{From: detector.Drifting, To: detector.Healthy, At: at(23)}}, FirstDriftingMin: ptr(20)}
+	brief := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
+		{From: detector.Drifting, To: detector.Healthy, At: at(20.5)}}, UtilisationFirstMin: ptr(21),
+		FirstDriftingMin: ptr(20)}
+	quiet := &Observation{}
+	runs := []DetectionRun{
+		{Scenario: "a", Seed: 1, DurationMin: 90, Obs: quiet},
+		{Scenario: "a", Seed: 2, DurationMin: 90, Obs: brief},
+		{Scenario: "a-spike33", Seed: 1, DurationMin: 90, Obs: paged},
+		{Scenario: "a-spike", Seed: 1, DurationMin: 90, Obs: paged, Collapsed: true},
+	}
+	var b bytes.Buffer
+	require.NoError(t, PagesMarkdown(&b, runs))
+	out := b.String()
+	// a: the brief drift is a drifting state but no page; its utilisation alert is a false page.
+	assert.Contains(t, out, "| a | 2 | 2 | 0 | 1 | 1 | 0 of 0 |")
+	assert.Contains(t, out, "| a-spike33 | 1 | 1 | 1 | 0 | 1 | 0 of 0 |")
+	assert.Contains(t, out, "| a-spike | 1 | 0 | 0 | 0 | 0 | 1 of 1 |")
+	assert.Contains(t, out, "healthy presets: a 0 in 2")
+	assert.Contains(t, out, "together 1 in 3 (target ≤ 1; utilisation alerts: 1)")
+}

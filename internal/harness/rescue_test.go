@@ -1,0 +1,132 @@
+package harness
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/scenario"
+)
+
+func TestCollapseStart(t *testing.T) {
+	tl := func(hits ...float64) []sim.Minute {
+		out := make([]sim.Minute, len(hits))
+		for i, h := range hits {
+			out[i].HitRate = h
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		tl   []sim.Minute
+		want int
+	}{
+		{"healthy", tl(0.9, 0.9, 0.9, 0.9, 0.9, 0.9), -1},
+		{"four low minutes are not a collapse", tl(0.9, 0.3, 0.3, 0.3, 0.3, 0.9, 0.9), -1},
+		{"the first of five", tl(0.9, 0.3, 0.9, 0.4, 0.3, 0.3, 0.3, 0.2, 0.9), 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, collapseStart(tc.tl))
+			assert.Equal(t, tc.want >= 0, Collapsed(tc.tl))
+		})
+	}
+}
+
+// TestActingFromNeverIsTheEvaluatedRun: with the daemon never acting, the re-run is minute for
+// minute the detector evaluation's run of the same seed — the warning times measured there are
+// the warning times of the run the rescue is searched on.
+func TestActingFromNeverIsTheEvaluatedRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulator")
+	}
+	const name = "paper-1p1d-h100-spike"
+	sc, err := scenario.Load(name)
+	require.NoError(t, err)
+	cal, err := Calibrate(sc.WithoutSpikes(), epoch)
+	require.NoError(t, err)
+	sc.Seed = 2
+	o, err := sc.Options("")
+	require.NoError(t, err)
+	require.NoError(t, Observe(&o, detector.Options{Calibration: cal}))
+	s, err := sim.New(o)
+	require.NoError(t, err)
+	want := s.Run().Timeline
+
+	got, err := runActingFrom(name, 2, cal, math.MaxInt64)
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	for i := range want {
+		assert.Equal(t, want[i].LiveSessions, got[i].LiveSessions, "minute %d", i)
+		assert.Equal(t, want[i].HitTokens, got[i].HitTokens, "minute %d", i)
+	}
+
+	// Acting from the start changes the run: admission takes over.
+	early, err := runActingFrom(name, 2, cal, 0)
+	require.NoError(t, err)
+	assert.True(t, Collapsed(want))
+	assert.False(t, Collapsed(early), "basin acting from the start avoids the +100% collapse of this seed")
+}
+
+// TestLastRescue bisects one collapsed run: the minute found avoids the collapse, every later
+// minute tried does not, and it lies before the collapse is complete.
+func TestLastRescue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulator")
+	}
+	runs, err := EvaluateDetector([]string{"paper-1p1d-h100-spike"}, []uint64{2})
+	require.NoError(t, err)
+	require.True(t, runs[0].Collapsed)
+	rs, err := LastRescues(runs, []string{"paper-1p1d-h100-spike"}, nil)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	r := rs[0]
+	require.NotNil(t, r.LastRescueMin)
+	last := *r.LastRescueMin
+	assert.Greater(t, last, 15.0, "the spike starts at minute 15: acting then still helps")
+	assert.LessOrEqual(t, last, r.CollapseMin+5)
+	for _, tr := range r.Tries {
+		if tr.ActFromMin <= last {
+			assert.False(t, tr.Collapsed, "acting from %.2f", tr.ActFromMin)
+		} else {
+			assert.True(t, tr.Collapsed, "acting from %.2f", tr.ActFromMin)
+		}
+	}
+	// The bracket is closed to RescueResolution by a try that collapsed.
+	closest := math.Inf(1)
+	for _, tr := range r.Tries {
+		if tr.Collapsed {
+			closest = min(closest, tr.ActFromMin)
+		}
+	}
+	assert.LessOrEqual(t, closest-last, RescueResolution)
+}
+
+func TestRescueMarkdownTargets(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	runs := []DetectionRun{
+		{Scenario: "s-spike", Seed: 1, Collapsed: true, Obs: &Observation{FirstWarningMin: f(16), UtilisationFirstMin: f(24)}},
+		{Scenario: "s-spike", Seed: 2, Collapsed: true, Obs: &Observation{FirstWarningMin: f(20), UtilisationFirstMin: f(19)}},
+		{Scenario: "s-spike", Seed: 3, Collapsed: true, Obs: &Observation{FirstWarningMin: f(18)}},
+	}
+	rescues := []Rescue{
+		{Scenario: "s-spike", Seed: 1, CollapseMin: 25, LastRescueMin: f(22), FirstWarningMin: f(16), UtilisationFirstMin: f(24)},
+		{Scenario: "s-spike", Seed: 2, CollapseMin: 22, LastRescueMin: f(21), FirstWarningMin: f(20), UtilisationFirstMin: f(19)},
+		{Scenario: "s-spike", Seed: 3, CollapseMin: 30, FirstWarningMin: f(18)},
+	}
+	var b bytes.Buffer
+	require.NoError(t, RescueMarkdown(&b, rescues, runs))
+	out := b.String()
+	assert.Contains(t, out, "| s-spike | 1 | 16.0 | 24.0 | 8.0 | 25 | 22.0 | 6.0 |")
+	assert.Contains(t, out, "| s-spike | 3 | 18.0 | — | no alert | 30 | none | — |")
+	// Seed 1 is warned 6 minutes ahead, seed 2 only 1, seed 3 has no rescue time; leads 8, −1, +Inf.
+	assert.Contains(t, out, "over 3 collapsed +100% runs: warned at least 2 minutes before the last rescue time in 1 ")
+	assert.Contains(t, out, "1 had no rescue time")
+	assert.Contains(t, out, "ahead of the first utilisation alert in 2 ")
+	assert.Contains(t, out, "median lead 8.0 minutes")
+}
