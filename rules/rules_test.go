@@ -10,11 +10,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/harness"
 )
 
 const (
@@ -306,4 +310,25 @@ func mapValue(m *yaml.Node, key string) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// TestPageForMatchesTheRules keeps the simulator's false-page count (harness.PageFor, `basin sim
+// detect`) on the for: the paging alerts ship with, so the measured number is the shipped rule's.
+func TestPageForMatchesTheRules(t *testing.T) {
+	rg, _ := loadRules(t)
+	want := map[string]detector.State{"BasinMetastableDrift": detector.Drifting, "BasinTrapped": detector.Trapped}
+	seen := 0
+	for _, g := range rg.Groups {
+		for _, r := range g.Rules {
+			state, ok := want[r.Alert]
+			if !ok {
+				continue
+			}
+			seen++
+			d, err := time.ParseDuration(r.For)
+			require.NoError(t, err, "%s for: %q", r.Alert, r.For)
+			assert.Equal(t, harness.PageFor[state], d, "%s for: against harness.PageFor[%s]", r.Alert, state)
+		}
+	}
+	assert.Equal(t, len(want), seen)
 }

@@ -13,14 +13,15 @@ import (
 // Pressure is information; drifting and trapped page someone. A false page is BasinMetastableDrift
 // or BasinTrapped firing in a run that does not collapse. The rules fire when basin_state has been
 // drifting (or trapped) for their `for:`, so a page here is the detector holding one of those
-// states for PageFor without a break.
+// states for its PageFor without a break.
 
-// PageFor is the `for:` of BasinMetastableDrift and BasinTrapped in rules/basin.rules.yml.
-const PageFor = time.Minute
+// PageFor is the `for:` of the alert each state pages with in rules/basin.rules.yml:
+// BasinMetastableDrift for drifting, BasinTrapped for trapped (a rules test keeps them equal).
+var PageFor = map[detector.State]time.Duration{detector.Drifting: 5 * time.Minute, detector.Trapped: time.Minute}
 
 // PageMin is the first minute one of basin's paging alerts fires in the run: the end of the first
-// PageFor spent in drifting or in trapped without leaving it (a move from drifting to trapped
-// starts the trapped alert's own wait). Nil when none fires.
+// stretch of its state's PageFor spent in drifting or in trapped without leaving it (a move from
+// drifting to trapped starts the trapped alert's own wait). Nil when none fires.
 func (r DetectionRun) PageMin() *float64 {
 	if r.Obs == nil {
 		return nil
@@ -28,15 +29,16 @@ func (r DetectionRun) PageMin() *float64 {
 	trs := r.Obs.Transitions
 	end := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
 	for i, tr := range trs {
-		if tr.To != detector.Drifting && tr.To != detector.Trapped {
+		hold, pages := PageFor[tr.To]
+		if !pages {
 			continue
 		}
 		until := end
 		if i+1 < len(trs) {
 			until = trs[i+1].At
 		}
-		if until.Sub(tr.At) >= PageFor {
-			m := tr.At.Add(PageFor).Sub(epoch).Minutes()
+		if until.Sub(tr.At) >= hold {
+			m := tr.At.Add(hold).Sub(epoch).Minutes()
 			return &m
 		}
 	}
@@ -88,11 +90,12 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 	sort.Strings(names)
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Pages versus states\n\n"+
-		"A *false page* is BasinMetastableDrift or BasinTrapped firing — basin_state drifting (or trapped) "+
-		"held for the rules' `for: %gm` — in a run that did not collapse; pressure does not page. Utilisation "+
+		"A *false page* is BasinMetastableDrift or BasinTrapped firing — basin_state drifting held for the "+
+		"rule's `for: %gm`, or trapped held for `for: %gm` — in a run that did not collapse; pressure does not page. Utilisation "+
 		"alerts are counted the same way: any of the four above firing (held for %g min) in a run that did not "+
 		"collapse. *Drifting states* is the detector's internal count from the table above (drifting or trapped at "+
-		"any moment in a run that did not collapse).\n\n", PageFor.Minutes(), AlertFor.Minutes())
+		"any moment in a run that did not collapse).\n\n", PageFor[detector.Drifting].Minutes(),
+		PageFor[detector.Trapped].Minutes(), AlertFor.Minutes())
 	b.WriteString("| scenario | runs | not collapsed | false pages (basin) | false pages (utilisation) | drifting states | collapsed runs paged |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, n := range names {

@@ -25,9 +25,9 @@ func TestPageMin(t *testing.T) {
 		want *float64
 	}{
 		{"pressure never pages", []detector.Transition{tr(H, P, 10), tr(P, H, 40)}, nil},
-		{"drifting for 50 s does not page", []detector.Transition{tr(H, P, 10), tr(P, D, 11), tr(D, P, 11+50.0/60)}, nil},
-		{"drifting for a minute pages", []detector.Transition{tr(H, P, 10), tr(P, D, 11), tr(D, P, 12.5)}, ptr(12)},
-		{"drifting then trapped: trapped's own wait", []detector.Transition{tr(H, D, 10), tr(D, T, 10.5), tr(T, P, 11)}, nil},
+		{"drifting for 4.5 min does not page", []detector.Transition{tr(H, P, 10), tr(P, D, 11), tr(D, P, 15.5)}, nil},
+		{"drifting for five minutes pages", []detector.Transition{tr(H, P, 10), tr(P, D, 11), tr(D, P, 16.5)}, ptr(16)},
+		{"drifting then trapped: trapped's own wait", []detector.Transition{tr(H, D, 10), tr(D, T, 14), tr(T, P, 14.5)}, nil},
 		{"trapped to the end pages", []detector.Transition{tr(H, D, 10), tr(D, T, 10.5)}, ptr(11.5)},
 		{"entered 30 s before the end does not", []detector.Transition{tr(H, D, 89.5)}, nil},
 	}
@@ -54,9 +54,9 @@ func ptr(v float64) *float64 { return &v }
 func TestPagesMarkdown(t *testing.T) {
 	at := func(min float64) time.Time { return epoch.Add(time.Duration(min * float64(time.Minute))) }
 	paged := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
-		{From: detector.Drifting, To: detector.Healthy, At: at(23)}}, FirstDriftingMin: ptr(20)}
+		{From: detector.Drifting, To: detector.Healthy, At: at(26)}}, FirstDriftingMin: ptr(20)}
 	brief := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
-		{From: detector.Drifting, To: detector.Healthy, At: at(20.5)}}, UtilisationFirstMin: ptr(21),
+		{From: detector.Drifting, To: detector.Healthy, At: at(24)}}, UtilisationFirstMin: ptr(21),
 		FirstDriftingMin: ptr(20)}
 	quiet := &Observation{}
 	runs := []DetectionRun{
