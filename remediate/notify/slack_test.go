@@ -230,7 +230,13 @@ func TestSlackFailuresAreCountedAndDoNotBlock(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			noLeaks(t)
-			api := &fakeAPI{respond: tc.respond}
+			// Slack answers only once every event has been offered, so the one post Run may have
+			// started holds it and the queue's overflow is exact, however fast the machine drains.
+			offered := make(chan struct{})
+			api := &fakeAPI{respond: func(i int, w http.ResponseWriter, r *http.Request) {
+				<-offered
+				tc.respond(i, w, r)
+			}}
 			h := start(t, notify.Options{BotToken: botToken, Channel: channel, APIURL: startSlack(t, api),
 				Timeout: 100 * time.Millisecond, RetryBackoff: time.Millisecond, QueueSize: 2})
 
@@ -241,6 +247,7 @@ func TestSlackFailuresAreCountedAndDoNotBlock(t *testing.T) {
 				h.n.Notify(ev)
 			}
 			assert.Less(t, time.Since(began), 50*time.Millisecond, "Notify waited for Slack")
+			close(offered)
 
 			dropped := h.count(t, "transition", "dropped")
 			assert.GreaterOrEqual(t, dropped, 17.0, "the queue overflowed") // 2 queued, maybe 1 taken by Run
