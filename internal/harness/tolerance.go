@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -322,7 +323,8 @@ func (r *ToleranceResult) summarise() {
 		}
 	}
 	r.Ranked, r.Ratios = len(pred), len(ratios)
-	if rho, ok := Spearman(pred, simd); ok {
+	// predictor.Spearman is NaN where the correlation is undefined; two points rank nothing.
+	if rho := predictor.Spearman(pred, simd); len(pred) >= 3 && !math.IsNaN(rho) {
 		r.Spearman = &rho
 	}
 	if len(ratios) > 0 {
@@ -340,55 +342,6 @@ func median(v []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
-}
-
-// Spearman is the rank correlation of x and y, ties ranked by their mean rank (the Pearson
-// correlation of the ranks). ok is false with fewer than three pairs or a constant side.
-func Spearman(x, y []float64) (float64, bool) {
-	if len(x) != len(y) || len(x) < 3 {
-		return 0, false
-	}
-	rx, ry := ranks(x), ranks(y)
-	n := float64(len(x))
-	var mx, my float64
-	for i := range rx {
-		mx += rx[i]
-		my += ry[i]
-	}
-	mx, my = mx/n, my/n
-	var sxy, sxx, syy float64
-	for i := range rx {
-		dx, dy := rx[i]-mx, ry[i]-my
-		sxy += dx * dy
-		sxx += dx * dx
-		syy += dy * dy
-	}
-	if sxx == 0 || syy == 0 {
-		return 0, false
-	}
-	return sxy / math.Sqrt(sxx*syy), true
-}
-
-// ranks gives 1-based ranks, ties sharing their mean rank.
-func ranks(v []float64) []float64 {
-	idx := make([]int, len(v))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return v[idx[a]] < v[idx[b]] })
-	out := make([]float64, len(v))
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && v[idx[j+1]] == v[idx[i]] {
-			j++
-		}
-		r := float64(i+j)/2 + 1
-		for k := i; k <= j; k++ {
-			out[idx[k]] = r
-		}
-		i = j + 1
-	}
-	return out
 }
 
 // ToleranceMarkdown writes the validation as the docs/results.md section.

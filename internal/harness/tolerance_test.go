@@ -9,31 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestSpearman(t *testing.T) {
-	cases := []struct {
-		name string
-		x, y []float64
-		want float64
-		ok   bool
-	}{
-		{"same order", []float64{1, 2, 3, 4}, []float64{10, 20, 25, 100}, 1, true},
-		{"reversed", []float64{1, 2, 3, 4}, []float64{4, 3, 2, 1}, -1, true},
-		// ranks x 1,2,3,4 and y 1,3,2,4: 1 − 6·2/(4·15) = 0.8.
-		{"one swap", []float64{1, 2, 3, 4}, []float64{1, 3, 2, 4}, 0.8, true},
-		// ties share their mean rank: y ranks 1.5,1.5,3 against 1,2,3 gives √3/2.
-		{"ties", []float64{1, 2, 3}, []float64{5, 5, 9}, 0.8660254, true},
-		{"constant side", []float64{1, 2, 3}, []float64{2, 2, 2}, 0, false},
-		{"too few", []float64{1, 2}, []float64{1, 2}, 0, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := Spearman(tc.x, tc.y)
-			require.Equal(t, tc.ok, ok)
-			assert.InDelta(t, tc.want, got, 1e-6)
-		})
-	}
-}
-
 func TestToleranceSummary(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	r := &ToleranceResult{Points: []TolerancePoint{
