@@ -3,7 +3,6 @@ package harness
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 
@@ -59,15 +58,7 @@ func (r DetectionRun) UtilisationFalsePage() bool {
 // none in the healthy presets, at most one in the healthy and +33% runs together.
 func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 	type agg struct{ runs, calm, pages, util, states, collapsedPaged, collapsed int }
-	by := map[string]*agg{}
-	var names []string
-	for _, r := range runs {
-		a := by[r.Scenario]
-		if a == nil {
-			a = &agg{}
-			by[r.Scenario] = a
-			names = append(names, r.Scenario)
-		}
+	names, by := byScenario(runs, func(a *agg, r DetectionRun) {
 		a.runs++
 		if r.Collapsed {
 			a.collapsed++
@@ -86,8 +77,7 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 		if r.FalseAlarm() {
 			a.states++
 		}
-	}
-	sort.Strings(names)
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Pages versus states\n\n"+
 		"A *false page* is BasinMetastableDrift or BasinTrapped firing — basin_state drifting held for the "+
