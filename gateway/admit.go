@@ -34,16 +34,16 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 	// the second round decides.
 	for range 4 {
 		now := g.now()
-		if g.core.Begin(now, c.id, c.req.prompt) {
+		if g.core.Begin(now, c.id, c.req.Prompt) {
 			return true
 		}
 		if g.isStopping() {
 			g.refuseShuttingDown(w)
 			return false
 		}
-		peak := g.pred.PredictPeak(c.req.taskText, c.req.taskChars, int(min(c.req.prompt, 1<<31-1)))
+		peak := g.pred.PredictPeak(c.req.Task, c.req.TaskChars, int(min(c.req.Prompt, 1<<31-1)))
 		g.mu.Lock()
-		d := g.core.Arrive(now, admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.prompt,
+		d := g.core.Arrive(now, admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.Prompt,
 			PredictedPeak: peak})
 		var wt *waiter
 		if d.Verdict == admission.Admitted && d.Reason != admission.ReasonLive {
@@ -63,7 +63,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 				continue // another call admitted the session meanwhile: begin as a live call
 			}
 			c.first = true
-			g.log.Debug("session admitted", "session", c.id, "tenant", c.tenant, "prompt_tokens", c.req.prompt,
+			g.log.Debug("session admitted", "session", c.id, "tenant", c.tenant, "prompt_tokens", c.req.Prompt,
 				"predicted_peak_tokens", peak)
 			return true
 		case admission.OverQuota:

@@ -123,8 +123,8 @@ func BenchmarkParseCall(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if c := parseCall(chatEndpoint, body); c.prompt < 1000 {
-				b.Fatalf("prompt %d", c.prompt)
+			if c := parseCall(chatEndpoint, body); c.Prompt < 1000 {
+				b.Fatalf("prompt %d", c.Prompt)
 			}
 		}
 	})

@@ -144,20 +144,20 @@ func FuzzSessionIdentity(f *testing.F) {
 			ep, path = chatEndpoint, "/v1/chat/completions"
 		}
 		c := parseCall(ep, body)
-		require.GreaterOrEqual(t, c.prompt, int64(1))
-		require.LessOrEqual(t, c.prompt, max(1, tokensOf(int64(len(body)))+agentcall.PerMessageTokens*int64(len(body)/2+1)),
+		require.GreaterOrEqual(t, c.Prompt, int64(1))
+		require.LessOrEqual(t, c.Prompt, max(1, tokensOf(int64(len(body)))+agentcall.PerMessageTokens*int64(len(body)/2+1)),
 			"the estimate is bounded by the body's size")
-		require.Equal(t, utf8.RuneCountInString(c.taskText), c.taskChars)
-		require.LessOrEqual(t, c.taskChars, len(body))
-		require.Equal(t, strings.TrimSpace(c.metaID), c.metaID)
-		require.Equal(t, strings.TrimSpace(c.user), c.user)
-		if c.metaID != "" || c.user != "" {
+		require.Equal(t, utf8.RuneCountInString(c.Task), c.TaskChars)
+		require.LessOrEqual(t, c.TaskChars, len(body))
+		require.Equal(t, strings.TrimSpace(c.SessionID), c.SessionID)
+		require.Equal(t, strings.TrimSpace(c.User), c.User)
+		if c.SessionID != "" || c.User != "" {
 			// What was read survives a round trip through a well-formed body.
-			again, err := json.Marshal(map[string]any{"metadata": map[string]string{"session_id": c.metaID}, "user": c.user})
+			again, err := json.Marshal(map[string]any{"metadata": map[string]string{"session_id": c.SessionID}, "user": c.User})
 			require.NoError(t, err)
 			c2 := parseCall(ep, again)
-			assert.Equal(t, c.metaID, c2.metaID)
-			assert.Equal(t, c.user, c2.user)
+			assert.Equal(t, c.SessionID, c2.SessionID)
+			assert.Equal(t, c.User, c2.User)
 		}
 
 		// The header: one of the configured session headers, or (hdr beyond them) an unrelated one.
@@ -173,9 +173,9 @@ func FuzzSessionIdentity(f *testing.F) {
 			header.Set(hdrName, val)
 		}
 		id := h.g.sessionID(header, c)
-		want := c.metaID
+		want := c.SessionID
 		if want == "" {
-			want = c.user
+			want = c.User
 		}
 		if v := strings.TrimSpace(val); v != "" && hdrName != "x-unrelated" {
 			want = v

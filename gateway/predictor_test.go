@@ -36,8 +36,8 @@ func TestPeakModeUsesTheLoadedModel(t *testing.T) {
 	b := h.chatAsync(ctx, "b", 1, nil)
 	q := h.waitQueued(1).Queue[0]
 	req := parseCall(chatEndpoint, []byte(chatBody(1)))
-	want := m.PredictPeak(req.taskText, req.taskChars, int(req.prompt))
-	assert.Greater(t, want, req.prompt)
+	want := m.PredictPeak(req.Task, req.TaskChars, int(req.Prompt))
+	assert.Greater(t, want, req.Prompt)
 	assert.Equal(t, want, q.Demand, "a queued session's demand in peak mode is the model's prediction")
 	cancel()
 	<-b

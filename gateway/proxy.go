@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/httpjson"
 )
 
@@ -37,7 +38,7 @@ type call struct {
 	id        string
 	tenant    string
 	arrival   time.Time
-	req       callRequest
+	req       agentcall.Call
 	endAfter  bool // x-session-end, or a one-call session
 	first     bool // this call started the session (admitted it)
 	anonymous bool
@@ -180,7 +181,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body 
 
 	end := g.now()
 	obs.finish()
-	prompt, output := c.req.prompt, tokensOf(obs.outChars)
+	prompt, output := c.req.Prompt, tokensOf(obs.outChars)
 	if obs.usage != nil && obs.usage.PromptTokens > 0 {
 		prompt = obs.usage.PromptTokens
 	}
@@ -407,7 +408,7 @@ func (g *Gateway) startCall(c *call) (si *sessionInfo, index int, gap time.Durat
 	}
 	if si.traceID == "" && g.rec != nil {
 		si.traceID, si.traceTenant = g.rec.sessionID(c.id), g.rec.tenant(c.tenant)
-		si.taskChars = c.req.taskChars
+		si.taskChars = c.req.TaskChars
 	}
 	index = si.calls
 	si.calls++

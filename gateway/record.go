@@ -33,7 +33,7 @@ func (r *recorder) tenant(t string) string { return r.rec.Tenant(t) }
 func (r *recorder) record(si *sessionInfo, c *call, index int, gap time.Duration, end time.Time, prompt, output int64) error {
 	human := false
 	if index > 0 {
-		human = c.req.lastRole == "user" // the conversation ends with a person's message, not a tool result
+		human = c.req.LastRole == "user" // the conversation ends with a person's message, not a tool result
 	} else {
 		gap = 0
 	}

@@ -21,16 +21,6 @@ const (
 	completionEndpoint = agentcall.Completions
 )
 
-// callRequest is what the gateway keeps of a model call's body, as agentcall reads it.
-type callRequest struct {
-	prompt    int64  // prompt estimate in tokens (agentcall.Call.Prompt)
-	taskText  string // the first user message's text (chat) or the prompt (completions)
-	taskChars int    // its length in characters
-	lastRole  string // role of the last message: "user" means a person's turn
-	metaID    string // metadata.session_id
-	user      string // user
-}
-
 // tokensOf is the token estimate of chars characters (agentcall.Tokens).
 func tokensOf(chars int64) int64 { return agentcall.Tokens(chars) }
 
@@ -38,10 +28,9 @@ func tokensOf(chars int64) int64 { return agentcall.Tokens(chars) }
 // make sense of all the same (the upstream judges it), sized by its length, so the problem
 // agentcall.Read reports is not the gateway's to answer. An ambiguous body (a key read twice,
 // see agentcall) is read as one with no session identity.
-func parseCall(ep endpoint, body []byte) callRequest {
+func parseCall(ep endpoint, body []byte) agentcall.Call {
 	c, _ := agentcall.Read(ep, body)
-	return callRequest{prompt: c.Prompt, taskText: c.Task, taskChars: c.TaskChars, lastRole: c.LastRole,
-		metaID: c.SessionID, user: c.User}
+	return c
 }
 
 // MaxSessionIDBytes bounds a session id. Ids are kept per live session, in the state file and
@@ -52,16 +41,15 @@ const MaxSessionIDBytes = 256
 
 // sessionID is the call's session identity: the first non-empty of the configured headers, then
 // the body's metadata.session_id, then user; "" when it has none.
-func (g *Gateway) sessionID(h http.Header, c callRequest) string {
+func (g *Gateway) sessionID(h http.Header, c agentcall.Call) string {
 	id, _ := g.sessionIDSource(h, c)
 	return id
 }
 
 // sessionIDSource is sessionID and where it came from: the header's name, "metadata.session_id"
 // or "user".
-func (g *Gateway) sessionIDSource(h http.Header, c callRequest) (id, source string) {
-	body := agentcall.Call{SessionID: c.metaID, User: c.user}
-	return body.Identity(h, g.cfg.SessionHeaders)
+func (g *Gateway) sessionIDSource(h http.Header, c agentcall.Call) (id, source string) {
+	return c.Identity(h, g.cfg.SessionHeaders)
 }
 
 // checkSessionID refuses an id over MaxSessionIDBytes, naming its source.
