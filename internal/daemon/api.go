@@ -151,7 +151,8 @@ type GatewayStatus struct {
 func (d *Daemon) StatusNow() Status {
 	now := d.clock()
 	d.mu.Lock()
-	s := Status{Deployment: d.cfg.Deployment, Now: now, DryRun: d.cfg.DryRun, Assessment: d.mu.last, StepError: d.mu.stepErr}
+	s := Status{Deployment: d.cfg.Deployment, Now: now, DryRun: d.cfg.DryRun, Assessment: d.mu.shown, Policy: d.mu.policy,
+		StepError: d.mu.stepErr}
 	if d.mu.lastPlan.Seq > 0 {
 		p := d.mu.lastPlan
 		s.LastPlan = &p
@@ -162,9 +163,6 @@ func (d *Daemon) StatusNow() Status {
 	} else if d.mu.gatewayErr != "" {
 		s.Gateway = &GatewayStatus{Error: d.mu.gatewayErr}
 	}
-	d.mu.Unlock()
-	d.mu.Lock()
-	s.Policy = d.mu.policy
 	d.mu.Unlock()
 	s.ReferenceBudget = s.Policy.Reference
 	if paused, until, why := d.exec.Paused(now); paused {

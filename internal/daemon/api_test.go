@@ -588,3 +588,33 @@ func TestSpikeToleranceMetric(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusPairsAssessmentWithItsPolicy: the status (and the metrics) show an assessment together
+// with the policy state decided on it. Read while a step is acting — here inside the gateway call
+// that takes over a count-only gateway's budget — the status shows the previous step whole; a
+// status that paired the new assessment with the previous step's policy showed, on the first
+// complete step, "every signal seen, B_ref 0" (the end-to-end test read exactly that).
+func TestStatusPairsAssessmentWithItsPolicy(t *testing.T) {
+	e := newEnv(t, "")
+	e.gw.set(func(g *fakeGateway) { g.countOnly = true })
+	d := e.daemon()
+	var during []Status
+	e.gw.set(func(g *fakeGateway) {
+		g.onSetBudget = func(_ int64, apply func()) {
+			during = append(during, d.StatusNow())
+			apply()
+		}
+	})
+	var before Status
+	for i := 0; len(during) == 0; i++ {
+		require.Less(t, i, 10, "the daemon never took over the budget")
+		before = d.StatusNow()
+		e.step(d)
+	}
+	s, after := during[0], d.StatusNow()
+	assert.Equal(t, before.Assessment.ObservedAt, s.Assessment.ObservedAt, "while acting: the previous step's assessment")
+	assert.Equal(t, before.Policy, s.Policy, "while acting: the previous step's policy")
+	assert.NotEqual(t, before.Assessment.ObservedAt, after.Assessment.ObservedAt, "after the step: its own assessment")
+	assert.Empty(t, after.Assessment.Blind)
+	assert.Positive(t, after.ReferenceBudget, "a complete assessment comes with the B_ref decided on it")
+}

@@ -103,7 +103,10 @@ type Daemon struct {
 
 	mu struct {
 		sync.Mutex
+		// last is the latest assessment, set as soon as the step makes it (the step's Slack
+		// posts describe it); shown is the one the published policy state was decided on.
 		last        detector.Assessment
+		shown       detector.Assessment
 		lastPlan    remediate.Plan
 		gateway     *adminapi.StateView
 		gatewayErr  string
@@ -116,7 +119,10 @@ type Daemon struct {
 		history     []HistoryPoint
 		// unseen is what the last step could not see (see unseenOf); empty when it saw everything.
 		unseen []string
-		// policy is the policy's state as of the last step.
+		// policy is the policy's state as of the last step. Readers on other goroutines (status,
+		// metrics) take it with shown, never with last: between the assessment and the end of
+		// the step they would pair a new assessment with the previous step's policy (on the
+		// first step, an empty B_ref next to a complete assessment).
 		policy remediate.PolicyState
 	}
 }
@@ -411,6 +417,7 @@ func (d *Daemon) restore() error {
 		}
 		d.mu.Lock()
 		d.mu.last = detector.Assessment{State: p.State, Since: p.Since}
+		d.mu.shown = d.mu.last
 		d.mu.Unlock()
 	}
 	ps, lending, lendingAt := p.Policy, p.Lending, p.LendingAt
@@ -654,7 +661,7 @@ func (d *Daemon) Step(ctx context.Context) {
 		if err := d.save(); err != nil {
 			errMsg = "saving state: " + err.Error()
 		}
-		d.finishStep(nil, errMsg)
+		d.finishStep(a, nil, errMsg)
 		return
 	}
 	// Actions a crash (or a pause at start) left between intent and outcome are finished before
@@ -688,14 +695,15 @@ func (d *Daemon) Step(ctx context.Context) {
 			d.log.Warn("plan", "seq", res.Plan.Seq, "err", res.Err)
 		}
 	}
-	d.finishStep(&res.Plan, errMsg)
+	d.finishStep(a, &res.Plan, errMsg)
 }
 
-func (d *Daemon) finishStep(plan *remediate.Plan, errMsg string) {
+// finishStep publishes the step: the assessment a and the policy state decided on it, together.
+func (d *Daemon) finishStep(a detector.Assessment, plan *remediate.Plan, errMsg string) {
 	st := d.pol.State()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mu.policy = st
+	d.mu.shown, d.mu.policy = a, st
 	if plan != nil && !plan.Empty() {
 		d.mu.lastPlan = *plan
 	}

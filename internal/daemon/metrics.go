@@ -60,7 +60,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCo
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	d := m.d
 	d.mu.Lock()
-	a, ready, ps, unseen, gwErr := d.mu.last, d.mu.ready, d.mu.policy, len(d.mu.unseen), d.mu.gatewayErr
+	a, ready, ps, unseen, gwErr := d.mu.shown, d.mu.ready, d.mu.policy, len(d.mu.unseen), d.mu.gatewayErr
 	d.mu.Unlock()
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
