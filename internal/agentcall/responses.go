@@ -91,7 +91,7 @@ func readInput(r *reader, n int32) {
 			continue
 		}
 		// A function call, its output, a reasoning item: the text the next prompt repeats.
-		r.add("", int64(utf8.RuneCount(r.t.raw(m))))
+		r.add("", int64(runeCount(r.t.raw(m))))
 		r.c.LastRole = ""
 	}
 }

@@ -360,7 +360,7 @@ func (r *reader) message(at item, m int32, spec *messageSpec) {
 				content = c
 			default:
 				if r.kind(c) != kindNull {
-					chars += int64(utf8.RuneCount(r.t.raw(c)))
+					chars += int64(runeCount(r.t.raw(c)))
 				}
 			}
 		})
