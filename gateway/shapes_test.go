@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/internal/trace"
 )
 
 // answerWith answers every call with the body of the given content type.
@@ -241,4 +244,46 @@ func TestBodyTooLargeIs413OnEveryPath(t *testing.T) {
 	}
 	assert.Empty(t, up.seen())
 	assert.False(t, h.g.core.Live("big"))
+}
+
+func TestTraceRecordsEveryAPI(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "calls.jsonl")
+	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.Record.Path = path }), nil)
+	bodies := map[string]string{
+		"/v1/chat/completions": chatBody(6),
+		"/v1/responses":        `{"model":"basin-sim","instructions":"You are a coding agent.","input":"Fix the failing test in the parser package, please.","max_output_tokens":6}`,
+		"/v1/messages":         `{"model":"basin-sim","system":"You are a coding agent.","messages":[{"role":"user","content":"Fix the failing test in the parser package, please."}],"max_tokens":6}`,
+	}
+	contexts := map[int64]bool{}
+	for p, body := range bodies {
+		for range 2 {
+			r, err := h.do(context.Background(), http.MethodPost, p, map[string]string{"x-session-id": p}, body)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, r.status, "%s: %s", p, r)
+		}
+	}
+	h.settle()
+	for p := range bodies {
+		ls, ok := h.g.core.LiveSession(p)
+		require.True(t, ok, p)
+		contexts[ls.Context] = true
+	}
+	require.NoError(t, h.stop())
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	sessions, err := trace.ReadBasin(f)
+	require.NoError(t, err)
+	require.Len(t, sessions, 3, "a session per API")
+	for _, s := range sessions {
+		require.Len(t, s.Calls, 2)
+		assert.Equal(t, len("Fix the failing test in the parser package, please."), s.TaskChars)
+		for _, c := range s.Calls {
+			assert.Equal(t, 6, c.Output, "the output from each API's usage")
+			assert.Positive(t, c.Prompt)
+		}
+		last := s.Calls[1]
+		assert.True(t, contexts[int64(last.Prompt+last.Output)], "the recorded prompt is the one admission counted: %v", contexts)
+	}
 }
