@@ -50,14 +50,15 @@ func (g *Gateway) chain(c *call) {
 		c.id = link.session
 	case prev != "":
 		c.id = chainPrefix + prev
-	case c.req.NoStore:
-		return // a one-call session
+	case c.req.NoStore, g.cfg.RejectAnonymous:
+		// A one-call session; or, with reject_anonymous, a call that names no session and
+		// continues none, refused like any other.
 	default:
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		c.id = chainPrefix + hex.EncodeToString(b[:])
 	}
-	c.chained = !c.req.NoStore
+	c.chained = c.id != "" && !c.req.NoStore
 }
 
 // chained remembers a Responses call's answer, so that a call continuing it joins its session.

@@ -53,7 +53,8 @@ type Config struct {
 	// SessionHeaders are the request headers that carry the session id, first non-empty wins
 	// (default x-session-id, x-claude-code-session-id, session-id, session_id,
 	// x-session-affinity, x-dynamo-session-id). After them the body's metadata.session_id, then
-	// user.
+	// prompt_cache_key (Responses), then user (Anthropic Messages: metadata.user_id), then a
+	// Responses previous_response_id chain.
 	SessionHeaders []string `yaml:"session_headers"`
 	// RejectAnonymous answers 400 to a call with no session id instead of treating it as a
 	// one-call session.

@@ -109,7 +109,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		message: "the gateway could not reach the upstream: " + err.Error()})
 }
 
-// serveCall handles a chat or completion call: identify its session, admit it (or hold it in the
+// serveCall handles a model call of any API served (chat, completions, Responses, Messages): identify its session, admit it (or hold it in the
 // queue, or refuse it), proxy it and account for what the response says.
 func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -133,19 +133,23 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 		}
 		var source string
 		c.id, source = g.sessionIDSource(r.Header, c.req)
+		if ep == agentcall.Responses {
+			named := c.id != ""
+			g.chain(c)
+			if !named && c.id != "" {
+				source = "previous_response_id"
+			}
+		}
 		if err := checkSessionID(c.id, source); err != nil {
 			g.refuse(w, refusal{api: ep, status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
 				param: source, message: err.Error()})
 			return
 		}
-		if ep == agentcall.Responses {
-			g.chain(c)
-		}
 		if c.id == "" {
 			if g.cfg.RejectAnonymous {
 				g.refuse(w, refusal{api: ep, status: http.StatusBadRequest, reason: reasonNoSession, typ: "invalid_request_error",
 					message: fmt.Sprintf("no session id: this gateway admits whole agent sessions and rejects anonymous calls; "+
-						"send one of the headers %v, or metadata.session_id or user in the body", g.cfg.SessionHeaders)})
+						"send one of the headers %v, or metadata.session_id, prompt_cache_key or user (Anthropic: metadata.user_id) in the body", g.cfg.SessionHeaders)})
 				return
 			}
 			c.id, c.anonymous, c.endAfter = anonymousID(), true, true

@@ -40,14 +40,14 @@ func parseCall(ep endpoint, body []byte) agentcall.Call {
 const MaxSessionIDBytes = 256
 
 // sessionID is the call's session identity: the first non-empty of the configured headers, then
-// the body's metadata.session_id, then user; "" when it has none.
+// the body's metadata.session_id, then prompt_cache_key, then user (Anthropic's metadata.user_id);
+// "" when it has none (a Responses chain is looked up after, by chain).
 func (g *Gateway) sessionID(h http.Header, c agentcall.Call) string {
 	id, _ := g.sessionIDSource(h, c)
 	return id
 }
 
-// sessionIDSource is sessionID and where it came from: the header's name, "metadata.session_id"
-// or "user".
+// sessionIDSource is sessionID and where it came from: the header's name or the body field's.
 func (g *Gateway) sessionIDSource(h http.Header, c agentcall.Call) (id, source string) {
 	return c.Identity(h, g.cfg.SessionHeaders)
 }

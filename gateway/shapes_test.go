@@ -287,3 +287,19 @@ func TestTraceRecordsEveryAPI(t *testing.T) {
 		assert.True(t, contexts[int64(last.Prompt+last.Output)], "the recorded prompt is the one admission counted: %v", contexts)
 	}
 }
+
+func TestChainsUnderRejectAnonymousAndLongIDs(t *testing.T) {
+	up := chainUpstream(t)
+	h := start(t, baseConfig(t, []string{up.URL}, func(c *Config) { c.RejectAnonymous = true }), nil)
+	r, err := h.do(context.Background(), http.MethodPost, "/v1/responses", nil, `{"model":"m","input":"start"}`)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, r.status, "a call that names no session and continues none is anonymous: %s", r)
+	assert.Equal(t, "no_session_id", r.header.Get("x-basin-reason"))
+
+	r, err = h.do(context.Background(), http.MethodPost, "/v1/responses", nil,
+		`{"model":"m","input":"x","previous_response_id":"`+strings.Repeat("r", MaxSessionIDBytes)+`"}`)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r)
+	assert.Equal(t, "previous_response_id", deref(errorOf(t, r).Param))
+	assert.Empty(t, up.seen())
+}
