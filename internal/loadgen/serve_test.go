@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"testing"
 	"time"
@@ -17,9 +16,6 @@ import (
 	"github.com/basin-dev/basin/sim/serve"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 )
-
-// startServe runs sim/serve on the paper's 1P1D deployment behind a loopback server.
-func startServe(t *testing.T, speed float64) *httptest.Server { return servetest.Start(t, speed) }
 
 // noLeaks fails the test if goroutines started after it was called are still running at the end
 // (polling for a while: closed connections take a moment to wind down).
