@@ -60,7 +60,7 @@ type Config struct {
 	// one-call session.
 	RejectAnonymous bool `yaml:"reject_anonymous"`
 	// TenantHeader names the header that carries the tenant; when it is empty or absent on a
-	// request, the tenant is a hash of the bearer API key, or "" without one.
+	// request, the tenant is a hash of the API key (bearer, or x-api-key), or "" without one.
 	TenantHeader string `yaml:"tenant_header"`
 	// IdleTimeout ends a live session with no call in flight for this long (DefaultIdleTimeout).
 	IdleTimeout Duration `yaml:"idle_timeout"`

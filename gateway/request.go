@@ -67,8 +67,8 @@ func (g *Gateway) headerSessionID(h http.Header) string {
 	return id
 }
 
-// tenant is who a call runs for: the tenant header, else a hash of the bearer API key (never the
-// key itself), else "".
+// tenant is who a call runs for: the tenant header, else a hash of the API key (never the key
+// itself) — the bearer token, or x-api-key, where Anthropic's clients send it — else "".
 func (g *Gateway) tenant(h http.Header) string {
 	if g.cfg.TenantHeader != "" {
 		if v := strings.TrimSpace(h.Get(g.cfg.TenantHeader)); v != "" {
@@ -76,6 +76,9 @@ func (g *Gateway) tenant(h http.Header) string {
 		}
 	}
 	if key, ok := secret.Bearer(h.Get("Authorization")); ok && key != "" {
+		return APIKeyTenant(key)
+	}
+	if key := strings.TrimSpace(h.Get("x-api-key")); key != "" {
 		return APIKeyTenant(key)
 	}
 	return ""
