@@ -11,18 +11,25 @@ build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/basin
 
 OPENAI_CLIENT := gateway/testdata/openai-client
+ANTHROPIC_CLIENT := gateway/testdata/anthropic-client
 
 # All tests, then the concurrent packages again under the race detector, then a short fuzz pass.
-test: lint $(OPENAI_CLIENT)/node_modules
+test: lint $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules
 	$(GO) test ./...
 	$(GO) test -race $(RACE_PKGS)
 	$(MAKE) --no-print-directory fuzz
 
-# The gateway's tests drive it with the real openai npm client, pinned in package-lock.json.
+# The gateway's tests drive it with the real openai npm client, pinned in package-lock.json, …
 $(OPENAI_CLIENT)/node_modules: $(OPENAI_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix $(OPENAI_CLIENT) --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: the gateway's openai client test will be skipped (install Node.js 20+ and npm)"; fi
+
+# … and with the real @anthropic-ai/sdk npm client, pinned the same way.
+$(ANTHROPIC_CLIENT)/node_modules: $(ANTHROPIC_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(ANTHROPIC_CLIENT) --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the gateway's anthropic client test will be skipped (install Node.js 20+ and npm)"; fi
 
 # staticcheck at a pinned version, from the Go module proxy (its configuration: staticcheck.conf).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2

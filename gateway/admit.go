@@ -38,7 +38,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			return true
 		}
 		if g.isStopping() {
-			g.refuseShuttingDown(w)
+			g.refuseShuttingDown(w, c.req.Shape)
 			return false
 		}
 		peak := g.pred.PredictPeak(c.req.Task, c.req.TaskChars, int(min(c.req.Prompt, 1<<31-1)))
@@ -67,12 +67,12 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 				"predicted_peak_tokens", peak)
 			return true
 		case admission.OverQuota:
-			g.refuse(w, refusal{status: http.StatusTooManyRequests, reason: reasonTenantQuota, typ: "rate_limit_exceeded",
+			g.refuse(w, refusal{api: c.req.Shape, status: http.StatusTooManyRequests, reason: reasonTenantQuota, typ: "rate_limit_exceeded",
 				retryAfter: d.RetryAfter,
 				message:    "this tenant has as many sessions live or queued as its quota allows; retry when one of them ends"})
 			return false
 		case admission.Refused:
-			g.refuseShed(w, d.RetryAfter)
+			g.refuseShed(w, c.req.Shape, d.RetryAfter)
 			return false
 		case admission.Queued:
 			g.log.Debug("session queued", "session", c.id, "tenant", c.tenant, "priority", d.Priority,
@@ -88,18 +88,18 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			}
 		}
 	}
-	g.refuseShuttingDown(w) // not reached unless sessions flap between live and ended
+	g.refuseShuttingDown(w, c.req.Shape) // not reached unless sessions flap between live and ended
 	return false
 }
 
-func (g *Gateway) refuseShed(w http.ResponseWriter, retryAfter time.Duration) {
-	g.refuse(w, refusal{status: 529, reason: reasonShed, typ: "server_error", retryAfter: retryAfter,
+func (g *Gateway) refuseShed(w http.ResponseWriter, api endpoint, retryAfter time.Duration) {
+	g.refuse(w, refusal{api: api, status: 529, reason: reasonShed, typ: "server_error", retryAfter: retryAfter,
 		message: "capacity is short: this session was shed to keep the deployment's working set within its cache; " +
 			"retrying soon will not help"})
 }
 
-func (g *Gateway) refuseShuttingDown(w http.ResponseWriter) {
-	g.refuse(w, refusal{status: http.StatusServiceUnavailable, reason: reasonShuttingDown, typ: "server_error",
+func (g *Gateway) refuseShuttingDown(w http.ResponseWriter, api endpoint) {
+	g.refuse(w, refusal{api: api, status: http.StatusServiceUnavailable, reason: reasonShuttingDown, typ: "server_error",
 		message: "the gateway is shutting down; retry shortly"})
 }
 
@@ -133,13 +133,13 @@ func (g *Gateway) wait(w http.ResponseWriter, r *http.Request, c *call, wt *wait
 		if !got {
 			switch why {
 			case reasonQueueTimeout:
-				g.refuse(w, refusal{status: http.StatusServiceUnavailable, reason: reasonQueueTimeout, typ: "server_error",
+				g.refuse(w, refusal{api: c.req.Shape, status: http.StatusServiceUnavailable, reason: reasonQueueTimeout, typ: "server_error",
 					retryAfter: retryAfter,
 					message: fmt.Sprintf("the deployment is at its session budget and this session was not admitted within %s; "+
 						"retry after the time in Retry-After: a retry with the same session id keeps its place in the queue",
 						time.Duration(g.cfg.MaxQueueWait))})
 			case reasonShuttingDown:
-				g.refuseShuttingDown(w)
+				g.refuseShuttingDown(w, c.req.Shape)
 			default:
 				g.log.Debug("queued client went away", "session", c.id)
 			}
@@ -149,7 +149,7 @@ func (g *Gateway) wait(w http.ResponseWriter, r *http.Request, c *call, wt *wait
 	}
 	switch msg.ev.Kind {
 	case admission.EventShed:
-		g.refuseShed(w, 0)
+		g.refuseShed(w, c.req.Shape, 0)
 		return waitDone
 	case admission.EventAdmitted:
 		if !msg.owner {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/internal/agentbody"
+	"github.com/basin-dev/basin/internal/agentcall"
 )
 
 // Streamed body of the throughput benchmark: 4 MiB of SSE in 4 KiB events, each written and
@@ -128,4 +129,54 @@ func BenchmarkParseCall(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCallShapes sends the same 300 KB agent conversation through the gateway in each API it
+// serves, side by side: read, admitted (a live session), proxied to an upstream that answers in
+// the API's own shape with its usage, and accounted for.
+func BenchmarkCallShapes(b *testing.B) {
+	answers := map[agentcall.Shape]string{
+		agentcall.Chat:      `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":90000,"completion_tokens":2}}`,
+		agentcall.Responses: responsesJSON,
+		agentcall.Messages:  messagesJSON,
+	}
+	for _, bc := range []struct {
+		shape agentcall.Shape
+		body  []byte
+	}{
+		{agentcall.Chat, agentbody.Chat(300 << 10)},
+		{agentcall.Responses, agentbody.Responses(300 << 10)},
+		{agentcall.Messages, agentbody.Messages(300 << 10)},
+	} {
+		b.Run(bc.shape.String(), func(b *testing.B) {
+			up := httptest.NewServer(answerWith("application/json", answers[bc.shape]))
+			b.Cleanup(up.Close)
+			h := start(b, baseConfig(b, []string{up.URL}, nil), nil)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+			b.Cleanup(client.CloseIdleConnections)
+			call := func() {
+				req, err := http.NewRequest(http.MethodPost, h.ts.URL+bc.shape.Path(), bytes.NewReader(bc.body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				req.Header.Set("x-session-id", "bench")
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d, err %v", resp.StatusCode, err)
+				}
+			}
+			call() // admits the session
+			b.SetBytes(int64(len(bc.body)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				call()
+			}
+		})
+	}
 }

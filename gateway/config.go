@@ -53,13 +53,14 @@ type Config struct {
 	// SessionHeaders are the request headers that carry the session id, first non-empty wins
 	// (default x-session-id, x-claude-code-session-id, session-id, session_id,
 	// x-session-affinity, x-dynamo-session-id). After them the body's metadata.session_id, then
-	// user.
+	// prompt_cache_key (Responses), then user (Anthropic Messages: metadata.user_id), then a
+	// Responses previous_response_id chain.
 	SessionHeaders []string `yaml:"session_headers"`
 	// RejectAnonymous answers 400 to a call with no session id instead of treating it as a
 	// one-call session.
 	RejectAnonymous bool `yaml:"reject_anonymous"`
 	// TenantHeader names the header that carries the tenant; when it is empty or absent on a
-	// request, the tenant is a hash of the bearer API key, or "" without one.
+	// request, the tenant is a hash of the API key (bearer, or x-api-key), or "" without one.
 	TenantHeader string `yaml:"tenant_header"`
 	// IdleTimeout ends a live session with no call in flight for this long (DefaultIdleTimeout).
 	IdleTimeout Duration `yaml:"idle_timeout"`

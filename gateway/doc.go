@@ -1,15 +1,19 @@
-// Package gateway is `basin gateway`: an OpenAI-compatible reverse proxy that admits whole agent
-// sessions against a token budget, so that the working set of the deployment behind it — the
+// Package gateway is `basin gateway`: a reverse proxy for the OpenAI (chat completions,
+// completions, Responses) and Anthropic (Messages) APIs that admits whole agent sessions against a
+// token budget, so that the working set of the deployment behind it — the
 // contexts of all live sessions, whose prefixes must stay cached between calls — stays out of the
 // cache-pressure trap.
 //
 // A session is identified by a header (x-session-id and the other agents' spellings), else by the
-// body's metadata.session_id or user. Its first call asks the admission core (package admission,
+// body's own field (metadata.session_id, prompt_cache_key, user or Anthropic's metadata.user_id),
+// else by its Responses previous_response_id chain (chain.go). Its first call asks the admission core (package admission,
 // which holds the whole policy) whether the session may start: admitted calls go upstream at
 // once; queued ones are held until the core admits them, for at most max_queue_wait, and then get
-// 503 with Retry-After; a tenant over its quota gets 429; a shed session gets 529. Once admitted,
+// 503 with Retry-After; a tenant over its quota gets 429; a shed session gets 529 — each in the
+// called API's error format, with x-should-retry telling the SDKs whether retrying can help and a
+// Retry-After bounded where it can (errors.go). Once admitted,
 // a session's calls always pass: a session is never cut for budget. Its context is tracked from
-// the responses' usage (prompt + completion tokens), estimated from the request size before the
+// the responses' usage (prompt + output tokens, in each API's fields), estimated from the request size before the
 // first response. A session ends with x-session-end: true, with POST /v1/sessions/{id}/end, or
 // after idle_timeout without a call.
 //

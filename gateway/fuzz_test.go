@@ -227,3 +227,129 @@ func validHeaderValue(s string) bool {
 	}
 	return true
 }
+
+// FuzzShapeIdentity is FuzzSessionIdentity for the OpenAI Responses and Anthropic Messages
+// bodies: reading never panics and gives a sane estimate; the session id is the first non-empty
+// configured header, then the shape's own fields (Responses: metadata.session_id,
+// prompt_cache_key, user; Messages: metadata.user_id); through the real handler, a body over
+// max_body_bytes is 413 and reaches nothing, an id over MaxSessionIDBytes is 400, and any other
+// call reaches the upstream with its session as the routing key — for a Responses call that
+// names none, its chain's (chain-…), unless the server keeps nothing (store: false).
+func FuzzShapeIdentity(f *testing.F) {
+	for _, s := range []struct {
+		body     string
+		hdr      uint8
+		val      string
+		messages bool
+	}{
+		{`{"model":"m","instructions":"You are a coding agent.","input":"Fix the test","prompt_cache_key":"codex-1","stream":true}`, 255, "", false},
+		{`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"metadata":{"session_id":" s "},"user":"u"}`, 2, "codex-session", false},
+		{`{"model":"m","input":"go on","previous_response_id":"resp_123"}`, 255, "", false},
+		{`{"model":"m","input":"once","store":false}`, 255, "", false},
+		{`{"model":"m","input":"x","previous_response_id":"a\nb"}`, 255, "", false},
+		{`{"model":"claude","max_tokens":9,"system":[{"type":"text","text":"sys"}],"metadata":{"user_id":"user_x_session_y"},"messages":[{"role":"user","content":"hi"}]}`, 255, "", true},
+		{`{"model":"claude","max_tokens":9,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"}]}]}`, 1, "cc-session", true},
+		{`{"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":"a","user_id":"b"}}`, 255, "", true},
+		{`not json`, 0, "hdr-only", true},
+		{``, 255, "", false},
+	} {
+		f.Add([]byte(s.body), s.hdr, s.val, s.messages)
+	}
+	var up struct {
+		sync.Mutex
+		key   string
+		calls int
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		up.Lock()
+		up.key, up.calls = r.Header.Get(DefaultAffinityHeader), up.calls+1
+		up.Unlock()
+		okJSON(10, 2)(w, r)
+	}))
+	f.Cleanup(upstream.Close)
+	cfg := baseConfig(f, []string{upstream.URL}, func(c *Config) {
+		c.MaxBodyBytes = fuzzMaxBody
+		c.Affinity.Enabled = true
+	})
+	h := start(f, cfg, nil)
+
+	f.Fuzz(func(t *testing.T, body []byte, hdr uint8, val string, messages bool) {
+		ep := agentcall.Responses
+		if messages {
+			ep = agentcall.Messages
+		}
+		c := parseCall(ep, body)
+		require.GreaterOrEqual(t, c.Prompt, int64(1))
+		require.LessOrEqual(t, c.Prompt, max(1, tokensOf(int64(len(body)))+agentcall.PerMessageTokens*int64(len(body)/2+1)),
+			"the estimate is bounded by the body's size")
+		require.Equal(t, utf8.RuneCountInString(c.Task), c.TaskChars)
+		for _, v := range []string{c.SessionID, c.CacheKey, c.User, c.PreviousResponseID} {
+			require.Equal(t, strings.TrimSpace(v), v)
+		}
+		if messages {
+			require.Empty(t, c.SessionID+c.CacheKey+c.PreviousResponseID, "Messages name a session only by metadata.user_id")
+		}
+
+		hdrName := "x-unrelated"
+		if int(hdr) < len(cfg.SessionHeaders) {
+			hdrName = cfg.SessionHeaders[hdr]
+		}
+		if !validHeaderValue(val) {
+			val = ""
+		}
+		header := http.Header{}
+		if val != "" {
+			header.Set(hdrName, val)
+		}
+		id := h.g.sessionID(header, c)
+		want := c.SessionID
+		for _, v := range []string{c.CacheKey, c.User} {
+			if want == "" {
+				want = v
+			}
+		}
+		if v := strings.TrimSpace(val); v != "" && hdrName != "x-unrelated" {
+			want = v
+		}
+		require.Equal(t, want, id)
+
+		req := httptest.NewRequest(http.MethodPost, ep.Path(), bytes.NewReader(body))
+		for k, vs := range header {
+			req.Header[k] = vs
+		}
+		req.Header.Set("x-session-end", "true")
+		up.Lock()
+		before := up.calls
+		up.Unlock()
+		rec := httptest.NewRecorder()
+		h.g.Handler().ServeHTTP(rec, req)
+		up.Lock()
+		reached, key := up.calls > before, up.key
+		up.Unlock()
+		if len(body) > fuzzMaxBody {
+			require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
+			require.False(t, reached)
+			return
+		}
+		chained := id == "" && !messages && c.PreviousResponseID != ""
+		if len(id) > MaxSessionIDBytes || chained && len(chainPrefix+c.PreviousResponseID) > MaxSessionIDBytes {
+			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+			require.False(t, reached)
+			return
+		}
+		require.Equal(t, http.StatusOK, rec.Code, "session id %q: %s", id, rec.Body.String())
+		require.True(t, reached)
+		switch {
+		case id != "":
+			require.Equal(t, routingKey(id), key)
+		case chained:
+			require.Equal(t, routingKey(chainPrefix+c.PreviousResponseID), key, "a chain is keyed by the response it continues")
+		case !messages && !c.NoStore:
+			require.True(t, strings.HasPrefix(key, chainPrefix), "a chain's first call starts one: %q", key)
+		default:
+			require.True(t, strings.HasPrefix(key, "anon-"), "routing key %q", key)
+		}
+		require.True(t, validHeaderValue(key), "routing key %q", key)
+	})
+}

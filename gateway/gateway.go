@@ -100,6 +100,9 @@ type Gateway struct {
 		// perUpstream counts sessions by upstream, kept with sessions (addSessionLocked,
 		// dropSessionLocked) so /admin/state need not walk every session.
 		perUpstream []int
+		// chains are the Responses calls of live sessions by response id: the session a call
+		// continuing one (previous_response_id) belongs to, and that session's context after it.
+		chains map[string]chainLink
 	}
 }
 
@@ -133,6 +136,7 @@ func New(o Options) (*Gateway, error) {
 		errLog: ratelog.Limiter{Every: logEvery}}
 	g.mu.waiters = map[string][]*waiter{}
 	g.mu.sessions = map[string]*sessionInfo{}
+	g.mu.chains = map[string]chainLink{}
 	g.affinity.Store(cfg.Affinity.Enabled)
 
 	core, err := admission.New(cfg.admissionOptions())
@@ -242,6 +246,9 @@ func (g *Gateway) dropSessionLocked(id string) {
 	if si, ok := g.mu.sessions[id]; ok {
 		g.mu.perUpstream[si.upstream]--
 		delete(g.mu.sessions, id)
+		for _, r := range si.responses {
+			delete(g.mu.chains, r)
+		}
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/basin-dev/basin/internal/agentcall"
 )
 
 // Bounds on what an observer keeps, so that a huge response costs no more than this much memory.
@@ -17,10 +19,63 @@ const (
 	maxSSELine = 1 << 20 // one server-sent event line
 )
 
-// usage is an OpenAI usage object.
+// usage is a usage object of any of the APIs served: OpenAI chat and completions
+// (prompt_tokens, completion_tokens), OpenAI Responses (input_tokens, which include the cached
+// ones, and output_tokens) and Anthropic Messages (input_tokens, which do not include the
+// cache_read_input_tokens and cache_creation_input_tokens beside them, and output_tokens).
 type usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheRead        int64 `json:"cache_read_input_tokens"`
+	CacheCreation    int64 `json:"cache_creation_input_tokens"`
+}
+
+// prompt is the prompt's size in tokens: the whole prompt, cached or not.
+func (u *usage) prompt() int64 {
+	if u.PromptTokens > 0 {
+		return u.PromptTokens
+	}
+	return u.InputTokens + u.CacheRead + u.CacheCreation
+}
+
+// output is the generated tokens.
+func (u *usage) output() int64 { return u.CompletionTokens + u.OutputTokens }
+
+// merge takes the counts an event gives. A streamed Anthropic answer gives its usage in parts —
+// the input counts in message_start, the output count (and, in later versions, the input counts
+// again) in message_delta — so a count is replaced only by one that is given (non-zero).
+func (u *usage) merge(v *usage) {
+	for _, f := range [...]struct {
+		dst *int64
+		src int64
+	}{
+		{&u.PromptTokens, v.PromptTokens}, {&u.CompletionTokens, v.CompletionTokens},
+		{&u.InputTokens, v.InputTokens}, {&u.OutputTokens, v.OutputTokens},
+		{&u.CacheRead, v.CacheRead}, {&u.CacheCreation, v.CacheCreation},
+	} {
+		if f.src != 0 {
+			*f.dst = f.src
+		}
+	}
+}
+
+// usageCarrier is where an answer or a streamed event holds its usage: at the top (chat,
+// completions, a whole Responses or Messages answer, Anthropic's message_delta), in "response"
+// (Responses events: response.created … response.completed) or in "message" (Anthropic's
+// message_start). ID and Response.ID are a Responses answer's id, which a later call continues.
+type usageCarrier struct {
+	ID       string `json:"id"`
+	Object   string `json:"object"`
+	Usage    *usage `json:"usage"`
+	Response *struct {
+		ID    string `json:"id"`
+		Usage *usage `json:"usage"`
+	} `json:"response"`
+	Message *struct {
+		Usage *usage `json:"usage"`
+	} `json:"message"`
 }
 
 // observeMode is how an observer reads a response body.
@@ -47,8 +102,11 @@ type observer struct {
 	buf      []byte // JSON: the captured body; SSE: the unfinished line
 	overflow bool   // JSON body or SSE line too long to keep
 
-	usage    *usage
-	outChars int64 // characters of generated text seen (content, reasoning, tool arguments)
+	// api is the shape of the call answered: a Responses answer's id is read.
+	api        agentcall.Shape
+	usage      *usage
+	responseID string
+	outChars   int64 // characters of generated text seen (content, reasoning, tool arguments)
 }
 
 func newObserver(w http.ResponseWriter, now func() time.Time) *observer {
@@ -158,16 +216,54 @@ func (o *observer) readEvent(line []byte) {
 	if bytes.Equal(data, doneEvent) {
 		return
 	}
+	o.read(data)
+}
+
+// read reads one JSON answer or event: the generated text's characters, the usage and, of a
+// Responses answer, its id. Only the events that carry a usage (or, until it is known, the
+// Responses id) are decoded.
+func (o *observer) read(data []byte) {
 	chars, hasUsage := scanJSON(data)
 	o.outChars += chars
-	if hasUsage {
-		var v struct {
-			Usage *usage `json:"usage"`
-		}
-		if json.Unmarshal(data, &v) == nil && v.Usage != nil {
-			o.usage = v.Usage
+	wantID := o.api == agentcall.Responses && o.responseID == ""
+	if !hasUsage && !wantID {
+		return
+	}
+	var v usageCarrier
+	if json.Unmarshal(data, &v) != nil {
+		return
+	}
+	if wantID {
+		switch {
+		case v.Response != nil && v.Response.ID != "":
+			o.responseID = v.Response.ID
+		case v.Object == "response" && v.ID != "":
+			o.responseID = v.ID
 		}
 	}
+	for _, u := range []*usage{v.Usage, responseUsage(&v), messageUsage(&v)} {
+		if u == nil {
+			continue
+		}
+		if o.usage == nil {
+			o.usage = &usage{}
+		}
+		o.usage.merge(u)
+	}
+}
+
+func responseUsage(v *usageCarrier) *usage {
+	if v.Response == nil {
+		return nil
+	}
+	return v.Response.Usage
+}
+
+func messageUsage(v *usageCarrier) *usage {
+	if v.Message == nil {
+		return nil
+	}
+	return v.Message.Usage
 }
 
 // finish reads a captured JSON body once it is complete.
@@ -175,22 +271,14 @@ func (o *observer) finish() {
 	if o.mode != observeJSON || o.overflow || len(o.buf) == 0 {
 		return
 	}
-	chars, hasUsage := scanJSON(o.buf)
-	o.outChars += chars
-	if hasUsage {
-		var v struct {
-			Usage *usage `json:"usage"`
-		}
-		if json.Unmarshal(o.buf, &v) == nil && v.Usage != nil {
-			o.usage = v.Usage
-		}
-	}
+	o.read(o.buf)
 	o.buf = nil
 }
 
 // scanJSON walks the strings of a JSON text without decoding it — it runs on every streamed
 // event, and only feeds an estimate — and returns the characters of the string values of the
-// keys that carry generated text (content, reasoning_content, text, arguments, refusal), and
+// keys that carry generated text (content, reasoning_content, text, arguments, refusal; delta and
+// partial_json, the text of Responses and Anthropic stream events), and
 // whether a "usage" key holds an object. Each byte is visited about once, mostly by the
 // vectorised bytes.IndexByte.
 func scanJSON(data []byte) (chars int64, hasUsage bool) {
@@ -213,7 +301,7 @@ func scanJSON(data []byte) (chars int64, hasUsage bool) {
 		rest = skipSpace(rest[1:])
 		data = rest
 		switch string(key) {
-		case "content", "reasoning_content", "text", "arguments", "refusal":
+		case "content", "reasoning_content", "text", "arguments", "refusal", "delta", "partial_json":
 			if len(rest) == 0 || rest[0] != '"' {
 				continue
 			}

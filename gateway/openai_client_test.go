@@ -21,13 +21,20 @@ const openAIClientDir = "testdata/openai-client"
 // a skip would hide that the test never ran.
 func needNodeClient(t *testing.T) string {
 	t.Helper()
-	const install = "cd gateway/testdata/openai-client && npm ci"
+	return needNode(t, openAIClientDir, "openai")
+}
+
+// needNode finds node and checks that the npm package pkg is installed in dir (a directory under
+// testdata holding a pinned package-lock.json).
+func needNode(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	install := "cd gateway/" + dir + " && npm ci"
 	node, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not on PATH (Node 20 or later); then run: "+install)
 	}
-	if _, err := os.Stat(filepath.Join(openAIClientDir, "node_modules", "openai", "package.json")); err != nil {
-		missing(t, "the openai npm package is not installed; run: "+install)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json")); err != nil {
+		missing(t, "the "+pkg+" npm package is not installed; run: "+install)
 	}
 	return node
 }

@@ -25,6 +25,8 @@ func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", g.serveCall(chatEndpoint))
 	mux.HandleFunc("POST /v1/completions", g.serveCall(completionEndpoint))
+	mux.HandleFunc("POST /v1/responses", g.serveCall(agentcall.Responses))
+	mux.HandleFunc("POST /v1/messages", g.serveCall(agentcall.Messages))
 	mux.HandleFunc("POST /v1/sessions/{id}/end", g.serveEndSession)
 	mux.HandleFunc("/", g.servePassThrough)
 	return mux
@@ -35,11 +37,14 @@ type callKey struct{}
 
 // call is one model call on its way through the gateway.
 type call struct {
-	id        string
-	tenant    string
-	arrival   time.Time
-	req       agentcall.Call
-	endAfter  bool // x-session-end, or a one-call session
+	id       string
+	tenant   string
+	arrival  time.Time
+	req      agentcall.Call
+	endAfter bool // x-session-end, or a one-call session
+	// chained: a Responses call the server keeps (store not false), so that a later call can
+	// continue it by its response id.
+	chained   bool
 	first     bool // this call started the session (admitted it)
 	anonymous bool
 	// client is the client's request context: the upstream call's may end sooner
@@ -83,24 +88,28 @@ func routingKey(id string) string {
 // unless the client is gone.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	client := r.Context()
-	if c, ok := r.Context().Value(callKey{}).(*call); ok && c.client != nil {
-		client = c.client
+	var api endpoint
+	if c, ok := r.Context().Value(callKey{}).(*call); ok {
+		api = c.req.Shape
+		if c.client != nil {
+			client = c.client
+		}
 	}
 	if client.Err() != nil {
 		return // the client went away: nobody to answer
 	}
 	if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
 		g.log.Warn("upstream call timed out", "path", r.URL.Path, "upstream_timeout", time.Duration(g.cfg.UpstreamTimeout))
-		g.refuse(w, refusal{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, typ: "server_error",
+		g.refuse(w, refusal{api: api, status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, typ: "server_error",
 			message: fmt.Sprintf("the upstream did not answer within %v (upstream_timeout)", time.Duration(g.cfg.UpstreamTimeout))})
 		return
 	}
 	g.log.Warn("upstream request failed", "path", r.URL.Path, "err", err)
-	g.refuse(w, refusal{status: http.StatusBadGateway, reason: reasonUpstreamError, typ: "server_error",
+	g.refuse(w, refusal{api: api, status: http.StatusBadGateway, reason: reasonUpstreamError, typ: "server_error",
 		message: "the gateway could not reach the upstream: " + err.Error()})
 }
 
-// serveCall handles a chat or completion call: identify its session, admit it (or hold it in the
+// serveCall handles a model call of any API served (chat, completions, Responses, Messages): identify its session, admit it (or hold it in the
 // queue, or refuse it), proxy it and account for what the response says.
 func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -111,29 +120,36 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				g.refuse(w, refusal{status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge,
+				g.refuse(w, refusal{api: ep, status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge,
 					typ: "invalid_request_error", message: fmt.Sprintf("request body is larger than %d bytes (max_body_bytes)", mbe.Limit)})
 			}
 			return // else the client is gone
 		}
 		c := &call{arrival: arrival, req: parseCall(ep, body), tenant: g.tenant(r.Header)}
 		if c.endAfter, err = sessionEnd(r.Header); err != nil {
-			g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
+			g.refuse(w, refusal{api: ep, status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
 				param: "x-session-end", message: fmt.Sprintf("x-session-end: header must be true or false, got %q", r.Header.Get("x-session-end"))})
 			return
 		}
 		var source string
 		c.id, source = g.sessionIDSource(r.Header, c.req)
+		if ep == agentcall.Responses {
+			named := c.id != ""
+			g.chain(c)
+			if !named && c.id != "" {
+				source = "previous_response_id"
+			}
+		}
 		if err := checkSessionID(c.id, source); err != nil {
-			g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
+			g.refuse(w, refusal{api: ep, status: http.StatusBadRequest, reason: reasonBadRequest, typ: "invalid_request_error",
 				param: source, message: err.Error()})
 			return
 		}
 		if c.id == "" {
 			if g.cfg.RejectAnonymous {
-				g.refuse(w, refusal{status: http.StatusBadRequest, reason: reasonNoSession, typ: "invalid_request_error",
+				g.refuse(w, refusal{api: ep, status: http.StatusBadRequest, reason: reasonNoSession, typ: "invalid_request_error",
 					message: fmt.Sprintf("no session id: this gateway admits whole agent sessions and rejects anonymous calls; "+
-						"send one of the headers %v, or metadata.session_id or user in the body", g.cfg.SessionHeaders)})
+						"send one of the headers %v, or metadata.session_id, prompt_cache_key or user (Anthropic: metadata.user_id) in the body", g.cfg.SessionHeaders)})
 				return
 			}
 			c.id, c.anonymous, c.endAfter = anonymousID(), true, true
@@ -171,6 +187,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body 
 	out.ContentLength = int64(len(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	obs := newObserver(w, g.now)
+	obs.api = c.req.Shape
 
 	aborted := serveProxy(up.proxy, obs, out)
 	if aborted {
@@ -182,13 +199,16 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body 
 	end := g.now()
 	obs.finish()
 	prompt, output := c.req.Prompt, tokensOf(obs.outChars)
-	if obs.usage != nil && obs.usage.PromptTokens > 0 {
-		prompt = obs.usage.PromptTokens
+	if obs.usage != nil && obs.usage.prompt() > 0 {
+		prompt = obs.usage.prompt()
 	}
 	if obs.usage != nil {
-		output = obs.usage.CompletionTokens
+		output = obs.usage.output()
 	}
 	ok := obs.status >= 200 && obs.status < 300
+	if ok && c.chained && obs.responseID != "" {
+		g.chained(c.id, obs.responseID, prompt+output)
+	}
 	var evs []admission.Event
 	if ok {
 		evs = g.core.Finish(end, c.id, prompt+output)
@@ -386,6 +406,9 @@ type sessionInfo struct {
 	// journaled: the session's admission is in the journal or the state file, so its end is
 	// journaled too.
 	journaled bool
+	// responses are the ids of the session's Responses calls a later call may continue
+	// (previous_response_id), forgotten with the session.
+	responses []string
 	// trace state
 	traceID     string
 	traceTenant string

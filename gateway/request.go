@@ -40,14 +40,14 @@ func parseCall(ep endpoint, body []byte) agentcall.Call {
 const MaxSessionIDBytes = 256
 
 // sessionID is the call's session identity: the first non-empty of the configured headers, then
-// the body's metadata.session_id, then user; "" when it has none.
+// the body's metadata.session_id, then prompt_cache_key, then user (Anthropic's metadata.user_id);
+// "" when it has none (a Responses chain is looked up after, by chain).
 func (g *Gateway) sessionID(h http.Header, c agentcall.Call) string {
 	id, _ := g.sessionIDSource(h, c)
 	return id
 }
 
-// sessionIDSource is sessionID and where it came from: the header's name, "metadata.session_id"
-// or "user".
+// sessionIDSource is sessionID and where it came from: the header's name or the body field's.
 func (g *Gateway) sessionIDSource(h http.Header, c agentcall.Call) (id, source string) {
 	return c.Identity(h, g.cfg.SessionHeaders)
 }
@@ -67,8 +67,8 @@ func (g *Gateway) headerSessionID(h http.Header) string {
 	return id
 }
 
-// tenant is who a call runs for: the tenant header, else a hash of the bearer API key (never the
-// key itself), else "".
+// tenant is who a call runs for: the tenant header, else a hash of the API key (never the key
+// itself) — the bearer token, or x-api-key, where Anthropic's clients send it — else "".
 func (g *Gateway) tenant(h http.Header) string {
 	if g.cfg.TenantHeader != "" {
 		if v := strings.TrimSpace(h.Get(g.cfg.TenantHeader)); v != "" {
@@ -76,6 +76,9 @@ func (g *Gateway) tenant(h http.Header) string {
 		}
 	}
 	if key, ok := secret.Bearer(h.Get("Authorization")); ok && key != "" {
+		return APIKeyTenant(key)
+	}
+	if key := strings.TrimSpace(h.Get("x-api-key")); key != "" {
 		return APIKeyTenant(key)
 	}
 	return ""

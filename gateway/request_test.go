@@ -63,3 +63,26 @@ func TestSessionIDSource(t *testing.T) {
 	assert.Equal(t, "b", g.headerSessionID(http.Header{"X-B": {"b"}}))
 	assert.Empty(t, g.headerSessionID(http.Header{"X-Session-Id": {"s"}}))
 }
+
+func TestTenant(t *testing.T) {
+	g := &Gateway{cfg: Config{TenantHeader: "x-tenant-id"}}
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		want   string
+	}{
+		{"the tenant header first", map[string]string{"x-tenant-id": " acme ", "Authorization": "Bearer sk-1"}, "acme"},
+		{"an OpenAI client's bearer key", map[string]string{"Authorization": "Bearer sk-1"}, APIKeyTenant("sk-1")},
+		{"an Anthropic client's x-api-key", map[string]string{"x-api-key": "sk-ant-1"}, APIKeyTenant("sk-ant-1")},
+		{"the bearer key before x-api-key", map[string]string{"Authorization": "Bearer sk-1", "x-api-key": "sk-ant-1"}, APIKeyTenant("sk-1")},
+		{"none", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tc.header {
+				h.Set(k, v)
+			}
+			assert.Equal(t, tc.want, g.tenant(h))
+		})
+	}
+}

@@ -25,3 +25,19 @@ func TestChat(t *testing.T) {
 		assert.Equal(t, "system", v.Messages[0].Role)
 	}
 }
+
+func TestResponsesAndMessages(t *testing.T) {
+	for name, build := range map[string]func(int) []byte{"responses": Responses, "messages": Messages} {
+		t.Run(name, func(t *testing.T) {
+			base := len(build(0))
+			for _, size := range []int{0, 300 << 10} {
+				b := build(size)
+				assert.GreaterOrEqual(t, len(b), size)
+				assert.Less(t, len(b), max(size, base)+4<<10, "at most one round over")
+				var v map[string]json.RawMessage
+				require.NoError(t, json.Unmarshal(b, &v))
+				assert.Equal(t, "true", string(v["stream"]))
+			}
+		})
+	}
+}

@@ -7,8 +7,8 @@
 // # Shapes
 //
 // A Shape is the API a body is written for: OpenAI chat completions (Chat) and completions
-// (Completions), which the gateway and the simulator serve, and OpenAI Responses and Anthropic
-// Messages, read the same way but not yet routed. A shape is an entry of a table — its route,
+// (Completions), OpenAI Responses and Anthropic Messages, which the gateway and the simulator
+// serve alike. A shape is an entry of a table — its route,
 // the field that holds its prompt and a small reader per top-level field it reads — so a new API
 // is a table entry and its readers, on the same scanner and the same counting.
 //
@@ -70,6 +70,9 @@ type Call struct {
 	// PreviousResponseID is a Responses call's previous_response_id: the rest of its
 	// conversation is kept by the server, and is not in Prompt.
 	PreviousResponseID string
+	// NoStore is a Responses call's "store": false: the server keeps no response for a later
+	// previous_response_id to continue, so the call cannot start a chain.
+	NoStore bool
 	// Model, Stream and IncludeUsage (stream_options.include_usage) are read as sent.
 	Model        string
 	Stream       bool

@@ -112,8 +112,7 @@ var completionCases = []readCase{
 	{name: "messages are not a prompt", shape: Completions, body: `{"messages":[{"role":"user","content":"abcdefgh"}]}`, prompt: 13, err: "prompt"},
 }
 
-// newShapeCases are bodies of the shapes read but not yet served: OpenAI Responses and
-// Anthropic Messages.
+// newShapeCases are bodies of OpenAI Responses and Anthropic Messages.
 var newShapeCases = []readCase{
 	{name: "responses: input a string", shape: Responses, body: `{"input":"abcdefgh","instructions":"ssss"}`,
 		prompt: 3 + 8, shared: 1 + 4, task: "abcdefgh", lastRole: "user"},
@@ -177,6 +176,14 @@ func TestReadFields(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Call{Shape: Responses, Prompt: 5, Task: "x", TaskChars: 1, LastRole: "user", CacheKey: "k", User: "u",
 		PreviousResponseID: "r", MaxTokens: ptr(9)}, c)
+	for body, noStore := range map[string]bool{`{"input":"x","store":false}`: true, `{"input":"x","store":true}`: false,
+		`{"input":"x","store":null}`: false, `{"input":"x"}`: false} {
+		c, err = Read(Responses, []byte(body))
+		require.NoError(t, err, body)
+		assert.Equal(t, noStore, c.NoStore, body)
+	}
+	_, err = Read(Responses, []byte(`{"input":"x","store":"no"}`))
+	assert.ErrorContains(t, err, "store")
 	c, err = Read(Messages, []byte(`{"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":" u "},"max_tokens":9,"model":"claude"}`))
 	require.NoError(t, err)
 	assert.Equal(t, Call{Shape: Messages, Prompt: 5, Task: "x", TaskChars: 1, LastRole: "user", User: "u",

@@ -34,3 +34,29 @@ func BenchmarkParseRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadShapes reads the same 300 KB agent conversation written for each API, side by
+// side: the Responses and Messages readers must keep up with chat's.
+func BenchmarkReadShapes(b *testing.B) {
+	for _, bc := range []struct {
+		shape Shape
+		body  []byte
+	}{
+		{Chat, agentbody.Chat(300 << 10)},
+		{Responses, agentbody.Responses(300 << 10)},
+		{Messages, agentbody.Messages(300 << 10)},
+	} {
+		b.Run(bc.shape.String(), func(b *testing.B) {
+			if _, ok := buildFast(bc.body); !ok {
+				b.Fatal("the body leaves the fast path")
+			}
+			b.SetBytes(int64(len(bc.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if c, err := Read(bc.shape, bc.body); err != nil || c.Prompt < 1000 {
+					b.Fatalf("prompt %d, error %v", c.Prompt, err)
+				}
+			}
+		})
+	}
+}

@@ -13,7 +13,7 @@ import (
 	"github.com/basin-dev/basin/internal/agentbody"
 )
 
-// corpus are bodies, valid and not, of both shapes: the fuzz seeds and the differential test's
+// corpus are bodies, valid and not, of every shape: the fuzz seeds and the differential test's
 // fixed cases.
 var corpus = []string{
 	``, `{}`, `null`, `[]`, `"x"`, `42`, ` {} `, `{"a":1} x`, `{"a":01}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`, `{"a":tru}`,
@@ -68,6 +68,23 @@ var corpus = []string{
 	`{"prompt":[]}`, `{"prompt":[1,2,3]}`, `{"prompt":[null,1]}`, `{"prompt":[1.5]}`, `{"prompt":[[1,2]]}`, `{"prompt":null}`,
 	`{"prompt":{"a":1}}`, `{"prompt":7}`, `{"prompt":"héllo 🙂","user":" u ","metadata":{"session_id":"s"}}`,
 	`{"prompt":"a","prompt":[1]}`, `{"prompt":"x","messages":"not an array"}`,
+	// OpenAI Responses
+	`{"model":"m","input":"hello","instructions":"be brief","max_output_tokens":5,"stream":true,"store":false}`,
+	`{"input":"x","prompt_cache_key":" k ","previous_response_id":" r ","user":"u","metadata":{"session_id":"s"}}`,
+	`{"input":[{"role":"developer","content":"d"},{"type":"message","role":"user","content":[{"type":"input_text","text":"a"},{"type":"input_text","text":""},{"type":"input_text","text":"b"}]},` +
+		`{"type":"function_call","call_id":"c","name":"f","arguments":"{\"x\":1}"},{"type":"function_call_output","call_id":"c","output":"ok"},` +
+		`{"type":"reasoning","summary":[]},{"role":"assistant","content":[{"type":"output_text","text":"done"}]}],"instructions":"sys"}`,
+	`{"input":[{"type":5,"role":"user","content":"x"}]}`, `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]}`,
+	`{"input":[]}`, `{"input":null}`, `{"input":3}`, `{"input":[null]}`, `{"input":"x","store":"no"}`, `{"input":"x","instructions":["a"]}`,
+	`{"input":"a","input":"b"}`, `{"input":"x","previous_response_id":"a","previous_response_id":"b"}`,
+	// Anthropic Messages
+	`{"model":"claude","max_tokens":9,"system":"sys","metadata":{"user_id":" u "},"messages":[{"role":"user","content":"hi"}]}`,
+	`{"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"a"},` +
+		`{"type":"image","source":{"type":"base64","data":"AAAA"}},{"type":"text","text":"b"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"think it through","signature":"x"},` +
+		`{"type":"tool_use","id":"t1","name":"bash","input":{"cmd":"ls"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"out"}]},` +
+		`{"type":"tool_result","tool_use_id":"t2","content":"plain"},{"type":"text","text":5}]}]}`,
+	`{"messages":[{"role":"user","content":["x"]}]}`, `{"messages":[{"role":"user","content":null}]}`, `{"system":3,"messages":[{"role":"user","content":"x"}]}`,
+	`{"messages":[{"role":"user","content":"x"}],"metadata":{"user_id":"a","user_id":"b"}}`, `{"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}`,
 }
 
 // FuzzRead is the differential test of the fast path: on every input the scanner accepts,
@@ -136,7 +153,7 @@ func checkRead(t *testing.T, body []byte) {
 		if fe, ok := err.(*FieldError); ok && strings.HasPrefix(fe.Problem, "key repeated") {
 			require.Equal(t, unread(s, body), got, "an ambiguous body is not read")
 		}
-		if err == nil && (s == Chat || s == Completions) {
+		if err == nil {
 			require.Equal(t, plainRead(t, s, body), got, "%s %q", s, body)
 		}
 	}
@@ -155,6 +172,12 @@ func plainRead(t *testing.T, s Shape, body []byte) Call {
 	c := Call{Shape: s}
 	dec(top["model"], &c.Model)
 	dec(top["stream"], &c.Stream)
+	switch s {
+	case Responses:
+		return plainResponses(t, top, c)
+	case Messages:
+		return plainMessages(t, top, c)
+	}
 	dec(top["max_tokens"], &c.MaxTokens)
 	dec(top["max_completion_tokens"], &c.MaxCompletionTokens)
 	dec(top["n"], &c.N)
@@ -232,6 +255,197 @@ func plainRead(t *testing.T, s Shape, body []byte) Call {
 		c.Prompt = max(1, Tokens(int64(c.TaskChars)))
 	}
 	return c
+}
+
+// plainPrompt counts a prompt as the readers do: characters and messages, the leading system and
+// developer messages apart as the shared prefix, the first user message's text as the task.
+type plainPrompt struct {
+	chars, msgs, shared, sharedMsgs int64
+	past, found                     bool
+}
+
+func (p *plainPrompt) add(role string, n int64) {
+	p.chars += n
+	p.msgs++
+	if !p.past && (role == "system" || role == "developer") {
+		p.shared += n
+		p.sharedMsgs++
+	} else {
+		p.past = true
+	}
+}
+
+// addShared counts a prompt that is shared wherever it is (Responses instructions, Anthropic system).
+func (p *plainPrompt) addShared(n int64) {
+	p.chars += n
+	p.msgs++
+	p.shared += n
+	p.sharedMsgs++
+}
+
+func (p *plainPrompt) fill(c *Call) Call {
+	c.Prompt = max(1, Tokens(p.chars)+PerMessageTokens*p.msgs)
+	if p.sharedMsgs > 0 {
+		c.Shared = Tokens(p.shared) + PerMessageTokens*p.sharedMsgs
+	}
+	c.TaskChars = utf8.RuneCountInString(c.Task)
+	return *c
+}
+
+func plainDec(t *testing.T, raw json.RawMessage, v any) {
+	if raw != nil {
+		require.NoError(t, json.Unmarshal(raw, v))
+	}
+}
+
+// plainString decodes raw when it is a JSON string.
+func plainString(raw json.RawMessage) (string, bool) {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// plainTexts counts text parts (or blocks) of the given types; texts are the non-empty ones.
+func plainTexts(t *testing.T, raw json.RawMessage) (n int64, texts []string) {
+	var parts []map[string]json.RawMessage
+	plainDec(t, raw, &parts)
+	for _, p := range parts {
+		if s, ok := plainString(p["text"]); ok {
+			n += int64(utf8.RuneCountInString(s))
+			if s != "" {
+				texts = append(texts, s)
+			}
+		}
+	}
+	return n, texts
+}
+
+// plainResponses is plainRead of an OpenAI Responses body.
+func plainResponses(t *testing.T, top map[string]json.RawMessage, c Call) Call {
+	plainDec(t, top["max_output_tokens"], &c.MaxTokens)
+	var meta map[string]json.RawMessage
+	plainDec(t, top["metadata"], &meta)
+	plainDec(t, meta["session_id"], &c.SessionID)
+	plainDec(t, top["user"], &c.User)
+	plainDec(t, top["prompt_cache_key"], &c.CacheKey)
+	plainDec(t, top["previous_response_id"], &c.PreviousResponseID)
+	c.SessionID, c.User = strings.TrimSpace(c.SessionID), strings.TrimSpace(c.User)
+	c.CacheKey, c.PreviousResponseID = strings.TrimSpace(c.CacheKey), strings.TrimSpace(c.PreviousResponseID)
+	var store *bool
+	plainDec(t, top["store"], &store)
+	c.NoStore = store != nil && !*store
+	var p plainPrompt
+	if s, ok := plainString(top["instructions"]); ok {
+		p.addShared(int64(utf8.RuneCountInString(s)))
+	}
+	if s, ok := plainString(top["input"]); ok {
+		c.Task, c.LastRole = s, "user"
+		p.add("user", int64(utf8.RuneCountInString(s)))
+		return p.fill(&c)
+	}
+	var items []map[string]json.RawMessage
+	plainDec(t, top["input"], &items)
+	var raws []json.RawMessage
+	plainDec(t, top["input"], &raws)
+	for i, it := range items {
+		typ, isString := plainString(it["type"])
+		if it["type"] != nil && (!isString || typ != "message") {
+			p.add("", int64(utf8.RuneCount(raws[i])))
+			c.LastRole = ""
+			continue
+		}
+		var role string
+		plainDec(t, it["role"], &role)
+		n, texts := int64(0), []string(nil)
+		if s, ok := plainString(it["content"]); ok {
+			n, texts = int64(utf8.RuneCountInString(s)), []string{s}
+		} else {
+			n, texts = plainTexts(t, it["content"])
+		}
+		if !p.found && role == "user" {
+			c.Task, p.found = strings.Join(texts, "\n"), true
+		}
+		p.add(role, n)
+		c.LastRole = role
+	}
+	return p.fill(&c)
+}
+
+// plainBlocks counts Anthropic content blocks as the reader does.
+func plainBlocks(t *testing.T, raw json.RawMessage) (n int64, texts []string) {
+	var blocks []map[string]json.RawMessage
+	plainDec(t, raw, &blocks)
+	runes := func(k string, b map[string]json.RawMessage) int64 {
+		s, _ := plainString(b[k])
+		return int64(utf8.RuneCountInString(s))
+	}
+	for _, b := range blocks {
+		typ, _ := plainString(b["type"])
+		switch typ {
+		case "text":
+			if s, ok := plainString(b["text"]); ok {
+				n += int64(utf8.RuneCountInString(s))
+				if s != "" {
+					texts = append(texts, s)
+				}
+			}
+		case "thinking":
+			n += runes("thinking", b)
+		case "tool_use", "server_tool_use":
+			if in := b["input"]; in != nil {
+				n += int64(utf8.RuneCount(in))
+			}
+			n += runes("name", b)
+		case "tool_result":
+			if s, ok := plainString(b["content"]); ok {
+				n += int64(utf8.RuneCountInString(s))
+			} else if c := b["content"]; len(c) > 0 && c[0] == '[' {
+				k, _ := plainBlocks(t, c)
+				n += k
+			}
+		}
+	}
+	return n, texts
+}
+
+// plainMessages is plainRead of an Anthropic Messages body.
+func plainMessages(t *testing.T, top map[string]json.RawMessage, c Call) Call {
+	plainDec(t, top["max_tokens"], &c.MaxTokens)
+	var meta map[string]json.RawMessage
+	plainDec(t, top["metadata"], &meta)
+	plainDec(t, meta["user_id"], &c.User)
+	c.User = strings.TrimSpace(c.User)
+	var p plainPrompt
+	if sys := top["system"]; sys != nil && string(sys) != "null" {
+		if s, ok := plainString(sys); ok {
+			p.addShared(int64(utf8.RuneCountInString(s)))
+		} else {
+			n, _ := plainBlocks(t, sys)
+			p.addShared(n)
+		}
+	}
+	var msgs []map[string]json.RawMessage
+	plainDec(t, top["messages"], &msgs)
+	for _, m := range msgs {
+		var role string
+		plainDec(t, m["role"], &role)
+		n, task := int64(0), ""
+		if s, ok := plainString(m["content"]); ok {
+			n, task = int64(utf8.RuneCountInString(s)), s
+		} else {
+			var texts []string
+			n, texts = plainBlocks(t, m["content"])
+			task = strings.Join(texts, "\n")
+		}
+		if !p.found && role == "user" {
+			c.Task, p.found = task, true
+		}
+		p.add(role, n)
+		c.LastRole = role
+	}
+	return p.fill(&c)
 }
 
 // TestFastPathTaken checks that ordinary bodies are read by the scanner, not the fallback.

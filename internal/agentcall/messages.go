@@ -3,7 +3,6 @@ package agentcall
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 )
 
 // anthropicFields are the top-level fields of an Anthropic Messages body that are read.
@@ -101,7 +100,7 @@ func (r *reader) blocks(at item, n int32, task bool) int {
 			}
 		case "tool_use", "server_tool_use":
 			if in := fields[3]; in >= 0 {
-				chars += utf8.RuneCount(r.t.raw(in))
+				chars += runeCount(r.t.raw(in))
 			}
 			if nm := fields[4]; nm >= 0 && r.kind(nm) == kindString {
 				chars += r.t.runes(nm)

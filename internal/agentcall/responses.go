@@ -13,6 +13,11 @@ var responsesFields = []field{
 	userField,
 	{"metadata", readMetadata},
 	{"prompt_cache_key", func(r *reader, n int32) { r.c.CacheKey = strings.TrimSpace(r.str("prompt_cache_key", n)) }},
+	{"store", func(r *reader, n int32) {
+		// null is the default (kept); another type is a type problem, read as the default.
+		stored := r.boolean("store", n)
+		r.c.NoStore = r.kind(n) == kindBool && !stored
+	}},
 	{"previous_response_id", func(r *reader, n int32) {
 		r.c.PreviousResponseID = strings.TrimSpace(r.str("previous_response_id", n))
 	}},
@@ -86,7 +91,7 @@ func readInput(r *reader, n int32) {
 			continue
 		}
 		// A function call, its output, a reasoning item: the text the next prompt repeats.
-		r.add("", int64(utf8.RuneCount(r.t.raw(m))))
+		r.add("", int64(runeCount(r.t.raw(m))))
 		r.c.LastRole = ""
 	}
 }

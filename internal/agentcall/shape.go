@@ -17,10 +17,9 @@ const (
 	// Completions is OpenAI (legacy) completions: a prompt string, or token ids.
 	Completions
 	// Responses is OpenAI Responses: input as a string or a list of items, instructions as the
-	// shared prefix. Read, not yet served.
+	// shared prefix; previous_response_id continues a conversation the server keeps.
 	Responses
 	// Messages is Anthropic Messages: system as the shared prefix, messages of content blocks.
-	// Read, not yet served.
 	Messages
 )
 
@@ -79,7 +78,7 @@ var shapes = [...]shapeSpec{
 
 func (s Shape) valid() bool { return s > 0 && int(s) < len(shapes) && shapes[s].name != "" }
 
-// String is the shape's name: "chat", "completions".
+// String is the shape's name: "chat", "completions", "responses", "messages".
 func (s Shape) String() string {
 	if !s.valid() {
 		return "shape(" + strconv.Itoa(int(s)) + ")"
@@ -361,7 +360,7 @@ func (r *reader) message(at item, m int32, spec *messageSpec) {
 				content = c
 			default:
 				if r.kind(c) != kindNull {
-					chars += int64(utf8.RuneCount(r.t.raw(c)))
+					chars += int64(runeCount(r.t.raw(c)))
 				}
 			}
 		})

@@ -2,6 +2,7 @@ package agentcall
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"iter"
@@ -393,9 +394,9 @@ func jsonStringRunes(lit []byte) int {
 	for {
 		i := bytes.IndexByte(s, '\\')
 		if i < 0 {
-			return n + utf8.RuneCount(s)
+			return n + runeCount(s)
 		}
-		n += utf8.RuneCount(s[:i]) + 1
+		n += runeCount(s[:i]) + 1
 		if s[i+1] != 'u' {
 			s = s[i+2:]
 			continue
@@ -419,4 +420,28 @@ func (t *tree) members(i int32) iter.Seq[int32] {
 			}
 		}
 	}
+}
+
+// runeCount is utf8.RuneCount (an invalid byte counts as one character) without its allocation:
+// utf8.RuneCount converts the rest of a slice to a string at its first non-ASCII byte, which the
+// compiler cannot keep on the stack, so on a body with any non-ASCII text every count copied it.
+// ASCII is skipped eight bytes at a time.
+func runeCount(p []byte) int {
+	const hi = 0x8080808080808080
+	n, i := 0, 0
+	for i < len(p) {
+		if i+8 <= len(p) && binary.LittleEndian.Uint64(p[i:])&hi == 0 {
+			i += 8
+			n += 8
+			continue
+		}
+		if p[i] < utf8.RuneSelf {
+			i++
+		} else {
+			_, size := utf8.DecodeRune(p[i:])
+			i += size
+		}
+		n++
+	}
+	return n
 }

@@ -11,7 +11,8 @@ import (
 	"github.com/basin-dev/basin/sim"
 )
 
-// runLoadgen drives a scenario's agent sessions over the OpenAI API against any endpoint (the
+// runLoadgen drives a scenario's agent sessions over the OpenAI chat, OpenAI Responses or
+// Anthropic Messages API against any endpoint (the
 // gateway, basin sim serve, a real engine) and prints the outcome as JSON; progress goes to
 // stderr, and an interrupted run still prints its report, marked partial.
 func runLoadgen(ctx context.Context, env Env, args []string) error {
@@ -22,6 +23,7 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 	header := fs.String("session-header", "x-session-id", "header carrying the session id")
 	keyEnv := fs.String("api-key-env", "", "environment variable holding the API key sent as a bearer token")
 	noStream := fs.Bool("no-stream", false, "ask for whole responses instead of streams")
+	apiName := fs.String("api", "chat", "the API the calls speak: chat (/v1/chat/completions), responses (/v1/responses) or messages (/v1/messages)")
 	reject429 := fs.Bool("reject-429", false, "treat 429 as a final refusal instead of retrying after Retry-After")
 	retries := fs.Int("retry-budget", 5, "retries per session after 503/429 (negative: none)")
 	maxWait := fs.Duration("max-retry-wait", 2*time.Minute, "longest total Retry-After wait per session (wall time)")
@@ -31,6 +33,10 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 	}
 	if *target == "" {
 		return fmt.Errorf("%w: --target is required", errUsage)
+	}
+	api, err := loadgen.ParseAPI(*apiName)
+	if err != nil {
+		return fmt.Errorf("%w: --api: %v", errUsage, err)
 	}
 	sc, err := loadScenario(*scName)
 	if err != nil {
@@ -50,7 +56,7 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 				b.SetNote(float64(p.Elapsed)/float64(p.Duration), loadgenNote(p))
 			}
 		},
-		Target: *target, Scenario: sc, Speed: *speed, SessionHeader: *header, APIKey: key, NoStream: *noStream,
+		Target: *target, Scenario: sc, Speed: *speed, SessionHeader: *header, APIKey: key, NoStream: *noStream, API: api,
 		Reject429Terminal: *reject429, RetryBudget: *retries, MaxRetryWait: *maxWait, PerSession: *perSession,
 		// The scenario's deployment is what goodput's slowdown is measured against; against a real
 		// engine it is only as right as the scenario's description of that engine.

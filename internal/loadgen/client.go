@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/basin-dev/basin/internal/agentcall"
 )
 
 const (
@@ -85,7 +87,7 @@ type attempt struct {
 // send makes one HTTP exchange: the request, and for a 200 the whole answer.
 func (r *runner) send(ctx context.Context, sessionID string, last bool, body []byte) attempt {
 	o := &r.o
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.Target+"/v1/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.Target+o.API.Path(), bytes.NewReader(body))
 	if err != nil {
 		return attempt{verdict: vError, err: fmt.Errorf("build request: %w", err)}
 	}
@@ -126,9 +128,14 @@ func (r *runner) send(ctx context.Context, sessionID string, last bool, body []b
 		a.verdict, a.err = vError, statusError(resp)
 		return a
 	}
-	if o.NoStream {
+	switch {
+	case o.API != agentcall.Chat && o.NoStream:
+		err = r.readShapeAnswer(resp.Body, &a)
+	case o.API != agentcall.Chat:
+		err = r.readShapeStream(resp.Body, &a)
+	case o.NoStream:
 		err = r.readAnswer(resp.Body, &a)
-	} else {
+	default:
 		err = r.readStream(resp.Body, &a)
 	}
 	if err != nil {

@@ -1,5 +1,5 @@
-// Package loadgen drives a scenario's agent sessions over the OpenAI chat API against any endpoint
-// — basin's gateway, `basin sim serve`, or a real engine — and reports what each session got:
+// Package loadgen drives a scenario's agent sessions over the OpenAI chat API (or OpenAI Responses,
+// or Anthropic Messages: Options.API, `--api`) against any endpoint — basin's gateway, `basin sim serve`, or a real engine — and reports what each session got:
 // completed, refused, shed, killed, failed or cut short, and the goodput that follows
 // (`basin loadgen`).
 //
@@ -30,7 +30,8 @@
 //
 // # Calls
 //
-// A session sends its calls in order, one at a time, to {target}/v1/chat/completions, with its id
+// A session sends its calls in order, one at a time, to {target}/v1/chat/completions (or
+// /v1/responses, /v1/messages), with its id
 // in a header (x-session-id: <run id>-<n>, n counting sessions from 1 in arrival order) and
 // x-session-end: true on its last call. The conversation grows as an agent's does: a system
 // message shared by every session, the user's task, then per call the assistant's answer (the
@@ -46,6 +47,14 @@
 // its short heading. The filler is three-letter words, about a token each for a real tokenizer
 // too, but a real engine's count differs by its tokenizer and chat template: each session's
 // max_prompt_error in the report says by how much.
+//
+// The other APIs carry the same conversation, sized alike (sim/serve reads them the same way):
+// Responses with the system message as instructions, the rest as input messages, the whole
+// history re-sent each call with store: false (the scenario's prompts, not a server-kept chain);
+// Messages with it as system. Their usage is read as each API gives it — Responses'
+// input_tokens and input_tokens_details.cached_tokens, Anthropic's input_tokens plus its cache
+// read and creation tokens, with the cache read as the cached part — streamed (up to
+// response.completed or message_stop) or not.
 //
 // # Refusals
 //

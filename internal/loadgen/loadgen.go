@@ -393,11 +393,3 @@ func (r *runner) fail(ctx context.Context, s *session, err error) {
 	}
 	s.outcome, s.err = Error, err
 }
-
-func (r *runner) request(msgs []message, output int) chatRequest {
-	req := chatRequest{Model: r.o.Model, Messages: msgs, MaxTokens: output, Stream: !r.o.NoStream}
-	if req.Stream {
-		req.StreamOptions = &streamOptions{IncludeUsage: true}
-	}
-	return req
-}

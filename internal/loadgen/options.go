@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -35,9 +36,13 @@ const (
 // Options configure a load run. The zero value of every field but Target and Scenario has a
 // default.
 type Options struct {
-	// Target is the endpoint's base URL (http or https); calls go to Target/v1/chat/completions.
+	// Target is the endpoint's base URL (http or https); calls go to the API's path under it
+	// (Target/v1/chat/completions, /v1/responses, /v1/messages).
 	// A trailing "/v1" is dropped, since OpenAI clients' base URLs usually carry it.
 	Target string
+	// API is the API the calls speak: agentcall.Chat (the default when zero), agentcall.Responses
+	// or agentcall.Messages (ParseAPI reads their names).
+	API agentcall.Shape
 	// Scenario supplies the arrival streams, seed, duration, measurement window and SLO.
 	Scenario *scenario.Scenario
 	// Speed is virtual seconds per wall second (1 when zero). Against `basin sim serve` it must be
@@ -100,6 +105,9 @@ func (o Options) withDefaults() Options {
 	o.Target = strings.TrimSuffix(strings.TrimSuffix(o.Target, "/"), "/v1")
 	if o.Speed == 0 {
 		o.Speed = 1
+	}
+	if o.API == 0 {
+		o.API = agentcall.Chat
 	}
 	if o.Model == "" {
 		o.Model = DefaultModel
@@ -164,6 +172,9 @@ func (o Options) Validate() error {
 	}
 	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
 		add("speed: must be a finite number > 0, got %v", o.Speed)
+	}
+	if _, err := ParseAPI(o.API.String()); err != nil {
+		add("api: %v", err)
 	}
 	if !validID(o.RunID) {
 		add("run_id: want 1–64 letters, digits, '.', '_' or '-', got %q", o.RunID)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"testing"
 	"time"
@@ -14,11 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/serve"
 	"github.com/basin-dev/basin/sim/serve/servetest"
 )
-
-// startServe runs sim/serve on the paper's 1P1D deployment behind a loopback server.
-func startServe(t *testing.T, speed float64) *httptest.Server { return servetest.Start(t, speed) }
 
 // noLeaks fails the test if goroutines started after it was called are still running at the end
 // (polling for a while: closed connections take a moment to wind down).
@@ -47,17 +44,26 @@ arrivals: {rate_per_min: 2}
 `
 
 func TestAgainstSimServe(t *testing.T) {
-	for _, stream := range []bool{true, false} {
-		name := map[bool]string{true: "stream", false: "no stream"}[stream]
+	for _, tc := range []struct {
+		api    string
+		stream bool
+	}{{"chat", true}, {"chat", false}, {"responses", true}, {"responses", false}, {"messages", true}, {"messages", false}} {
+		stream := tc.stream
+		name := tc.api + ", " + map[bool]string{true: "stream", false: "no stream"}[stream]
 		t.Run(name, func(t *testing.T) {
+			api, err := ParseAPI(tc.api)
+			require.NoError(t, err)
 			const speed = 1200
-			ts := startServe(t, speed)
+			// Sessions stay live through a stall of the busy test machine (10 virtual minutes
+			// are half a second here): the test checks that each call finds the previous one's
+			// prompt in the cache.
+			ts := servetest.StartWith(t, speed, func(o *serve.Options) { o.IdleTimeout = 2 * time.Hour })
 			client := ts.Client()
 			check := noLeaks(t)
 			sc := parseScenario(t, shortYAML)
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			rep, err := Run(ctx, Options{Target: ts.URL + "/v1/", Scenario: sc, Speed: speed, NoStream: !stream,
+			rep, err := Run(ctx, Options{Target: ts.URL + "/v1/", Scenario: sc, Speed: speed, NoStream: !stream, API: api,
 				PerSession: true, HTTPClient: client, RunID: "t"})
 			require.NoError(t, err)
 			client.CloseIdleConnections()

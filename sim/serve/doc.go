@@ -14,7 +14,7 @@
 //
 // # Calls
 //
-// A chat or completion request becomes one sim.ExternalCall. Its body is read by
+// A chat, completion, Responses or Messages request becomes one sim.ExternalCall. Its body is read by
 // internal/agentcall, the reader the gateway uses, so the two count the same tokens and name the
 // same session; a malformed or ambiguous body (a key it reads, sent twice) is a 400 naming the
 // field. The simulator sees sizes, not text:
@@ -33,8 +33,11 @@
 //
 // A session is named by the first non-empty of the headers x-session-id, x-claude-code-session-id,
 // session-id, session_id, x-session-affinity, x-dynamo-session-id, then the body's
-// metadata.session_id, then user. A request with none is a one-call session, ended when its call
-// finishes; `x-session-end: true` ends a named session after this call. A session with no call in
+// metadata.session_id, then prompt_cache_key, then user (Anthropic's metadata.user_id). A request
+// with none is a one-call session, ended when its call finishes — but for a Responses call the
+// server keeps (store not false), which starts a chain: a call continuing it
+// (previous_response_id) joins its session, with the whole conversation as its prompt, as an engine
+// that keeps responses serves it; `x-session-end: true` ends a named session after this call. A session with no call in
 // flight for Options.IdleTimeout of virtual time is ended. A session sends one call at a time; a
 // second call while one is in flight gets 409. A client that disconnects before its call is done
 // aborts it: the session ends in the simulator (the only way it can drop a call).
@@ -49,6 +52,8 @@
 //
 //	POST /v1/chat/completions   OpenAI chat completions (stream, stream_options.include_usage)
 //	POST /v1/completions        OpenAI completions
+//	POST /v1/responses          OpenAI Responses (stream: its typed events, the usage in response.completed)
+//	POST /v1/messages           Anthropic Messages (stream: message_start … message_stop; Anthropic's errors)
 //	GET  /v1/models             the one model (Options.ModelName)
 //	POST /v1/sessions/{id}/end  end a session now: {"ended":true}, or 404
 //	GET  /metrics               plain-text index of the per-instance paths
@@ -59,7 +64,8 @@
 //	GET  /healthz               "ok"
 //
 // Non-streaming answers carry x-basin-sim-prompt-tokens and x-basin-sim-cached-tokens headers;
-// streaming ones carry x-basin-sim-prompt-tokens. Errors have OpenAI's shape,
+// streaming ones carry x-basin-sim-prompt-tokens. Errors have OpenAI's shape (Anthropic's,
+// {"type":"error","error":{"type","message"}}, on /v1/messages),
 // {"error":{"message","type","param","code"}}, with param naming the offending field: 400 for bad
 // requests, 404, 405 (with Allow), 409 (session busy, or ended while its call was in flight), 413
 // (body over Options.MaxBodyBytes) and 503 (the simulator stopped). The /metrics paths answer in

@@ -97,6 +97,10 @@ type genRequest struct {
 	output       int
 	session      string // the client's session id; empty: a one-call session
 	endAfter     bool
+	// previousResponseID continues a Responses conversation the server keeps; noStore: the
+	// call's response is not kept (store: false).
+	previousResponseID string
+	noStore            bool
 }
 
 // parseGenerate reads a chat or completion request with agentcall, the reader the gateway uses:
@@ -120,10 +124,15 @@ func (s *Server) parseGenerate(ep endpoint, h http.Header, body []byte) (genRequ
 		return req, invalid("n", "n: only 1 choice is supported, got %d", *c.N)
 	}
 	req.prompt, req.shared = int(c.Prompt), int(c.Shared)
+	req.previousResponseID, req.noStore = c.PreviousResponseID, c.NoStore
+	maxName := "max_tokens"
+	if ep == agentcall.Responses {
+		maxName = "max_output_tokens"
+	}
 	for _, f := range []struct {
 		name string
 		v    *int64
-	}{{"max_tokens", c.MaxTokens}, {"max_completion_tokens", c.MaxCompletionTokens}} {
+	}{{maxName, c.MaxTokens}, {"max_completion_tokens", c.MaxCompletionTokens}} {
 		if f.v == nil {
 			continue
 		}
@@ -228,6 +237,7 @@ type generation struct {
 	req     genRequest
 	id      string
 	created int64
+	seq     int // the next Responses stream event's sequence_number
 }
 
 func (g *generation) object(chunk bool) string {
@@ -266,39 +276,51 @@ func (g *generation) response(chunk bool, choices []choice, u *usage) response {
 	return response{ID: g.id, Object: g.object(chunk), Created: g.created, Model: g.req.model, Choices: choices, Usage: u}
 }
 
-// serveGenerate handles POST /v1/chat/completions and /v1/completions.
+// serveGenerate handles POST /v1/chat/completions, /v1/completions, /v1/responses and
+// /v1/messages.
 func (s *Server) serveGenerate(ep endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, apiErr := readBody(w, r, s.o.MaxBodyBytes)
 		if apiErr != nil {
-			writeError(w, apiErr)
+			writeErrorFor(ep, w, apiErr)
 			return
 		}
 		req, apiErr := s.parseGenerate(ep, r.Header, body)
 		if apiErr != nil {
-			writeError(w, apiErr)
+			writeErrorFor(ep, w, apiErr)
 			return
 		}
-		c, apiErr := s.submit(req)
+		g := &generation{req: req, id: idPrefix(ep) + strconv.FormatUint(s.ids.Add(1), 10), created: s.o.Now().Unix()}
+		c, apiErr := s.submit(req, g.id)
 		if apiErr != nil {
-			writeError(w, apiErr)
+			writeErrorFor(ep, w, apiErr)
 			return
 		}
-		prefix := "chatcmpl-sim-"
-		if ep == completionEndpoint {
-			prefix = "cmpl-sim-"
-		}
-		g := &generation{req: req, id: prefix + strconv.FormatUint(s.ids.Add(1), 10), created: s.o.Now().Unix()}
+		em := emitterFor(g)
 		if req.stream {
-			s.stream(w, r, c, g)
+			s.stream(w, r, c, em)
 		} else {
-			s.respond(w, r, c, g)
+			s.respond(w, r, c, em)
 		}
 	}
 }
 
-// submit hands the call to the simulator.
-func (s *Server) submit(req genRequest) (*call, *apiError) {
+// idPrefix starts the ids of an API's answers, as the real services spell them.
+func idPrefix(ep endpoint) string {
+	switch ep {
+	case completionEndpoint:
+		return "cmpl-sim-"
+	case agentcall.Responses:
+		return "resp_sim_"
+	case agentcall.Messages:
+		return "msg_sim_"
+	}
+	return "chatcmpl-sim-"
+}
+
+// submit hands the call to the simulator. id is the answer's id, which a Responses call
+// continuing it names.
+func (s *Server) submit(req genRequest, id string) (*call, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -308,18 +330,37 @@ func (s *Server) submit(req genRequest) (*call, *apiError) {
 	}
 	s.advanceLocked(s.virtualNow())
 	var key string
-	if req.session == "" {
-		s.mu.anon++
-		key = "anon/" + strconv.FormatUint(s.mu.anon, 10)
-	} else {
+	var link chainLink
+	if prev := req.previousResponseID; prev != "" {
+		var ok bool
+		if link, ok = s.mu.chains[prev]; !ok {
+			return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: "previous_response_id",
+				code: "previous_response_not_found", message: fmt.Sprintf("previous response with id %q not found", prev)}
+		}
+		// The server holds the conversation: the prompt is all of it, then the new input.
+		req.prompt += link.context
+	}
+	chained := req.endpoint == agentcall.Responses && !req.noStore
+	oneCall := false
+	switch {
+	case req.session != "":
 		key = "session/" + req.session
+	case link.key != "":
+		key = link.key
+	case chained:
+		// A conversation the server keeps, with no other identity: the chain is the session.
+		s.mu.anon++
+		key = "chain/" + strconv.FormatUint(s.mu.anon, 10)
+	default:
+		s.mu.anon++
+		key, oneCall = "anon/"+strconv.FormatUint(s.mu.anon, 10), true
 	}
 	ss, known := s.mu.sessions[key]
 	if known && ss.call != nil {
 		return nil, errBusy(req.session)
 	}
 	if !known {
-		ss = &session{key: key, id: req.session, endAfterCall: req.session == ""}
+		ss = &session{key: key, id: req.session, endAfterCall: oneCall}
 	}
 	c := newCall(s, req.stream)
 	c.sess = ss
@@ -334,6 +375,10 @@ func (s *Server) submit(req genRequest) (*call, *apiError) {
 	}
 	s.mu.sessions[key] = ss
 	ss.call = c
+	if chained {
+		s.mu.chains[id] = chainLink{key: key, context: req.prompt + req.output}
+		ss.responses = append(ss.responses, id)
+	}
 	ss.endAfterCall = ss.endAfterCall || req.endAfter
 	s.o.Logger.Debug("call submitted", "session", req.session, "prompt_tokens", req.prompt,
 		"shared_tokens", req.shared, "output_tokens", req.output, "stream", req.stream, "virtual_now", s.mu.sim.Now())
@@ -371,7 +416,7 @@ func (s *Server) abandon(c *call, why string) {
 }
 
 // respond waits for the call to finish and writes one response.
-func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, g *generation) {
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, em emitter) {
 	for {
 		select {
 		case <-c.ready:
@@ -385,45 +430,54 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, g *gen
 			case sim.Done:
 				w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(ev.PromptTokens))
 				w.Header().Set("x-basin-sim-cached-tokens", strconv.Itoa(ev.CachedTokens))
-				u := newUsage(ev.PromptTokens, ev.CachedTokens, g.req.output)
-				httpjson.Write(w, http.StatusOK, g.response(false, []choice{g.choice(false, 0, g.req.output, true)}, u))
+				httpjson.Write(w, http.StatusOK, em.whole(ev))
 				return
 			case sim.Aborted:
-				writeError(w, errEnded())
+				writeErrorFor(em.api(), w, errEnded())
 				return
 			}
 		}
 		if isClosed(s.stopped) {
-			writeError(w, errStopped())
+			writeErrorFor(em.api(), w, errStopped())
 			return
 		}
 	}
 }
 
-// stream writes the call as server-sent events, one chunk per simulator event that produced
-// words, as the simulator produces them.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *generation) {
+// stream writes the call as server-sent events, as the simulator produces the words: the API's
+// opening events once prefill is done, a text event per simulator event that produced words, and
+// its closing events with the usage.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, em emitter) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
-	w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(g.req.prompt))
+	w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(em.prompt()))
 	w.WriteHeader(http.StatusOK)
-	send := func(v any) error {
+	send := func(event string, v any) error {
+		var err error
+		if event != "" {
+			_, err = fmt.Fprintf(w, "event: %s\n", event)
+		}
+		if err != nil {
+			return err
+		}
+		if raw, ok := v.(rawData); ok {
+			_, err = fmt.Fprintf(w, "data: %s\n\n", raw)
+			return err
+		}
 		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return err
-		}
-		return rc.Flush()
+		_, err = fmt.Fprintf(w, "data: %s\n\n", b)
+		return err
 	}
 	if err := rc.Flush(); err != nil {
 		s.abandon(c, "flush failed: "+err.Error())
 		return
 	}
-	sent := 0
+	sent, opened, output := 0, false, em.output()
 	for {
 		select {
 		case <-c.ready:
@@ -434,32 +488,33 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *gene
 		}
 		for _, ev := range c.take() {
 			var err error
+			if !opened && ev.Kind != sim.Aborted {
+				err, opened = em.open(send, ev), true
+			}
 			switch ev.Kind {
 			case sim.FirstToken, sim.Progress:
-				if n := min(ev.Tokens, g.req.output); n > sent {
-					err = send(g.response(true, []choice{g.choice(true, sent, n, false)}, nil))
+				if n := min(ev.Tokens, output); err == nil && n > sent {
+					err = em.text(send, sent, n)
 					sent = n
 				}
 			case sim.Done:
-				if sent < g.req.output {
-					err = send(g.response(true, []choice{g.choice(true, sent, g.req.output, false)}, nil))
+				if err == nil && sent < output {
+					err = em.text(send, sent, output)
 				}
 				if err == nil {
-					err = send(g.response(true, []choice{g.choice(true, 0, 0, true)}, nil))
-				}
-				if err == nil && g.req.includeUsage {
-					err = send(g.response(true, []choice{}, newUsage(ev.PromptTokens, ev.CachedTokens, g.req.output)))
-				}
-				if err == nil {
-					_, err = io.WriteString(w, "data: [DONE]\n\n")
+					err = em.close(send, ev)
 				}
 				if err == nil {
 					_ = rc.Flush()
 				}
 				return // the call is over whether or not the client got the end
 			case sim.Aborted:
-				writeStreamError(w, rc, errEnded())
+				em.fail(send, errEnded())
+				_ = rc.Flush()
 				return
+			}
+			if err == nil {
+				err = rc.Flush()
 			}
 			if err != nil {
 				s.abandon(c, "write failed: "+err.Error())
@@ -467,18 +522,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, g *gene
 			}
 		}
 		if isClosed(s.stopped) {
-			writeStreamError(w, rc, errStopped())
+			em.fail(send, errStopped())
+			_ = rc.Flush()
 			return
 		}
 	}
-}
-
-// writeStreamError ends a stream with an error event, as OpenAI's API does once a stream has
-// begun (no [DONE] follows).
-func writeStreamError(w http.ResponseWriter, rc *http.ResponseController, e *apiError) {
-	b, _ := json.Marshal(httpjson.NewError(e.typ, e.code, e.param, e.message)) // cannot fail: strings and pointers to strings
-	_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
-	_ = rc.Flush()
 }
 
 func isClosed(ch <-chan struct{}) bool {

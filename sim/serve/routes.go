@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/sim"
 )
@@ -16,6 +17,8 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/chat/completions", allow(s.serveGenerate(chatEndpoint), http.MethodPost))
 	mux.Handle("/v1/completions", allow(s.serveGenerate(completionEndpoint), http.MethodPost))
+	mux.Handle("/v1/responses", allow(s.serveGenerate(agentcall.Responses), http.MethodPost))
+	mux.Handle("/v1/messages", allow(s.serveGenerate(agentcall.Messages), http.MethodPost))
 	mux.Handle("/v1/models", allow(s.serveModels, http.MethodGet))
 	mux.Handle("/v1/sessions/{id}/end", allow(s.serveEndSession, http.MethodPost))
 	mux.Handle("/metrics", allow(s.serveMetricsIndex, http.MethodGet))

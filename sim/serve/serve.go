@@ -140,7 +140,17 @@ type Server struct {
 		nextExpiry time.Duration       // earliest idle expiry (virtual); never when none
 		streaming  int                 // streaming calls that are decoding
 		anon       uint64              // one-call sessions so far
+		// chains are the Responses answers of live sessions by id, for the calls that continue
+		// them (previous_response_id).
+		chains map[string]chainLink
 	}
+}
+
+// chainLink is a Responses answer a later call may continue: its session's key, and the
+// conversation's length in tokens once it was written.
+type chainLink struct {
+	key     string
+	context int
 }
 
 // session is an external session as the server sees it.
@@ -152,6 +162,8 @@ type session struct {
 	// endAfterCall ends the session when the call in flight is done (one-call sessions and
 	// x-session-end).
 	endAfterCall bool
+	// responses are the ids of its Responses answers, forgotten with it.
+	responses []string
 }
 
 // New builds a server; the virtual clock starts now. It fails, naming the fields, if an option or
@@ -175,6 +187,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.mu.sim = sm
 	s.mu.sessions = map[string]*session{}
+	s.mu.chains = map[string]chainLink{}
 	s.mu.nextExpiry = never
 	for _, st := range sm.Stats() {
 		s.instances = append(s.instances, st.Name)
@@ -326,8 +339,12 @@ func (s *Server) expireLocked(t time.Duration) {
 
 // endLocked ends a session in the server and in the simulator, aborting a call in flight.
 func (s *Server) endLocked(key string) bool {
-	if _, ok := s.mu.sessions[key]; !ok {
+	ss, ok := s.mu.sessions[key]
+	if !ok {
 		return false
+	}
+	for _, id := range ss.responses {
+		delete(s.mu.chains, id)
 	}
 	delete(s.mu.sessions, key)
 	s.mu.sim.EndSession(key)

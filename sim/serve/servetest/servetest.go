@@ -16,11 +16,23 @@ import (
 // and stops it when the test ends.
 func Start(t testing.TB, speed float64) *httptest.Server {
 	t.Helper()
+	return StartWith(t, speed, nil)
+}
+
+// StartWith is Start with the server's options edited by tweak (nil: none). A test that runs the
+// clock fast on a busy machine may want a longer IdleTimeout: at 1200×, the default 10 virtual
+// minutes are half a second of wall time, which a stalled client can miss.
+func StartWith(t testing.TB, speed float64, tweak func(*serve.Options)) *httptest.Server {
+	t.Helper()
 	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(serve.Options{Sim: sim.Options{Seed: 1, Deployment: dep}, Speed: speed})
+	o := serve.Options{Sim: sim.Options{Seed: 1, Deployment: dep}, Speed: speed}
+	if tweak != nil {
+		tweak(&o)
+	}
+	srv, err := serve.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// A Responses conversation may be carried by the server: each call names the previous response
+// (previous_response_id) instead of re-sending the history, so its body holds only the new
+// input. Such a chain is one agent session. When the call names no session itself (no session
+// header, metadata.session_id, prompt_cache_key or user), the gateway keys the session by the
+// chain: the first call of a chain starts a session of its own, each response id it answers with
+// is remembered for as long as the session lives, and a call continuing one of them joins that
+// session with its context — the chain's, not the few tokens of the new input.
+
+// chainLink is a response a later call may continue.
+type chainLink struct {
+	session string
+	// context is the session's context in tokens once this response was written (its prompt,
+	// the whole chain, plus its output).
+	context int64
+}
+
+// chainPrefix marks the session ids the gateway gives to chains.
+const chainPrefix = "chain-"
+
+// chain reads a Responses call's place in a chain: the session it belongs to when it names none
+// itself, and its prompt estimate grown by the context of the response it continues. A call the
+// server does not keep (store: false) ends no chain a later call could continue; one continuing
+// a response the gateway does not know (kept before a restart, or by another replica) is keyed
+// by that response id, so the rest of its chain still stays together.
+func (g *Gateway) chain(c *call) {
+	prev := c.req.PreviousResponseID
+	var link chainLink
+	known := false
+	if prev != "" {
+		g.mu.Lock()
+		link, known = g.mu.chains[prev]
+		g.mu.Unlock()
+	}
+	if known {
+		c.req.Prompt += link.context
+	}
+	if c.id != "" {
+		c.chained = !c.req.NoStore
+		return
+	}
+	switch {
+	case known:
+		c.id = link.session
+	case prev != "":
+		c.id = chainPrefix + prev
+	case c.req.NoStore, g.cfg.RejectAnonymous:
+		// A one-call session; or, with reject_anonymous, a call that names no session and
+		// continues none, refused like any other.
+	default:
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.id = chainPrefix + hex.EncodeToString(b[:])
+	}
+	c.chained = c.id != "" && !c.req.NoStore
+}
+
+// chained remembers a Responses call's answer, so that a call continuing it joins its session.
+// A session that ended meanwhile keeps nothing.
+func (g *Gateway) chained(session, responseID string, context int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	si, ok := g.mu.sessions[session]
+	if !ok {
+		return
+	}
+	si.responses = append(si.responses, responseID)
+	g.mu.chains[responseID] = chainLink{session: session, context: context}
+}
