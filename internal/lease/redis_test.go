@@ -16,18 +16,19 @@ import (
 )
 
 // redisServer is a real redis-server (the Debian package) on its own port and directory, with
-// the append-only file fsynced on every write: what a store-backed basin should run.
+// an append-only file.
 type redisServer struct {
-	tb   testing.TB
-	bin  string
-	dir  string
-	addr string
-	cmd  *exec.Cmd
+	tb    testing.TB
+	bin   string
+	dir   string
+	addr  string
+	fsync string // appendfsync: always, everysec
+	cmd   *exec.Cmd
 }
 
-// startRedis starts redis-server, skipping the test when it is not installed, except under CI
+// startRedis starts redis-server with appendfsync set to fsync, skipping the test when it is not installed, except under CI
 // (CI set), where .ci/run installs it and a missing server is a failure.
-func startRedis(tb testing.TB) *redisServer {
+func startRedis(tb testing.TB, fsync string) *redisServer {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -40,7 +41,7 @@ func startRedis(tb testing.TB) *redisServer {
 	require.NoError(tb, err)
 	addr := l.Addr().String()
 	require.NoError(tb, l.Close())
-	s := &redisServer{tb: tb, bin: bin, dir: tb.TempDir(), addr: addr}
+	s := &redisServer{tb: tb, bin: bin, dir: tb.TempDir(), addr: addr, fsync: fsync}
 	s.start()
 	tb.Cleanup(s.kill)
 	return s
@@ -54,7 +55,7 @@ func (s *redisServer) start() {
 	require.NoError(s.tb, err)
 	defer func() { _ = log.Close() }()
 	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no")
+		"--appendonly", "yes", "--appendfsync", s.fsync, "--save", "", "--daemonize", "no")
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	require.NoError(s.tb, s.cmd.Start())
 
@@ -112,7 +113,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // epoch, its writes are refused and it reports the step-down when it resumes; a SIGKILLed
 // server restarted from its append-only file keeps the epoch and the campaign goes on.
 func TestRealRedisTakeoverFencingAndRestart(t *testing.T) {
-	srv := startRedis(t)
+	srv := startRedis(t, "always") // the epoch must survive a SIGKILL
 	client := srv.client(t)
 	ctx := t.Context()
 	const ttl = 1500 * time.Millisecond
@@ -203,9 +204,17 @@ func TestRealRedisTakeoverFencingAndRestart(t *testing.T) {
 }
 
 // BenchmarkRealRedis measures a renewal and a fenced HSET against a real redis-server on
-// loopback (appendfsync always), next to a plain HSET for what the fencing script adds.
+// loopback, next to a plain HSET for what the fencing script adds, with the append-only file
+// fsynced on every write (always: a write waits for the disk) and once a second (everysec: the
+// round trip itself).
 func BenchmarkRealRedis(b *testing.B) {
-	srv := startRedis(b)
+	for _, fsync := range []string{"always", "everysec"} {
+		b.Run("appendfsync="+fsync, func(b *testing.B) { benchmarkRedis(b, fsync) })
+	}
+}
+
+func benchmarkRedis(b *testing.B, fsync string) {
+	srv := startRedis(b, fsync)
 	client := srv.client(b)
 	ctx := context.Background()
 	c, err := New(client, Options{Prefix: testPrefix, Owner: "bench", TTL: time.Minute})
