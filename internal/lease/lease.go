@@ -50,8 +50,8 @@ type Change struct {
 	Reason string
 }
 
-// Campaign campaigns for one lease. Drive it with Run (or Step, for a caller with its own
-// loop); read it with Leader from any goroutine.
+// Campaign campaigns for one lease. Drive it from one goroutine with Run (or Step, for a caller
+// with its own loop); read it with Leader and write with Write from any goroutine.
 type Campaign struct {
 	client  redis.Scripter
 	opts    Options
@@ -220,7 +220,9 @@ func (c *Campaign) acquire(ctx context.Context, now time.Time, seen uint64) {
 }
 
 // Release frees the lease if this campaigner holds it in its term, and steps down. It returns
-// ErrNotOwner when the store says otherwise (the campaigner steps down all the same).
+// ErrNotOwner when the store says otherwise (the campaigner steps down all the same). Called
+// while Run runs, the next step campaigns again; to leave for good, cancel Run's context: Run
+// releases on return.
 func (c *Campaign) Release(ctx context.Context) error {
 	c.mu.Lock()
 	leader, epoch := c.mu.leader, c.mu.epoch
