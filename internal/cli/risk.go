@@ -73,7 +73,7 @@ func runRisk(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	o, err := sc.Options("")
+	o, err := basinWiring(sc).Options(sc, "")
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func runCalibrate(ctx context.Context, env Env, args []string) error {
 		}
 	}
 	b := bar(env, false, "step load on "+sc.Name)
-	c, err := scenario.MeasureCurve(sc, "", co, b.Set)
+	c, err := basinWiring(sc).MeasureCurve(sc, "", co, b.Set)
 	b.Done()
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ func simServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	o, err := sc.Options(*policy)
+	o, err := basinWiring(sc).Options(sc, *policy)
 	if err != nil {
 		return err
 	}

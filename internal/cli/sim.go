@@ -30,12 +30,14 @@ func loadScenario(name string) (*scenario.Scenario, error) {
 		return nil, fmt.Errorf("%w: --scenario is required (a file, or a preset: %s)", errUsage,
 			strings.Join(scenario.Presets(), ", "))
 	}
-	sc, err := scenario.Load(name)
-	if err != nil {
-		return nil, err
-	}
-	sc.Policies = harness.Policies{Calibrate: harness.CalibrateOnce(sc)}
-	return sc, nil
+	return scenario.Load(name)
+}
+
+// basinWiring is how the commands build a scenario's runs: basin's policies next to the engine
+// baselines, the detector in their remediation loop calibrated on the scenario's deployment on
+// first use (once, however many runs ask).
+func basinWiring(sc *scenario.Scenario) scenario.Wiring {
+	return scenario.Wiring{Policies: harness.Policies{Calibrate: harness.CalibrateOnce(sc)}}
 }
 
 func simRun(env Env, args []string) error {
@@ -53,13 +55,14 @@ func simRun(env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	w := basinWiring(sc)
 	if !*noDetect {
-		if err := observeWith(sc, *calib); err != nil {
+		if w.Observe, err = observer(sc, *calib); err != nil {
 			return err
 		}
 	}
 	b := bar(env, *asJSON, "simulating "+sc.Name)
-	res, err := scenario.Run(sc, *policy, b.Set)
+	res, err := w.Run(sc, *policy, b.Set)
 	b.Done()
 	if err != nil {
 		return err
@@ -157,7 +160,7 @@ func simCompare(env Env, args []string) error {
 		}
 	}
 	b := bar(env, *asJSON, "comparing "+sc.Name)
-	res, err := scenario.Compare(sc, ps, b.Set)
+	res, err := basinWiring(sc).Compare(sc, ps, b.Set)
 	b.Done()
 	if err != nil {
 		return err
@@ -211,7 +214,7 @@ func simCurve(env Env, args []string) error {
 		}
 	}
 	b := bar(env, *asJSON, "measuring X(N) for "+sc.Name)
-	c, err := scenario.MeasureCurve(sc, *policy, co, b.Set)
+	c, err := basinWiring(sc).MeasureCurve(sc, *policy, co, b.Set)
 	b.Done()
 	if err != nil {
 		return err
@@ -272,10 +275,10 @@ func simFidelity(env Env, args []string) error {
 	return tw.Flush()
 }
 
-// observeWith attaches basin's collector and detector to the scenario's runs, with a calibration
-// file or one measured on the scenario's deployment now (a closed-loop step load; well under a
-// second in the simulator).
-func observeWith(sc *scenario.Scenario, path string) error {
+// observer attaches basin's collector and detector to the scenario's runs (Wiring.Observe), with
+// a calibration file or one measured on the scenario's deployment now (a closed-loop step load;
+// well under a second in the simulator).
+func observer(sc *scenario.Scenario, path string) (func(*sim.Options) error, error) {
 	var cal *detector.Calibration
 	var err error
 	if path != "" {
@@ -284,10 +287,9 @@ func observeWith(sc *scenario.Scenario, path string) error {
 		cal, err = harness.Calibrate(sc.WithoutSpikes(), time.Now().UTC())
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	sc.Observe = func(o *sim.Options) error { return harness.Observe(o, detector.Options{Calibration: cal}) }
-	return nil
+	return func(o *sim.Options) error { return harness.Observe(o, detector.Options{Calibration: cal}) }, nil
 }
 
 // seedsFlag adds --seeds to fs; the function it returns checks the value and lists the seeds

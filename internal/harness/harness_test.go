@@ -16,7 +16,6 @@ func load(t *testing.T, name string) *scenario.Scenario {
 	t.Helper()
 	sc, err := scenario.Load(name)
 	require.NoError(t, err)
-	sc.Policies = Policies{}
 	return sc
 }
 
@@ -24,7 +23,7 @@ func TestBasinPoliciesRunTheAdmissionCore(t *testing.T) {
 	sc := load(t, "paper-1p3d-h200-spike300")
 	for _, name := range []string{BasinCurrent, Basin, BasinBlind, Oracle} {
 		t.Run(name, func(t *testing.T) {
-			o, err := sc.Options(name)
+			o, err := scenario.Wiring{Policies: Policies{}}.Options(sc, name)
 			require.NoError(t, err)
 			g, ok := o.Gate.(*Gate)
 			require.True(t, ok, "a basin policy puts the admission core in front of the engines")
@@ -50,7 +49,7 @@ func TestBasinPoliciesRunTheAdmissionCore(t *testing.T) {
 
 func TestUnknownPolicies(t *testing.T) {
 	sc := load(t, "paper-1p1d-h100")
-	_, err := sc.Options("basin-magic")
+	_, err := scenario.Wiring{Policies: Policies{}}.Options(sc, "basin-magic")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "basin-current")
 	assert.NoError(t, Validate("oracle"))

@@ -437,8 +437,8 @@ func runMatrixCell(row MatrixRow, policy string, seed uint64, cal *detector.Cali
 		return MatrixRun{}, err
 	}
 	sc.Seed = seed
-	sc.Policies = Policies{Calibrate: func() (*detector.Calibration, error) { return cal, nil }}
-	o, err := sc.Options(policy)
+	w := scenario.Wiring{Policies: Policies{Calibrate: func() (*detector.Calibration, error) { return cal, nil }}}
+	o, err := w.Options(sc, policy)
 	if err != nil {
 		return MatrixRun{}, err
 	}

@@ -44,8 +44,8 @@ func TestBasinNotWorseThanContinuumUnderSustainedOverload(t *testing.T) {
 		sc, err := scenario.Load(overloadScenario)
 		require.NoError(t, err)
 		sc.Seed = seed
-		sc.Policies = Policies{Calibrate: calibrate}
-		res, err := scenario.Compare(sc, []string{"continuum", Basin}, nil)
+		w := scenario.Wiring{Policies: Policies{Calibrate: calibrate}}
+		res, err := w.Compare(sc, []string{"continuum", Basin}, nil)
 		require.NoError(t, err)
 		require.Len(t, res, 2)
 		cont, basin := res[0].GoodputPerHour, res[1].GoodputPerHour

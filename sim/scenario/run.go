@@ -13,21 +13,33 @@ import (
 // Progress receives the fraction of a multi-run job that is done.
 type Progress func(done float64)
 
-// Run simulates the scenario under a policy and, when it has spikes, its spike-free twin with the
-// same seed, filling in the no-spike goodput and the ratio.
+// Run simulates the scenario under an engine policy and, when it has spikes, its spike-free twin
+// with the same seed, filling in the no-spike goodput and the ratio. Wiring.Run is the wired form.
 func Run(sc *Scenario, policy string, progress Progress) (*sim.Result, error) {
-	r, _, err := RunPair(sc, policy, progress)
+	return Wiring{}.Run(sc, policy, progress)
+}
+
+// Run simulates the scenario under a policy, with w, and, when it has spikes, its spike-free twin
+// with the same seed and the same wiring, filling in the no-spike goodput and the ratio.
+func (w Wiring) Run(sc *Scenario, policy string, progress Progress) (*sim.Result, error) {
+	r, _, err := w.RunPair(sc, policy, progress)
 	return r, err
 }
 
 // RunPair is Run that also returns the spike-free twin's own result (the scenario's result again
 // when it has no spikes).
 func RunPair(sc *Scenario, policy string, progress Progress) (spiked, calm *sim.Result, err error) {
+	return Wiring{}.RunPair(sc, policy, progress)
+}
+
+// RunPair is Wiring.Run that also returns the spike-free twin's own result (the scenario's result
+// again when it has no spikes).
+func (w Wiring) RunPair(sc *Scenario, policy string, progress Progress) (spiked, calm *sim.Result, err error) {
 	jobs := []*Scenario{sc}
 	if sc.HasSpikes() {
 		jobs = append(jobs, sc.WithoutSpikes())
 	}
-	res, err := runAll(jobs, []string{policy}, progress)
+	res, err := w.runAll(jobs, []string{policy}, progress)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -47,14 +59,20 @@ func setRatio(r *sim.Result, noSpike float64) {
 	}
 }
 
-// Compare runs the scenario under several policies in one go (and the spike-free twin of each),
-// so every ratio comes from one invocation on one machine.
+// Compare runs the scenario under several engine policies in one go (and the spike-free twin of
+// each), so every ratio comes from one invocation on one machine. Wiring.Compare is the wired form.
 func Compare(sc *Scenario, policies []string, progress Progress) ([]*sim.Result, error) {
+	return Wiring{}.Compare(sc, policies, progress)
+}
+
+// Compare runs the scenario under several policies, with w, in one go (and the spike-free twin of
+// each), so every ratio comes from one invocation on one machine.
+func (w Wiring) Compare(sc *Scenario, policies []string, progress Progress) ([]*sim.Result, error) {
 	jobs := []*Scenario{sc}
 	if sc.HasSpikes() {
 		jobs = append(jobs, sc.WithoutSpikes())
 	}
-	res, err := runAll(jobs, policies, progress)
+	res, err := w.runAll(jobs, policies, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -69,9 +87,10 @@ func Compare(sc *Scenario, policies []string, progress Progress) ([]*sim.Result,
 	return out, nil
 }
 
-// runAll runs every (scenario, policy) pair, two at a time (the machines this runs on have two
-// cores); results are indexed [scenario][policy] and do not depend on the scheduling.
-func runAll(scs []*Scenario, policies []string, progress Progress) ([][]*sim.Result, error) {
+// runAll runs every (scenario, policy) pair, each built with w, two at a time (the machines this
+// runs on have two cores); results are indexed [scenario][policy] and do not depend on the
+// scheduling.
+func (w Wiring) runAll(scs []*Scenario, policies []string, progress Progress) ([][]*sim.Result, error) {
 	type job struct{ i, j int }
 	var jobs []job
 	out := make([][]*sim.Result, len(scs))
@@ -103,7 +122,7 @@ func runAll(scs []*Scenario, policies []string, progress Progress) ([][]*sim.Res
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			o, err := scs[jb.i].Options(policies[jb.j])
+			o, err := w.Options(scs[jb.i], policies[jb.j])
 			if err != nil {
 				errs[k] = err
 				return
@@ -168,20 +187,26 @@ type CurveOptions struct {
 }
 
 // MeasureCurve holds N sessions live for each N (a new one starts whenever one ends) and measures
-// the completion rate, then finds the fluid model's equilibria for the scenario's base rate.
+// the completion rate under an engine policy, then finds the fluid model's equilibria for the
+// scenario's base rate. Wiring.MeasureCurve is the wired form.
 func MeasureCurve(sc *Scenario, policy string, co CurveOptions, progress Progress) (*Curve, error) {
+	return Wiring{}.MeasureCurve(sc, policy, co, progress)
+}
+
+// MeasureCurve is the package's MeasureCurve with the runs' options built by w.
+func (w Wiring) MeasureCurve(sc *Scenario, policy string, co CurveOptions, progress Progress) (*Curve, error) {
 	if co.Warmup == 0 {
 		co.Warmup = 20 * time.Minute
 	}
 	if co.Measure == 0 {
 		co.Measure = 30 * time.Minute
 	}
-	base, err := sc.Options(policy)
+	base, err := w.Options(sc, policy)
 	if err != nil {
 		return nil, err
 	}
-	w := base.Streams[0].Workload
-	k, meanCtx := workloadShape(w, sc.Seed)
+	wl := base.Streams[0].Workload
+	k, meanCtx := workloadShape(wl, sc.Seed)
 	ns := co.Ns
 	if len(ns) == 0 {
 		// Up to three times the population whose mean context fills twice the cache: past the
@@ -203,7 +228,7 @@ func MeasureCurve(sc *Scenario, policy string, co CurveOptions, progress Progres
 		done.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			pts[i], errs[i] = closedLoop(base, w, n, co.Warmup, co.Measure, k)
+			pts[i], errs[i] = closedLoop(base, wl, n, co.Warmup, co.Measure, k)
 			mu.Lock()
 			finished++
 			if progress != nil {

@@ -70,7 +70,8 @@ type Arrivals struct {
 	Extra      []Extra `yaml:"extra"`
 }
 
-// Scenario is a parsed, validated scenario file.
+// Scenario is a parsed, validated scenario file, and nothing else: what a run is built with
+// beyond the file (basin's policies, observers) is a Wiring, passed where the run is built.
 type Scenario struct {
 	Name       string         `yaml:"name"`
 	Seed       uint64         `yaml:"seed"`
@@ -80,14 +81,9 @@ type Scenario struct {
 	Workload   WorkloadSpec   `yaml:"workload"`
 	Arrivals   Arrivals       `yaml:"arrivals"`
 	SLO        sim.SLO        `yaml:"slo"`
-	// Policy is the engine policy runs use unless the command line names one.
+	// Policy is the policy runs use unless the command line names one: an engine baseline, or a
+	// name the runs' Wiring.Policies knows.
 	Policy string `yaml:"policy"`
-	// Policies resolves policy names beyond the engine baselines: basin's own policies, wired
-	// outside the simulator so that it holds no basin logic. Nil: engine baselines only.
-	Policies PolicySet `yaml:"-"`
-	// Observe, when set, attaches observers (basin's collector and detector) to every run built
-	// from the scenario.
-	Observe func(*sim.Options) error `yaml:"-"`
 
 	// dir is where relative trace paths are resolved.
 	dir string
@@ -230,7 +226,7 @@ func (sc *Scenario) validate() error {
 		errs = append(errs, err)
 	}
 	if sc.Policy != "" && !strings.HasPrefix(sc.Policy, "basin") && sc.Policy != "oracle" {
-		// basin's own policies are resolved when the scenario runs (PolicySet).
+		// basin's own policies are resolved when a run is built (Wiring.Policies).
 		if _, err := sim.ParsePolicy(sc.Policy); err != nil {
 			add("policy: %v", err)
 		}
@@ -295,8 +291,27 @@ type PolicySet interface {
 	Names() []string
 }
 
-// Options builds simulator options for a policy ("" means the scenario's own, or none).
-func (sc *Scenario) Options(policy string) (sim.Options, error) {
+// Wiring is what runs are built with beyond what a scenario file says: code, not configuration.
+// It is kept out of Scenario so that a Scenario is only its YAML — copied (WithoutSpikes) and
+// shared between runs as plain data — and so that this package holds no basin logic: the harness
+// supplies the policies and the observers. The zero Wiring builds the engine baselines with
+// nothing attached, which is what Scenario.Options, Run, RunPair, Compare and MeasureCurve do.
+type Wiring struct {
+	// Policies resolves policy names beyond the engine baselines: basin's own policies. Nil:
+	// engine baselines only.
+	Policies PolicySet
+	// Observe, when set, attaches observers (basin's collector and detector) to every run built.
+	Observe func(*sim.Options) error
+}
+
+// Options builds simulator options for a policy ("" means the scenario's own, or none) with the
+// engine baselines only and nothing attached; Wiring.Options is the wired form.
+func (sc *Scenario) Options(policy string) (sim.Options, error) { return Wiring{}.Options(sc, policy) }
+
+// Options builds simulator options for the scenario under a policy ("" means the scenario's own,
+// or none): an engine baseline, or one of w.Policies applied on top of the engine baseline none;
+// then w.Observe attaches its observers.
+func (w Wiring) Options(sc *Scenario, policy string) (sim.Options, error) {
 	if policy == "" {
 		policy = sc.Policy
 	}
@@ -305,14 +320,14 @@ func (sc *Scenario) Options(policy string) (sim.Options, error) {
 	}
 	engine := policy
 	custom := false
-	if sc.Policies != nil && slices.Contains(sc.Policies.Names(), policy) {
+	if w.Policies != nil && slices.Contains(w.Policies.Names(), policy) {
 		engine, custom = string(sim.PolicyNone), true
 	}
 	p, err := sim.ParsePolicy(engine)
 	if err != nil {
-		if sc.Policies != nil {
+		if w.Policies != nil {
 			return sim.Options{}, fmt.Errorf("unknown policy %q (known: none, hicache, continuum, %s)", policy,
-				strings.Join(sc.Policies.Names(), ", "))
+				strings.Join(w.Policies.Names(), ", "))
 		}
 		return sim.Options{}, err
 	}
@@ -352,12 +367,12 @@ func (sc *Scenario) Options(policy string) (sim.Options, error) {
 			KillAt: time.Duration(ex.KillAt)})
 	}
 	if custom {
-		if _, err := sc.Policies.Apply(policy, &o); err != nil {
+		if _, err := w.Policies.Apply(policy, &o); err != nil {
 			return sim.Options{}, fmt.Errorf("policy %s: %w", policy, err)
 		}
 	}
-	if sc.Observe != nil {
-		if err := sc.Observe(&o); err != nil {
+	if w.Observe != nil {
+		if err := w.Observe(&o); err != nil {
 			return sim.Options{}, fmt.Errorf("observe: %w", err)
 		}
 	}
