@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/basin-dev/basin/internal/daemon"
+	"github.com/basin-dev/basin/internal/scaledclock"
 )
 
 // runDaemon runs basin's collector, detector and remediation loop until interrupted.
@@ -13,6 +14,7 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	cfgPath := fs.String("config", "", "daemon config file (YAML; see examples/daemon.yaml)")
 	dryRun := fs.Bool("dry-run", false, "decide, audit and notify, but take no action (overrides the file's dry_run)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	speed := fs.Float64("clock-speed", 1, "the deployment's seconds per wall second: 1 for real engines; S to watch `basin sim serve --speed S` in its own time (tests)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -30,11 +32,18 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	if *dryRun {
 		cfg.DryRun = true
 	}
-	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registerer: reg, Gatherer: reg})
+	// The daemon has one time base, the clock it is given; a simulated deployment served faster than
+	// real time is watched on a clock at its speed (which starts again at each start of the process).
+	clock, err := scaledclock.New(*speed, nil)
+	if err != nil {
+		return fmt.Errorf("%w: --clock-speed %v: must be a number in (0, %d]", errUsage, *speed, scaledclock.MaxSpeed)
+	}
+	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registerer: reg, Gatherer: reg, Clock: clock})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	logger.Info("basin daemon", "listen", cfg.Listen, "deployment", cfg.Deployment, "dry_run", cfg.DryRun, "data_dir", cfg.DataDir)
+	logger.Info("basin daemon", "listen", cfg.Listen, "deployment", cfg.Deployment, "dry_run", cfg.DryRun, "data_dir", cfg.DataDir,
+		"clock_speed", *speed)
 	return d.Run(ctx)
 }
