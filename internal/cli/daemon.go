@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/basin-dev/basin/internal/daemon"
 	"github.com/basin-dev/basin/internal/scaledclock"
@@ -15,6 +16,7 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "decide, audit and notify, but take no action (overrides the file's dry_run)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	speed := fs.Float64("clock-speed", 1, "the deployment's seconds per wall second: 1 for real engines; S to watch `basin sim serve --speed S` in its own time (tests)")
+	start := fs.String("clock-start", "", "with --clock-speed: when the simulated deployment started (RFC 3339), so that a restarted daemon keeps its time (default: now)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -33,8 +35,15 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 		cfg.DryRun = true
 	}
 	// The daemon has one time base, the clock it is given; a simulated deployment served faster than
-	// real time is watched on a clock at its speed (which starts again at each start of the process).
-	clock, err := scaledclock.New(*speed, nil)
+	// real time is watched on a clock at its speed, from the deployment's start when given (a
+	// restarted process then carries on its time) or from now.
+	from := time.Now()
+	if *start != "" {
+		if from, err = time.Parse(time.RFC3339Nano, *start); err != nil {
+			return fmt.Errorf("%w: --clock-start %q: want an RFC 3339 time, like 2026-03-02T10:00:00Z", errUsage, *start)
+		}
+	}
+	clock, err := scaledclock.Since(*speed, from, nil)
 	if err != nil {
 		return fmt.Errorf("%w: --clock-speed %v: must be a number in (0, %d]", errUsage, *speed, scaledclock.MaxSpeed)
 	}

@@ -22,13 +22,12 @@ import (
 // deployment's time, and nothing served that fast keeps time.
 const MaxSpeed = 10_000
 
-// Clock runs Speed times faster than the wall clock from the instant New made it. It is safe for
-// concurrent use (it holds no mutable state).
+// Clock runs Speed times faster than the wall clock from its start (the instant New made it, or
+// the one Since was given). It is safe for concurrent use (it holds no mutable state).
 type Clock struct {
 	speed float64
 	wall  func() time.Time
-	// start is the wall clock when the clock was made, and the clock's own time then: the two
-	// agree at start and part at the speed.
+	// start is the instant the clock and the wall clock agree on; they part at the speed.
 	start time.Time
 }
 
@@ -36,13 +35,24 @@ type Clock struct {
 // is the wall clock (time.Now when nil; tests pass a settable one). A speed of 1 is the wall
 // clock itself. The speed must be finite and in (0, MaxSpeed].
 func New(speed float64, wall func() time.Time) (*Clock, error) {
+	if wall == nil {
+		wall = time.Now
+	}
+	return Since(speed, wall(), wall)
+}
+
+// Since returns the clock of a deployment that read the wall clock at start and has run speed
+// times faster since (`basin sim serve` keeps its time so from its own start). Processes that
+// watch one deployment — or one process restarted — agree on its time when they are given the
+// same start, without any state of their own.
+func Since(speed float64, start time.Time, wall func() time.Time) (*Clock, error) {
 	if !(speed > 0 && speed <= MaxSpeed) || math.IsInf(speed, 0) { // NaN fails the first test
 		return nil, fmt.Errorf("speed: must be a number in (0, %d], got %v", MaxSpeed, speed)
 	}
 	if wall == nil {
 		wall = time.Now
 	}
-	return &Clock{speed: speed, wall: wall, start: wall()}, nil
+	return &Clock{speed: speed, wall: wall, start: start}, nil
 }
 
 // Now is the clock's time: the start plus Speed times the wall time since. It keeps the wall

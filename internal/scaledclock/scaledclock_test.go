@@ -88,3 +88,26 @@ func TestNewRefusesBadSpeeds(t *testing.T) {
 		assert.Contains(t, err.Error(), "speed: ")
 	}
 }
+
+// TestSinceAgreesAcrossRestarts: two clocks given the same start — a process and the same process
+// restarted later — read the same deployment time, which kept running in between; a clock made
+// afresh at the restart would be behind it by (speed − 1) × the first one's uptime.
+func TestSinceAgreesAcrossRestarts(t *testing.T) {
+	t0 := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
+	wall := testclock.New(t0)
+	first, err := Since(20, t0, wall.Now)
+	require.NoError(t, err)
+	wall.Advance(10 * time.Second)
+	before := first.Now()
+	assert.Equal(t, t0.Add(200*time.Second), before)
+
+	wall.Advance(time.Second) // the process is down for a wall second
+	second, err := Since(20, t0, wall.Now)
+	require.NoError(t, err)
+	assert.Equal(t, 20*time.Second, second.Now().Sub(before), "the deployment's time ran on")
+	assert.Equal(t, first.Now(), second.Now())
+
+	afresh, err := New(20, wall.Now)
+	require.NoError(t, err)
+	assert.True(t, afresh.Now().Before(before), "a clock started at the restart goes back")
+}
