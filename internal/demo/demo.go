@@ -13,7 +13,8 @@
 // (these machines are noisy), and so the demo takes one scenario's length of wall time, not
 // three. Every part is the production code: sim/serve, gateway, internal/daemon (with a config
 // file loaded the way `basin daemon --config` loads it) and the load generator, talking HTTP over
-// 127.0.0.1. They run in this process rather than as child processes so that nothing can be
+// 127.0.0.1. The gateways and daemons run on the deployment's clock, internal/scaledclock at the
+// demo's speed, which the demo injects: their holds, waits and rates are the deployment's. They run in this process rather than as child processes so that nothing can be
 // left behind when the demo stops, however it stops.
 //
 // The gateways start with a session budget out of reach: on their own they only count, as an
