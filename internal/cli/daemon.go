@@ -23,6 +23,20 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	if *cfgPath == "" {
 		return fmt.Errorf("%w: --config is required", errUsage)
 	}
+	// The daemon has one time base, the clock it is given; a simulated deployment served faster than
+	// real time is watched on a clock at its speed, from the deployment's start when given (a
+	// restarted process then carries on its time) or from now.
+	from := time.Now()
+	if *start != "" {
+		var err error
+		if from, err = time.Parse(time.RFC3339Nano, *start); err != nil {
+			return fmt.Errorf("%w: --clock-start %q: want an RFC 3339 time, like 2026-03-02T10:00:00Z", errUsage, *start)
+		}
+	}
+	clock, err := scaledclock.Since(*speed, from, nil)
+	if err != nil {
+		return fmt.Errorf("%w: --clock-speed %v: must be a number in (0, %d]", errUsage, *speed, scaledclock.MaxSpeed)
+	}
 	logger, reg, err := serverSetup(env, *level)
 	if err != nil {
 		return err
@@ -33,19 +47,6 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	}
 	if *dryRun {
 		cfg.DryRun = true
-	}
-	// The daemon has one time base, the clock it is given; a simulated deployment served faster than
-	// real time is watched on a clock at its speed, from the deployment's start when given (a
-	// restarted process then carries on its time) or from now.
-	from := time.Now()
-	if *start != "" {
-		if from, err = time.Parse(time.RFC3339Nano, *start); err != nil {
-			return fmt.Errorf("%w: --clock-start %q: want an RFC 3339 time, like 2026-03-02T10:00:00Z", errUsage, *start)
-		}
-	}
-	clock, err := scaledclock.Since(*speed, from, nil)
-	if err != nil {
-		return fmt.Errorf("%w: --clock-speed %v: must be a number in (0, %d]", errUsage, *speed, scaledclock.MaxSpeed)
 	}
 	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registerer: reg, Gatherer: reg, Clock: clock})
 	if err != nil {
