@@ -284,7 +284,8 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 	assert.True(t, takeoverPost, "Slack got the takeover of the budget: %q", posts.got())
 	assert.True(t, leftPost, "Slack got the detector leaving healthy: %q", posts.got())
 	// The cut and "→ trapped" are posted too, but after a burst of five the notifier spaces posts
-	// 10 s of wall time apart, so under a loaded CPU they may come after the test is done.
+	// 10 s apart on the daemon's clock, a wait it sleeps on a real timer (up to 10 s of wall time
+	// here), so under a loaded CPU they may come after the test is done.
 	t.Logf("Slack: trapped posted %t, cut to ≤ 0.7 × B_ref posted %t", trappedPost, cutPost)
 
 	// GET /api/v1/events while serving: each action once.
