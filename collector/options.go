@@ -54,8 +54,15 @@ type Options struct {
 	// Registerer receives the basin_signal_*, basin_scrape_* and basin_target* metrics; a
 	// private registry when nil, never the default one unless passed.
 	Registerer prometheus.Registerer
-	// Now is the clock (time.Now when nil): scrape timestamps and Snapshot's instant.
+	// Now is the clock (time.Now when nil): scrape timestamps and Snapshot's instant. Interval,
+	// Timeout, Window and staleness are spans of its time.
 	Now func() time.Time
+	// WallDuration converts a span of Now's time to wall time, for what the collector waits on
+	// real timers: the period between Run's rounds and a scrape's timeout (the identity when nil:
+	// Now is the wall clock). A clock that runs S times faster than the wall clock — a simulated
+	// deployment served at a speed, see internal/scaledclock — passes its own, d/S, so that the
+	// collector scrapes every Interval of the deployment's time.
+	WallDuration func(time.Duration) time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -88,6 +95,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.WallDuration == nil {
+		o.WallDuration = func(d time.Duration) time.Duration { return d }
 	}
 	o.Targets = slices.Clone(o.Targets)
 	for i := range o.Targets {

@@ -238,3 +238,49 @@ func newRunCollector(o Options) (*Collector, *prometheus.Registry, error) {
 	c, err := New(o)
 	return c, reg, err
 }
+
+// TestRunOnAFasterClock: a collector on a clock ten times faster than the wall clock (a simulated
+// deployment served at 10×) scrapes every Interval of that clock's time — every half wall second
+// for 5 s — cuts a hanging target at Timeout of that time, and reads rates per second of it.
+func TestRunOnAFasterClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const speed = 10
+		e := newFakeEngines(t)
+		e.fams["prefill-0"] = fixture(t, "sglang_pd_prefill")
+		e.fams["decode-0"] = fixture(t, "sglang_pd_decode")
+		e.advance["decode-0"] = func(f fams) {
+			bump(t, f, sgRequests, map[string]string{"is_streaming": "true"}, 50) // 50 calls per 5 s of the clock
+		}
+		fast := func() time.Time { return e.start.Add(speed * time.Since(e.start)) }
+		c, reg, err := newRunCollector(Options{
+			HTTPClient: e.client(), Timeout: 3 * time.Second, Now: fast,
+			WallDuration: func(d time.Duration) time.Duration { return d / speed },
+			Targets: []Target{
+				{Name: "prefill-0", URL: "http://prefill-0.test/metrics", Role: RolePrefill},
+				{Name: "decode-0", URL: "http://decode-0.test/metrics", Role: RoleDecode},
+			},
+		})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- c.Run(ctx) }()
+
+		time.Sleep(1250 * time.Millisecond) // 12.5 s of the clock: scrapes at 0, 5 and 10 s
+		synctest.Wait()
+		snap := c.Snapshot()
+		assertSignals(t, snap, map[Signal]want{CallRate: ok(10)})
+		assert.Equal(t, fast(), snap.At)
+
+		e.set(func() { e.hang["prefill-0"] = true })
+		time.Sleep(time.Until(e.start.Add(1900 * time.Millisecond)))
+		synctest.Wait()
+		// The scrape of the hanging prefill-0 at 1.5 s was cut 3 s of the clock later, at 1.8 s.
+		n, _ := metricValue(gather(t, reg), "basin_scrape_errors_total", map[string]string{"target": "prefill-0", "reason": reasonTimeout})
+		assert.Equal(t, 1.0, n, "a scrape cut at Timeout of the clock's time")
+		cancel()
+		require.NoError(t, <-done)
+		want := []time.Duration{0, 500 * time.Millisecond, time.Second, 1500 * time.Millisecond}
+		assert.Equal(t, want, e.times("decode-0"), "scraped every 5 s of the clock")
+		assert.Equal(t, want, e.times("prefill-0"))
+	})
+}

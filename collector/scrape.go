@@ -20,7 +20,7 @@ import (
 // orders of magnitude slower) or protobuf.
 const acceptHeader = `text/plain;version=0.0.4;q=0.9,*/*;q=0.1`
 
-// Run scrapes every target once per Interval, all concurrently (at most Concurrency at a time),
+// Run scrapes every target once per Interval (of Now's time), all concurrently (at most Concurrency at a time),
 // each within Timeout, until ctx is done; then it returns nil. It re-reads the target file when
 // it changed. One Run at a time.
 func (c *Collector) Run(ctx context.Context) error {
@@ -28,7 +28,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		return errors.New("collector: Run is already running")
 	}
 	defer c.running.Store(false)
-	ticker := time.NewTicker(c.opts.Interval)
+	ticker := time.NewTicker(c.opts.WallDuration(c.opts.Interval))
 	defer ticker.Stop()
 	for {
 		if ctx.Err() != nil {
@@ -69,7 +69,7 @@ func (c *Collector) round(ctx context.Context) {
 // scrapeTarget scrapes one target and records the result.
 func (c *Collector) scrapeTarget(ctx context.Context, t Target) {
 	start := c.opts.Now()
-	sctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	sctx, cancel := context.WithTimeout(ctx, c.opts.WallDuration(c.opts.Timeout))
 	defer cancel()
 	raw, kept := getBuffer(), getBuffer()
 	defer putBuffer(raw)
@@ -113,7 +113,7 @@ func (c *Collector) scrape(ctx context.Context, t Target, raw, kept *bytes.Buffe
 	}
 	req.Header.Set("Accept", acceptHeader)
 	req.Header.Set("User-Agent", "basin-collector")
-	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", strconv.FormatFloat(c.opts.Timeout.Seconds(), 'f', -1, 64))
+	req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", strconv.FormatFloat(c.opts.WallDuration(c.opts.Timeout).Seconds(), 'f', -1, 64))
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
 		return nil, info, classify(err, reasonRequest), fmt.Errorf("scrape %s (%s): %w", t.Name, t.URL, err)

@@ -526,10 +526,10 @@ func FormatTokens(v int64) string {
 }
 
 // GatewayFrom reads the admission core's snapshot (what the gateway's GET /admin/state returns, or
-// the simulator's core) as the policy's view. Waits are the core's own measurements, multiplied by
-// speed (the deployment's seconds per wall second; 1 for real engines and for the simulator's
-// virtual clock).
-func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
+// the simulator's core) as the policy's view. Waits are the core's own measurements, on the
+// core's clock: the deployment's, as the policy's holds are (a gateway in front of a simulated
+// deployment served at a speed is given the deployment's clock too).
+func GatewayFrom(s admission.Snapshot) Gateway {
 	// The listing may be only the queue's tail (GET /admin/state?queue_tail=N): the count and
 	// the oldest wait come from their own fields when the gateway reports them.
 	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,
@@ -540,7 +540,7 @@ func GatewayFrom(s admission.Snapshot, speed float64) Gateway {
 		g.ShedCandidates = append(g.ShedCandidates, q.ID)
 		wait = max(wait, q.WaitedSeconds)
 	}
-	g.HeadWait = time.Duration(wait * speed * float64(time.Second))
+	g.HeadWait = time.Duration(wait * float64(time.Second))
 	return g
 }
 

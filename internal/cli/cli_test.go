@@ -54,6 +54,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "curve", "--scenario", "paper-1p1d-h100", "-n", "5,x"}, 2, `"x" is not a positive integer`},
 		{[]string{"trace", "import"}, 2, "want one input file"},
 		{[]string{"demo", "--scenario", "paper-1p1d-h100"}, 2, "has no spike"},
+		{[]string{"daemon", "--config", "none.yaml", "--clock-speed", "0"}, 2, "--clock-speed 0: must be a number in (0, "},
+		{[]string{"daemon", "--config", "none.yaml", "--clock-speed", "20", "--clock-start", "noon"}, 2, `--clock-start "noon": want an RFC 3339 time`},
 		{[]string{"sim", "run", "--scenario", "paper-1p1d-h100", "--bogus"}, 2, "run 'basin sim run --help'"},
 	}
 	for _, tc := range cases {

@@ -70,7 +70,7 @@ const authLogEvery = time.Minute
 // authRefused logs a refused control-API call, at most once per authLogEvery with the count held
 // back. The token itself is never logged, right or wrong.
 func (d *Daemon) authRefused(r *http.Request) {
-	if ok, held := d.authFailures.Allow(d.now()); ok {
+	if ok, held := d.authFailures.Allow(d.clock.Now()); ok {
 		d.log.Warn("control API: refused a call without the daemon's token", "method", r.Method, "path", r.URL.Path,
 			"remote", r.RemoteAddr, "has_bearer", strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "),
 			"refused_since_last_line", held)
@@ -149,7 +149,7 @@ type GatewayStatus struct {
 
 // StatusNow assembles the status.
 func (d *Daemon) StatusNow() Status {
-	now := d.clock()
+	now := d.clock.Now()
 	d.mu.Lock()
 	s := Status{Deployment: d.cfg.Deployment, Now: now, DryRun: d.cfg.DryRun, Assessment: d.mu.shown, Policy: d.mu.policy,
 		StepError: d.mu.stepErr}
@@ -221,7 +221,7 @@ func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "reason", "reason: required, say why basin is paused")
 		return
 	}
-	now := d.clock()
+	now := d.clock.Now()
 	until := now.Add(time.Duration(*req.Minutes * float64(time.Minute)))
 	d.loop.Lock() // save reads the loop's state
 	err := d.exec.Pause(now, until, req.Reason)

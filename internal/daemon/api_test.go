@@ -455,7 +455,7 @@ func TestDryRun(t *testing.T) {
 func TestDryRunWithoutGateway(t *testing.T) {
 	e := newEnv(t, "dry_run: true\n")
 	e.cfg.Gateway.AdminURL = ""
-	d, err := New(e.cfg, Options{Now: e.clock.Now, Logger: testLogger(t)})
+	d, err := New(e.cfg, Options{Clock: e.deploymentClock(), Logger: testLogger(t)})
 	require.NoError(t, err)
 	for range 4 {
 		e.step(d)

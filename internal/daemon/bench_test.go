@@ -21,6 +21,7 @@ import (
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/internal/testclock"
 )
 
@@ -151,8 +152,12 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 		}
 	}
 	clk := testclock.New(t0)
+	wall, err := scaledclock.New(1, clk.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
 	baseline := heapInUse()
-	d, err := New(cfg, Options{Now: clk.Now, Logger: slog.New(slog.DiscardHandler)})
+	d, err := New(cfg, Options{Clock: wall, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

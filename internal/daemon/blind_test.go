@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/scaledclock"
 )
 
 // syncBuffer is a log sink safe for the daemon's goroutines.
@@ -58,11 +59,9 @@ func TestBlindWhenNothingIsReachable(t *testing.T) {
 	down := "http://" + closedPort(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(testToken), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "admin-token"), []byte("admin"), 0o600))
-	// clock_speed 50: a 5 s interval is 100 ms of wall time.
 	cfgYAML := fmt.Sprintf(`deployment: unit
 token_file: token
 data_dir: data
-clock_speed: 50
 collector:
   targets:
     - {name: prefill-0, url: "%[1]s/metrics/p", role: prefill, dialect: sglang}
@@ -78,7 +77,10 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 	cfg, err := LoadConfig(path)
 	require.NoError(t, err)
 	var logs syncBuffer
-	d, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	// A deployment's clock 50 times faster than the wall clock: a 5 s interval is 100 ms of wall time.
+	fast, err := scaledclock.New(50, nil)
+	require.NoError(t, err)
+	d, err := New(cfg, Options{Clock: fast, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	ln := listen(t)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -62,11 +64,6 @@ type Config struct {
 	Interval Duration `yaml:"interval"`
 	// DryRun decides, audits and notifies but never acts.
 	DryRun bool `yaml:"dry_run"`
-	// ClockSpeed is the deployment's seconds per wall second: 1 (the default) for real engines;
-	// for a simulated deployment served faster than real time (`basin sim serve --speed 60`) the
-	// daemon scrapes, steps and times its holds in the deployment's time, so thresholds keep their
-	// meaning.
-	ClockSpeed float64 `yaml:"clock_speed"`
 	// Calibration is the file `basin calibrate` wrote; empty: the knee is learnt passively.
 	Calibration string `yaml:"calibration"`
 	// SpikeToleranceMargin is the spike the deployment should always be able to absorb, as a
@@ -180,12 +177,39 @@ func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	root, err := yamlconf.Decode(data, &c)
 	if err != nil {
-		return nil, err
+		return nil, removedKeys(data, err)
 	}
 	if err := c.validate(root); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// clockSpeedGone is what an old configuration's clock_speed gets: the key is gone, the daemon
+// keeps the time of the clock it is given.
+const clockSpeedGone = "removed: the daemon keeps the time of the clock it is given, the wall clock for real " +
+	"engines; a simulated deployment served faster than real time is watched on its own clock, which " +
+	"`basin demo` injects (and `basin daemon --clock-speed` for `basin sim serve --speed`)"
+
+// removedKeys rewrites the decoder's "unknown key" error about the top-level clock_speed, a key
+// the configuration once had, into one that says what replaced it; the error's other parts are
+// kept as they are.
+func removedKeys(data []byte, err error) error {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return err
+	}
+	line := yamlconf.LineOf(&root, "clock_speed")
+	if line == 0 {
+		return err
+	}
+	parts := strings.Split(err.Error(), "; ")
+	for i, m := range parts {
+		if m == fmt.Sprintf("line %d: unknown key %q", line, "clock_speed") {
+			parts[i] = fmt.Sprintf("line %d: clock_speed: %s", line, clockSpeedGone)
+		}
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 func (c *Config) validate(root *yaml.Node) error {
@@ -208,12 +232,6 @@ func (c *Config) validate(root *yaml.Node) error {
 	}
 	if !(c.SpikeToleranceMargin > 0 && c.SpikeToleranceMargin < detector.MaxSpikeRatio-1) {
 		bad([]string{"spike_tolerance_margin"}, "%v outside (0, %v)", c.SpikeToleranceMargin, detector.MaxSpikeRatio-1)
-	}
-	if c.ClockSpeed == 0 {
-		c.ClockSpeed = 1
-	}
-	if !(c.ClockSpeed >= 1 && c.ClockSpeed <= 1000) {
-		bad([]string{"clock_speed"}, "%v outside [1, 1000]", c.ClockSpeed)
 	}
 	if c.DataDir == "" {
 		bad([]string{"data_dir"}, "required: where the audit log and state are kept")

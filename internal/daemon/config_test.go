@@ -275,7 +275,7 @@ func TestNewNamesWhatItCannotUse(t *testing.T) {
 			tc.mutate(e)
 			_, statErr := os.Stat(e.cfg.DataDir)
 			existed := statErr == nil
-			_, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw})
+			_, err := New(e.cfg, Options{Clock: e.deploymentClock(), Gateway: e.gw})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			if !existed {

@@ -89,7 +89,7 @@ func (d *Daemon) Summary(now time.Time) notify.Summary {
 
 // DailySummary posts the summary to Slack and starts a new period.
 func (d *Daemon) DailySummary() {
-	now := d.clock()
+	now := d.clock.Now()
 	s := d.Summary(now)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -130,7 +130,7 @@ func (d *Daemon) adoptKnee(k detector.Knee) {
 	}
 	c := *d.cal
 	c.KneeRatio, c.PlateauHit = k.Ratio, k.PlateauHit
-	c.Created = d.clock()
+	c.Created = d.clock.Now()
 	c.Source = fmt.Sprintf("%s; knee re-estimated passively by basin daemon (was %.2f)", d.cal.Source, d.cal.KneeRatio)
 	if err := c.Validate(); err != nil {
 		d.log.Warn("knee re-estimation", "err", err)

@@ -41,14 +41,33 @@ type GatewayAPI interface {
 	SetAffinity(ctx context.Context, enabled bool, reason string) error
 }
 
+// Clock is the daemon's one time base: every timestamp (the collector's scrapes, the detector's
+// holds, the policy's steps, the audit log, pauses, the state file, the history, the API and the
+// alerts it receives) is read from it, and rates are per second of it. Against real engines it is
+// the wall clock; a simulated deployment served S times faster than real time (`basin demo`,
+// tests) is watched on its own clock, internal/scaledclock, so that thresholds keep their meaning
+// in the deployment's time without the daemon knowing of any speed.
+type Clock interface {
+	Now() time.Time
+	// WallDuration is how long d of the clock's time lasts on the wall clock: the daemon's loop
+	// and the collector's scrapes wait on real timers.
+	WallDuration(d time.Duration) time.Duration
+}
+
+// wallClock is the wall clock, the daemon's clock unless Options.Clock is set.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                             { return time.Now() }
+func (wallClock) WallDuration(d time.Duration) time.Duration { return d }
+
 // Options are what New needs besides the configuration.
 type Options struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	// Gatherer serves /metrics (the registry Registerer writes to).
 	Gatherer prometheus.Gatherer
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
+	// Clock is the daemon's time (the wall clock when nil).
+	Clock Clock
 	// Gateway overrides the admin client built from the configuration (tests).
 	Gateway GatewayAPI
 	// HTTPClient scrapes and calls out (the collector's and the gateway client's own when nil).
@@ -58,9 +77,6 @@ type Options struct {
 // Daemon is one running basin daemon.
 type Daemon struct {
 	cfg *Config
-	// start (wall) and base (deployment time at start) anchor the deployment clock at a clock
-	// speed above 1; base continues the persisted clock after a restart.
-	start, base time.Time
 	// loop serialises the loop's state (policy, passive learner) between Step and the other
 	// goroutines that must read or save it consistently (pause, cron).
 	loop sync.Mutex
@@ -70,7 +86,7 @@ type Daemon struct {
 	// unlock releases the data directory's lock (see lockDataDir).
 	unlock func() error
 	log    *slog.Logger
-	now    func() time.Time
+	clock  Clock
 	token  string
 
 	col    *collector.Collector
@@ -147,10 +163,6 @@ type persisted struct {
 	Alerts      alerts.State          `json:"alerts"`
 	PausedUntil time.Time             `json:"paused_until,omitzero"`
 	PauseReason string                `json:"pause_reason,omitempty"`
-	// WallAt and ClockAt are the wall and deployment clocks when saved: at a clock speed above 1
-	// the deployment clock continues from ClockAt after a restart.
-	WallAt  time.Time `json:"wall_at"`
-	ClockAt time.Time `json:"clock_at"`
 }
 
 const stateVersion = 1
@@ -165,12 +177,12 @@ func CollectorDefaults(interval time.Duration) (timeout, window time.Duration) {
 // New builds the daemon from a validated configuration: it reads the secrets, the calibration,
 // the audit log and the state, and fails on anything it cannot use rather than start half-blind.
 func New(cfg *Config, o Options) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, log: o.Logger, now: o.Now, gather: o.Gatherer}
+	d := &Daemon{cfg: cfg, log: o.Logger, clock: o.Clock, gather: o.Gatherer}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
-	if d.now == nil {
-		d.now = time.Now
+	if d.clock == nil {
+		d.clock = wallClock{}
 	}
 	reg := o.Registerer
 	if reg == nil {
@@ -202,25 +214,12 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	if d.passive, err = detector.NewPassive(detector.PassiveOptions{}); err != nil {
 		return nil, err
 	}
-	// The collector runs on the wall clock; at a clock speed S its interval and window shrink by S
-	// so they cover the same deployment time, and snapshot rates are scaled back (see snapshot).
-	// The collector's defaults are derived from the interval as the collector derives them, in the
-	// deployment's time, then converted.
-	interval := time.Duration(cfg.Interval)
-	timeout, window := time.Duration(cfg.Collector.Timeout), time.Duration(cfg.Collector.Window)
-	dt, dw := CollectorDefaults(interval)
-	if timeout == 0 {
-		timeout = dt
-	}
-	if window == 0 {
-		window = dw
-	}
-	wall := func(v time.Duration) time.Duration { return time.Duration(float64(v) / cfg.ClockSpeed) }
-	d.start = d.now()
-	d.base = d.start
+	// The collector reads its counters against the daemon's clock, so rates are per second of it;
+	// a zero timeout or window is derived from the interval by the collector (CollectorDefaults).
 	d.col, err = collector.New(collector.Options{Targets: cfg.Collector.Targets, TargetFile: cfg.Collector.TargetFile,
-		Interval: wall(interval), Timeout: wall(timeout), Window: wall(window),
-		HTTPClient: o.HTTPClient, Logger: d.log.With("component", "collector"), Registerer: reg, Now: d.now})
+		Interval: time.Duration(cfg.Interval), Timeout: time.Duration(cfg.Collector.Timeout), Window: time.Duration(cfg.Collector.Window),
+		HTTPClient: o.HTTPClient, Logger: d.log.With("component", "collector"), Registerer: reg,
+		Now: d.clock.Now, WallDuration: d.clock.WallDuration})
 	if err != nil {
 		return nil, err // the collector's errors name it
 	}
@@ -336,7 +335,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	d.gwLog = failureLog{down: "unreachable; basin is blind to it and takes no action that needs it"}
 	d.histLog = failureLog{down: "not written; the status page's history will miss these steps after a restart"}
 	d.mu.timeInState = map[detector.State]time.Duration{}
-	d.mu.summaryFrom = d.clock()
+	d.mu.summaryFrom = d.clock.Now()
 	if err := d.restore(); err != nil {
 		return nil, err
 	}
@@ -348,7 +347,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
 	cfg := d.cfg
 	ao := alerts.Options{Matchers: cfg.Alerts.Matchers, Token: d.token, Logger: d.log.With("component", "alerts"),
-		Registerer: reg, Now: d.now, OnChange: func(in alerts.Incident) {
+		Registerer: reg, Now: d.clock.Now, OnChange: func(in alerts.Incident) {
 			d.log.Info("alert incident", "active", in.Active, "alerts", len(in.Alerts))
 		}}
 	if cfg.Alerts.BasicUser != "" {
@@ -383,7 +382,7 @@ func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
 		return nil // no Slack: a nil notifier ignores events
 	}
 	d.slack, err = notify.New(notify.Options{BotToken: tok, Channel: s.Channel, WebhookURL: hook, APIURL: s.APIURL,
-		DashboardURL: s.DashboardURL, StatusURL: s.StatusURL, Logger: d.log.With("component", "slack"), Registerer: reg, Now: d.now})
+		DashboardURL: s.DashboardURL, StatusURL: s.StatusURL, Logger: d.log.With("component", "slack"), Registerer: reg, Now: d.clock.Now})
 	if err != nil {
 		return fmt.Errorf("slack: %w", err)
 	}
@@ -406,10 +405,6 @@ func (d *Daemon) restore() error {
 	}
 	if p.Version != stateVersion {
 		return fmt.Errorf("state file %s: version %d, want %d", statePath(d.cfg.DataDir), p.Version, stateVersion)
-	}
-	if d.cfg.ClockSpeed != 1 && !p.ClockAt.IsZero() && !p.WallAt.IsZero() {
-		// The deployment kept running while the daemon was away, at its own speed.
-		d.base = p.ClockAt.Add(time.Duration(float64(d.start.Sub(p.WallAt)) * d.cfg.ClockSpeed))
 	}
 	if p.State != "" {
 		if err := d.det.Resume(p.State, p.Since); err != nil {
@@ -441,8 +436,8 @@ func (d *Daemon) restore() error {
 	if err := d.rcv.Restore(p.Alerts); err != nil {
 		return fmt.Errorf("state file: alerts: %w", err)
 	}
-	if p.PausedUntil.After(d.clock()) {
-		if err := d.exec.Pause(d.clock(), p.PausedUntil, p.PauseReason+" (resumed after a restart)"); err != nil {
+	if now := d.clock.Now(); p.PausedUntil.After(now) {
+		if err := d.exec.Pause(now, p.PausedUntil, p.PauseReason+" (resumed after a restart)"); err != nil {
 			return err
 		}
 	}
@@ -459,10 +454,10 @@ func (d *Daemon) save() error {
 		d.mu.Unlock()
 	}
 	enabled, since := d.lend.State()
-	_, until, why := d.exec.Paused(d.clock())
-	p := persisted{Version: stateVersion, SavedAt: d.clock(), DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
-		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why,
-		WallAt: d.now(), ClockAt: d.clock()}
+	now := d.clock.Now()
+	_, until, why := d.exec.Paused(now)
+	p := persisted{Version: stateVersion, SavedAt: now, DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
+		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why}
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
@@ -512,7 +507,7 @@ func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
 	d.loop.Lock()
 	d.reconcile(ctx)
 	d.loop.Unlock()
-	t := time.NewTicker(time.Duration(float64(d.cfg.Interval) / d.cfg.ClockSpeed))
+	t := time.NewTicker(d.clock.WallDuration(time.Duration(d.cfg.Interval)))
 	defer t.Stop()
 	var loopErr error
 loop:
@@ -561,7 +556,7 @@ func (d *Daemon) reconcile(ctx context.Context) {
 			obs.Queued = func(id string) bool { return queued[id] }
 		}
 	}
-	if err := d.exec.Reconcile(ctx, d.clock(), obs); err != nil {
+	if err := d.exec.Reconcile(ctx, d.clock.Now(), obs); err != nil {
 		d.log.Warn("reconciling after a restart", "err", err)
 	}
 	// What reconciliation finished is the policy's state now, whatever the state file said.
@@ -580,39 +575,11 @@ func (d *Daemon) publishPolicy() {
 	d.mu.Unlock()
 }
 
-// clock is the deployment's time: the wall clock, or at a clock speed S the start plus S times
-// the wall time since.
-func (d *Daemon) clock() time.Time {
-	now := d.now()
-	if d.cfg.ClockSpeed == 1 {
-		return now
-	}
-	return d.base.Add(time.Duration(float64(now.Sub(d.start)) * d.cfg.ClockSpeed))
-}
-
-// snapshot is the collector's view in the deployment's time: at a clock speed S the per-second
-// rates are per wall second, S times the deployment's.
-func (d *Daemon) snapshot() collector.Snapshot {
-	s := d.col.SnapshotAt(d.now())
-	if d.cfg.ClockSpeed == 1 {
-		return s
-	}
-	out := collector.Snapshot{At: d.clock(), Signals: make(map[collector.Signal]collector.Value, len(s.Signals))}
-	for sig, v := range s.Signals {
-		switch sig {
-		case collector.ArrivalRate, collector.CompletionRate, collector.CallRate:
-			v.V /= d.cfg.ClockSpeed
-		}
-		out.Signals[sig] = v
-	}
-	return out
-}
-
 // Step is one pass of the loop: snapshot, assess, read the gateway, decide, act.
 func (d *Daemon) Step(ctx context.Context) {
 	d.loop.Lock()
 	defer d.loop.Unlock()
-	snap := d.snapshot()
+	snap := d.col.SnapshotAt(d.clock.Now())
 	now := snap.At
 	a := d.det.Step(snap)
 	if a.Blind == nil && a.HitEvidence.Enough && a.State != detector.Trapped && a.State != detector.Recovering {
@@ -633,7 +600,7 @@ func (d *Daemon) Step(ctx context.Context) {
 		} else {
 			view = &st
 		}
-		d.gwLog.observe(d.log, d.now(), "gateway admin API", err, "url", d.cfg.Gateway.AdminURL)
+		d.gwLog.observe(d.log, now, "gateway admin API", err, "url", d.cfg.Gateway.AdminURL)
 	}
 	unseen := unseenOf(a, d.gw != nil, gwErr)
 	d.mu.Lock()
@@ -653,7 +620,7 @@ func (d *Daemon) Step(ctx context.Context) {
 		defer d.mu.Unlock()
 		return append([]HistoryPoint(nil), d.mu.history...)
 	})
-	d.histLog.observe(d.log, d.now(), "history file", err, "path", d.hist.path)
+	d.histLog.observe(d.log, d.clock.Now(), "history file", err, "path", d.hist.path)
 
 	if paused, _, _ := d.exec.Paused(now); paused {
 		// Observing only; the detector's state still moves and must survive a restart.
@@ -673,7 +640,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	in.ArrivalRate, in.ArrivalOK = snap.Get(collector.ArrivalRate)
 	if view != nil {
 		in.GatewayOK = true
-		in.Gateway = remediate.GatewayFrom(view.Snapshot, d.cfg.ClockSpeed)
+		in.Gateway = remediate.GatewayFrom(view.Snapshot)
 	}
 	for _, al := range d.rcv.Incident().Alerts {
 		in.Alerts = append(in.Alerts, al.Name)

@@ -26,6 +26,7 @@ import (
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/internal/loadgen"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/scenario"
 	"github.com/basin-dev/basin/sim/serve/servetest"
@@ -60,7 +61,7 @@ func (s *slackPosts) got() []string {
 // simulated 1P1D deployment's engines (`basin sim serve` at 200×) and a real gateway in front of
 // it, acting through the gateway's admin API, posting to a Slack stand-in.
 //
-// The clock: clock_speed 200, the simulator's speed, so the daemon scrapes, steps and times the
+// The clock: the daemon is given a clock at 200×, the simulator's speed, so it scrapes, steps and times the
 // detector's holds in the deployment's time and the calibration is used as measured. (On the
 // wall clock instead, every hold is 200× longer in the deployment's terms: a deployment at W/C 8
 // and hit rate 0.3 stays "healthy" for 15 s of wall time = 50 simulated minutes, and trapped needs
@@ -70,7 +71,7 @@ func (s *slackPosts) got() []string {
 // internal/calibrate. Every hold of 1 m or less is then one step. Shedding is off: the
 // gateway holds queued calls 5 s of wall time (17 simulated minutes), so with arrivals at 3× the
 // peak it would shed, ending sessions and changing the load this test reasons about; its clock
-// handling is TestClockSpeedHeadWait's.
+// handling is TestHeadWaitIsTheGatewaysOwn's.
 //
 // The story: the load generator drives the paper's workload at 3× its base rate through the
 // gateway, whose budget is out of reach (1e12 tokens: observe-only), until the deployment is deep
@@ -165,7 +166,6 @@ func TestEndToEnd(t *testing.T) {
 token_file: token
 data_dir: data
 calibration: calibration.json
-clock_speed: %d
 interval: 1m
 collector:
   timeout: 1m
@@ -183,11 +183,13 @@ slack:
   api_url: %q
 remediate: {disable_shedding: true}
 cron: {daily_summary: "-", knee_reestimate: "-"}
-`, speed, sim.URL+"/metrics/prefill-0", sim.URL+"/metrics/decode-0", gwAdmin.URL+"/metrics", gwAdmin.URL, slackSrv.GetAPIURL())
+`, sim.URL+"/metrics/prefill-0", sim.URL+"/metrics/decode-0", gwAdmin.URL+"/metrics", gwAdmin.URL, slackSrv.GetAPIURL())
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "basin.yaml"), []byte(cfgYAML), 0o600))
 	cfg, err := LoadConfig(filepath.Join(dir, "basin.yaml"))
 	require.NoError(t, err)
-	d, err := New(cfg, Options{Logger: testLogger(t)})
+	deployment, err := scaledclock.New(speed, nil)
+	require.NoError(t, err)
+	d, err := New(cfg, Options{Clock: deployment, Logger: testLogger(t)})
 	require.NoError(t, err)
 	ln := listen(t)
 	served := make(chan error, 1)
@@ -282,7 +284,8 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 	assert.True(t, takeoverPost, "Slack got the takeover of the budget: %q", posts.got())
 	assert.True(t, leftPost, "Slack got the detector leaving healthy: %q", posts.got())
 	// The cut and "→ trapped" are posted too, but after a burst of five the notifier spaces posts
-	// 10 s of wall time apart, so under a loaded CPU they may come after the test is done.
+	// 10 s apart on the daemon's clock, a wait it sleeps on a real timer (up to 10 s of wall time
+	// here), so under a loaded CPU they may come after the test is done.
 	t.Logf("Slack: trapped posted %t, cut to ≤ 0.7 × B_ref posted %t", trappedPost, cutPost)
 
 	// GET /api/v1/events while serving: each action once.

@@ -21,9 +21,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add(example)
 	for _, s := range []string{
 		minimalYAML,
-		minimalYAML + "interval: 500ms\nclock_speed: 2000\n",
+		minimalYAML + "interval: 500ms\n",
 		minimalYAML + "lending:\n  max_fraction: 1.5\n",
-		minimalYAML + "clock_speed: .nan\n",
+		minimalYAML + "clock_speed: 60\n", // removed: the error says what replaced it
 		minimalYAML + "cron:\n  daily_summary: \"0 0 9 * *\"\n  knee_reestimate: \"-\"\n",
 		minimalYAML + "slack:\n  bot_token_file: t\n",
 		minimalYAML + "remediate:\n  step: -1\n",
@@ -48,7 +48,6 @@ func FuzzParseConfig(f *testing.F) {
 		require.NotEmpty(t, c.Deployment)
 		require.NotEmpty(t, c.Listen)
 		require.GreaterOrEqual(t, time.Duration(c.Interval), time.Second)
-		require.True(t, c.ClockSpeed >= 1 && c.ClockSpeed <= 1000, "clock_speed %v", c.ClockSpeed)
 		require.NotEmpty(t, c.DataDir)
 		require.True(t, len(c.Collector.Targets) > 0 || c.Collector.TargetFile != "")
 		if !c.DryRun || c.Gateway.AdminURL != "" {

@@ -23,6 +23,7 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/internal/testclock"
 	"github.com/basin-dev/basin/remediate"
 )
@@ -279,12 +280,18 @@ func (x *exposition) feed(t testing.TB, d *Daemon, now time.Time) {
 // env is one test's data directory, configuration, clock, gateway and deployment. Daemons built
 // from the same env share the data directory: a second one is the first restarted.
 type env struct {
-	t     *testing.T
-	dir   string
-	cfg   *Config
+	t   *testing.T
+	dir string
+	cfg *Config
+	// clock is the wall clock; speed, when set, makes the daemons' clock run that many times
+	// faster (a simulated deployment served at a speed), from when the first daemon is built.
 	clock *testclock.Clock
-	gw    *fakeGateway
-	dep   *exposition
+	speed float64
+	// deployment is the daemons' clock, shared by every daemon built on the env: the deployment
+	// keeps its time across their restarts.
+	deployment *scaledclock.Clock
+	gw         *fakeGateway
+	dep        *exposition
 	// made are the daemons built on dir, in order.
 	made []*Daemon
 	// log, when set, is the daemons' logger (testLogger otherwise).
@@ -343,25 +350,36 @@ func (e *env) daemon() *Daemon {
 	if log == nil {
 		log = testLogger(e.t)
 	}
-	d, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw, Logger: log})
+	d, err := New(e.cfg, Options{Clock: e.deploymentClock(), Gateway: e.gw, Logger: log})
 	require.NoError(e.t, err)
 	e.made = append(e.made, d)
 	return d
 }
 
-// step advances the deployment by one interval (the wall clock by the interval ÷ clock_speed),
+// deploymentClock is the daemons' clock: the wall clock at e.speed (1 when unset).
+func (e *env) deploymentClock() *scaledclock.Clock {
+	e.t.Helper()
+	if e.deployment == nil {
+		var err error
+		e.deployment, err = scaledclock.New(max(e.speed, 1), e.clock.Now)
+		require.NoError(e.t, err)
+	}
+	return e.deployment
+}
+
+// step advances the deployment by one interval (the wall clock by the interval ÷ the speed),
 // feeds the deployment's exposition and steps d.
 func (e *env) step(d *Daemon) {
 	e.t.Helper()
 	e.dep.advance(stepEvery)
-	now := e.clock.Advance(e.wall(stepEvery))
-	e.dep.feed(e.t, d, now)
+	e.clock.Advance(e.wall(stepEvery))
+	e.dep.feed(e.t, d, e.deploymentClock().Now())
 	d.Step(context.Background())
 }
 
 // wall is d of the deployment's time in wall time.
 func (e *env) wall(d time.Duration) time.Duration {
-	return time.Duration(float64(d) / e.cfg.ClockSpeed)
+	return e.deploymentClock().WallDuration(d)
 }
 
 // stepUntil steps d until cond holds, at most n times, and fails otherwise.

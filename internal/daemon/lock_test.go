@@ -13,15 +13,15 @@ import (
 // appending to the same audit log and acting twice; once the first is closed it starts.
 func TestDataDirLock(t *testing.T) {
 	e := newEnv(t, "")
-	first, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw})
+	first, err := New(e.cfg, Options{Clock: e.deploymentClock(), Gateway: e.gw})
 	require.NoError(t, err)
 
-	_, err = New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw})
+	_, err = New(e.cfg, Options{Clock: e.deploymentClock(), Gateway: e.gw})
 	require.ErrorContains(t, err, "data_dir: "+e.cfg.DataDir+" is in use by another basin daemon")
 
 	require.NoError(t, first.Close())
 	require.NoError(t, first.Close(), "closing twice is harmless")
-	second, err := New(e.cfg, Options{Now: e.clock.Now, Gateway: e.gw})
+	second, err := New(e.cfg, Options{Clock: e.deploymentClock(), Gateway: e.gw})
 	require.NoError(t, err, "the lock went with the first daemon")
 	assert.NoError(t, second.Close())
 }

@@ -89,7 +89,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, md := range []remediate.Mode{remediate.Normal, remediate.Incident, remediate.Restoring} {
 		gauge(m.mode, b2f(ps.Mode == md), string(md))
 	}
-	paused, _, _ := d.exec.Paused(d.clock())
+	paused, _, _ := d.exec.Paused(d.clock.Now())
 	gauge(m.paused, b2f(paused))
 	en, _ := d.lend.State()
 	gauge(m.lending, b2f(en))

@@ -13,7 +13,8 @@
 // (these machines are noisy), and so the demo takes one scenario's length of wall time, not
 // three. Every part is the production code: sim/serve, gateway, internal/daemon (with a config
 // file loaded the way `basin daemon --config` loads it) and the load generator, talking HTTP over
-// 127.0.0.1. They run in this process rather than as child processes so that nothing can be
+// 127.0.0.1. The gateways and daemons run on the deployment's clock, internal/scaledclock at the
+// demo's speed, which the demo injects: their holds, waits and rates are the deployment's. They run in this process rather than as child processes so that nothing can be
 // left behind when the demo stops, however it stops.
 //
 // The gateways start with a session budget out of reach: on their own they only count, as an
@@ -45,6 +46,7 @@ import (
 
 	"github.com/basin-dev/basin/internal/harness"
 	"github.com/basin-dev/basin/internal/loadgen"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -60,10 +62,9 @@ const (
 	// wall time, which keeps every scrape of a busy simulator inside its timeout (one interval).
 	DefaultInterval = 30 * time.Second
 	// DefaultQueueWait is how long a gateway holds a queued first call, in the deployment's time
-	// (converted to wall time at the demo's speed). Longer than the gateway's default (30 s):
-	// Retry-After is in whole wall seconds, and 1 s is 90 s of the deployment's time at 90×, so a
-	// short hold would turn each wait into retry cycles far coarser than production's; held in the
-	// queue, a session waits about as long as it would at 1×.
+	// (converted to wall time at the demo's speed: the hold is a real timer). Longer than the
+	// gateway's default (30 s): a session held in the queue waits about as long as it would at 1×,
+	// where each retry cycle of a short hold adds the machine's lag at every hop.
 	DefaultQueueWait = 10 * time.Minute
 )
 
@@ -197,8 +198,8 @@ func (o Options) Validate() error {
 	case !o.Scenario.HasSpikes():
 		errs = append(errs, fmt.Errorf("scenario: %s has no spike to compare with its spike-free twin", o.Scenario.Name))
 	}
-	if !(o.Speed > 0) || math.IsInf(o.Speed, 0) {
-		errs = append(errs, fmt.Errorf("speed: must be a finite number > 0, got %v", o.Speed))
+	if !(o.Speed > 0 && o.Speed <= scaledclock.MaxSpeed) || math.IsInf(o.Speed, 0) {
+		errs = append(errs, fmt.Errorf("speed: must be a finite number > 0 and at most %d, got %v", scaledclock.MaxSpeed, o.Speed))
 	}
 	if o.Interval < 0 {
 		errs = append(errs, fmt.Errorf("interval: must be > 0, got %v", o.Interval))
@@ -233,6 +234,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 
+	// The deployment's clock: every gateway and daemon keeps its time (the simulated deployments
+	// compute theirs from the wall clock at the same speed).
+	clock, err := scaledclock.New(o.Speed, nil)
+	if err != nil {
+		return nil, fmt.Errorf("demo options: %w", err)
+	}
 	emit := o.emitter()
 	specs := []struct {
 		name   string
@@ -253,7 +260,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return errors.Join(errs...)
 	}
 	for _, sp := range specs {
-		s, err := startStack(o, stackSpec{name: sp.name, daemon: sp.daemon, dryRun: sp.dryRun, calibration: calPath})
+		s, err := startStack(o, stackSpec{name: sp.name, daemon: sp.daemon, dryRun: sp.dryRun, calibration: calPath, clock: clock})
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("starting the %s run: %w", sp.name, err), stopAll())
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/internal/loadgen"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -280,5 +282,39 @@ func assertGoroutinesBack(t *testing.T, before int) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines after the run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestWallRetryAfter: the gateway runs on the deployment's clock, so its Retry-After is in the
+// deployment's seconds; the load generator waits wall seconds. At 90×, the gateway's 90 s is one
+// wall second; other answers and other forms of the header pass as they are.
+func TestWallRetryAfter(t *testing.T) {
+	clock, err := scaledclock.New(90, nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name       string
+		code       int
+		retryAfter string
+		want       string
+	}{
+		{"seconds", http.StatusServiceUnavailable, "90", "1.000"},
+		{"one second", http.StatusServiceUnavailable, "1", "0.011"},
+		{"an HTTP date", http.StatusTooManyRequests, "Wed, 21 Oct 2026 07:28:00 GMT", "Wed, 21 Oct 2026 07:28:00 GMT"},
+		{"none", http.StatusOK, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := wallRetryAfter(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if tc.retryAfter != "" {
+					w.Header().Set("Retry-After", tc.retryAfter)
+				}
+				w.WriteHeader(tc.code)
+				_, _ = w.Write([]byte("{}"))
+			}), clock)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil))
+			assert.Equal(t, tc.code, rec.Code)
+			assert.Equal(t, tc.want, rec.Header().Get("Retry-After"))
+			assert.Equal(t, "{}", rec.Body.String())
+		})
 	}
 }

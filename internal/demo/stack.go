@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"text/template"
@@ -17,6 +18,7 @@ import (
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/daemon"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/scenario"
 	"github.com/basin-dev/basin/sim/serve"
@@ -37,6 +39,9 @@ type stackSpec struct {
 	daemon      bool
 	dryRun      bool
 	calibration string
+	// clock is the deployment's time, o.Speed times the wall clock's: the gateway's and the
+	// daemon's one time base.
+	clock *scaledclock.Clock
 }
 
 // stack is one run's servers: the simulated deployment, the gateway and (optionally) the daemon.
@@ -106,9 +111,11 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 		return nil, err
 	}
 	gwPath := filepath.Join(dir, "gateway.yaml")
+	// The gateway runs on the deployment's clock: its admission core's times (idle timeout, stale
+	// sessions, the queue waits the daemon reads) are the deployment's. A queued call's wait is a
+	// real timer, so max_queue_wait is written in wall time.
 	if err := writeTemplate(gwPath, gatewayTemplate, map[string]any{
-		"Upstream": simURL, "QueueWait": wallDuration(o.QueueWait, o.Speed),
-		"IdleTimeout": wallDuration(gateway.DefaultIdleTimeout, o.Speed),
+		"Upstream": simURL, "QueueWait": sp.clock.WallDuration(o.QueueWait).Round(time.Millisecond).String(),
 	}); err != nil {
 		return nil, err
 	}
@@ -117,7 +124,7 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 		return nil, err
 	}
 	g, err := gateway.New(gateway.Options{Config: gcfg, Registerer: newRegistry(), Logger: log.With("component", "gateway"),
-		ShutdownTimeout: 2 * time.Second})
+		ShutdownTimeout: 2 * time.Second, Now: sp.clock.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +142,7 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.stops = append(s.stops, noErr(serveHTTP(apiLn, g.Handler())))
+	s.stops = append(s.stops, noErr(serveHTTP(apiLn, wallRetryAfter(g.Handler(), sp.clock))))
 	adminLn, err := listen(o.Listen)
 	if err != nil {
 		return nil, err
@@ -156,7 +163,7 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 	}
 	dPath := filepath.Join(dir, "daemon.yaml")
 	if err := writeTemplate(dPath, daemonTemplate, map[string]any{
-		"Deployment": "demo-" + runID(sp.name), "DryRun": sp.dryRun, "Speed": o.Speed,
+		"Deployment": "demo-" + runID(sp.name), "DryRun": sp.dryRun,
 		"Interval": o.Interval.String(), "Calibration": sp.calibration,
 		"Prefill": simURL + "/metrics/prefill-0", "Decode": simURL + "/metrics/decode-0",
 		"GatewayMetrics": adminURL + "/metrics", "GatewayAdmin": adminURL,
@@ -168,7 +175,7 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.d, err = daemon.New(dcfg, daemon.Options{Logger: log.With("component", "daemon"), Registerer: newRegistry()})
+	s.d, err = daemon.New(dcfg, daemon.Options{Logger: log.With("component", "daemon"), Registerer: newRegistry(), Clock: sp.clock})
 	if err != nil {
 		return nil, err
 	}
@@ -362,9 +369,43 @@ func writeTemplate(path, text string, data any) error {
 	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
-// wallDuration is a virtual duration as wall time at speed, written for YAML.
-func wallDuration(v time.Duration, speed float64) string {
-	return time.Duration(float64(v) / speed).Round(time.Millisecond).String()
+// wallRetryAfter serves h with the Retry-After of its answers converted from seconds of the
+// deployment's clock, which the gateway runs on, to wall seconds, which the load generator — like
+// any client — waits (with decimals: at 90× a second of the deployment's is 11 ms).
+func wallRetryAfter(h http.Handler, c *scaledclock.Clock) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&retryAfterWriter{ResponseWriter: w, clock: c}, r)
+	})
 }
+
+// retryAfterWriter rewrites Retry-After as the header is written.
+type retryAfterWriter struct {
+	http.ResponseWriter
+	clock   *scaledclock.Clock
+	written bool
+}
+
+func (w *retryAfterWriter) WriteHeader(code int) {
+	if !w.written && code >= http.StatusOK {
+		w.written = true
+		if v := w.Header().Get("Retry-After"); v != "" {
+			if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+				wall := w.clock.WallDuration(time.Duration(s * float64(time.Second)))
+				w.Header().Set("Retry-After", strconv.FormatFloat(wall.Seconds(), 'f', 3, 64))
+			}
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *retryAfterWriter) Write(b []byte) (int, error) {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer (flushes of streamed answers).
+func (w *retryAfterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func noErr(f func()) func() error { return func() error { f(); return nil } }

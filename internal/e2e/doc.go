@@ -21,7 +21,7 @@
 // the engine and the gateway are gone it must say it is blind (status, basin_blind, /readyz).
 //
 // The deployment runs S times faster than the wall clock, so every duration that is meant in the
-// deployment's time is divided by S: the daemon's (clock_speed), the gateway's idle timeout, and
+// deployment's time is divided by S: the daemon's (`basin daemon --clock-speed S`), the gateway's idle timeout, and
 // the rules' for: durations, range windows and offsets (scaleRules). Thresholds stay as written.
 //
 // The tests skip when the tools are not on PATH (prometheus, promtool,

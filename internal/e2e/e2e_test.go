@@ -92,7 +92,7 @@ func TestObservabilityPack(t *testing.T) {
 	step := func(what string) { t.Logf("%6.1fs  %s", time.Since(began).Seconds(), what) }
 
 	// basin, built once, and the deployment's calibration (its knee, in the deployment's time:
-	// the daemon's clock_speed converts).
+	// the daemon's --clock-speed converts).
 	basin := filepath.Join(dir, "basin")
 	goBin, err := exec.LookPath("go")
 	require.NoError(t, err)
@@ -128,9 +128,8 @@ listen: %s
 token_file: daemon-token
 data_dir: daemon-data
 dry_run: true
-clock_speed: %d
 calibration: calibration.json
-`, deployment, a.daemon, speed)+watching(a.sim, a.gatewayAdmin, "5s"))
+`, deployment, a.daemon)+watching(a.sim, a.gatewayAdmin, "5s"))
 
 	// basin's rules on the deployment's clock, and the example configurations pointed at this
 	// test's processes; each checked by the tool that loads it.
@@ -153,7 +152,7 @@ calibration: calibration.json
 	gw := ps.start("gateway", basin, "gateway", "--config", "gateway.yaml")
 	am := ps.start("alertmanager", amBin, "--config.file=alertmanager.yml", "--storage.path=alertmanager-data",
 		"--web.listen-address="+a.alertmanager, "--cluster.listen-address=", "--log.level=debug")
-	daemon := ps.start("daemon", basin, "daemon", "--config", "daemon.yaml")
+	daemon := ps.start("daemon", basin, "daemon", "--config", "daemon.yaml", "--clock-speed", sp)
 	pr := ps.start("prometheus", promBin, "--config.file=prometheus.yml", "--storage.tsdb.path=prometheus-data",
 		"--web.listen-address="+a.prometheus)
 	core := []*proc{sim, gw, am, daemon, pr}

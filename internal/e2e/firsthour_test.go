@@ -82,14 +82,13 @@ listen: %s
 token_file: daemon-token
 data_dir: daemon-data
 dry_run: false
-clock_speed: %d
 calibration: calibration.json
-`, daemonAddr, firstHourSpeed)+watching(simAddr, gwAdmin, ""))
+`, daemonAddr)+watching(simAddr, gwAdmin, ""))
 
 	ps := newProcs(t, dir)
 	sim := ps.start("sim", basin, "sim", "serve", "--scenario", scenarioDeployment, "--speed", strconv.Itoa(firstHourSpeed), "--listen", simAddr)
 	gw := ps.start("gateway", basin, "gateway", "--config", "gateway.yaml")
-	daemon := ps.start("daemon", basin, "daemon", "--config", "daemon.yaml")
+	daemon := ps.start("daemon", basin, "daemon", "--config", "daemon.yaml", "--clock-speed", strconv.Itoa(firstHourSpeed))
 	all := []*proc{sim, gw, daemon}
 	for name, u := range map[string]string{
 		"sim": "http://" + simAddr + "/healthz", "gateway": "http://" + gwAdmin + "/healthz", "daemon": "http://" + daemonAddr + "/readyz",

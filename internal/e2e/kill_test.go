@@ -136,7 +136,11 @@ func TestDaemonKilledMidAction(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			ps := newProcs(t, dir)
-			engines := httptest.NewServer(trappedEngines{start: time.Now(), speed: 20})
+			started := time.Now()
+			engines := httptest.NewServer(trappedEngines{start: started, speed: 20})
+			// Both daemons watch the deployment on its clock, from its start: the restarted one
+			// carries on its time.
+			clock := []string{"--clock-speed", "20", "--clock-start", started.Format(time.RFC3339Nano)}
 			t.Cleanup(engines.Close)
 			admin := &adminStandIn{budget: 1_000_000, ref: 1_000_000}
 			adminSrv := httptest.NewServer(admin)
@@ -162,7 +166,6 @@ listen: %s
 token_file: token
 data_dir: data
 interval: 5s
-clock_speed: 20
 calibration: calibration.json
 collector:
   targets:
@@ -193,7 +196,7 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 				return tc.applyIt
 			}
 			admin.mu.Unlock()
-			d1 := ps.start("daemon-1", bin, "daemon", "--config", "daemon.yaml")
+			d1 := ps.start("daemon-1", bin, append([]string{"daemon", "--config", "daemon.yaml"}, clock...)...)
 			admin.mu.Lock()
 			first = d1
 			admin.mu.Unlock()
@@ -206,7 +209,7 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 			audit := filepath.Join(dir, "data", "audit.jsonl")
 			assert.Equal(t, 0, outcomes(t, audit, cut), "no outcome recorded before the kill")
 
-			second := ps.start("daemon-2", bin, "daemon", "--config", "daemon.yaml")
+			second := ps.start("daemon-2", bin, append([]string{"daemon", "--config", "daemon.yaml"}, clock...)...)
 			mustWaitFor(t, time.Now().Add(30*time.Second), "the interrupted cut recorded done", []*proc{second}, func() (bool, string) {
 				n := outcomes(t, audit, cut)
 				return n >= 1, fmt.Sprintf("%d outcomes", n)

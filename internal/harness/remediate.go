@@ -92,7 +92,7 @@ func attachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 		act.now = t.Now
 		control = t.Control
 		in := remediate.StepInputs{Inputs: remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1)},
+			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true))},
 			Snapshot: t.Snapshot, Decode: decodeInstances(t.Control.Stats())}
 		in.ArrivalRate, in.ArrivalOK = t.Snapshot.Get(collector.ArrivalRate)
 		res := loop.Step(context.Background(), in, nil)
