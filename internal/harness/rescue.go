@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -306,9 +307,9 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		"would by hand (no restoring, shedding or lending). Until the intervention the re-run is the run above: the " +
 		"gateway only counts, lending is off, the engine queues are in arrival order. *Margin* = last rescue time − " +
 		"first warning; *lead* = first utilisation alert − first warning.\n\n")
-	b.WriteString("| scenario | seed | first warning | first utilisation alert | lead | collapse began | " +
-		"last rescue: daemon | margin | last rescue: budget cut | margin |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | seed | first warning | warned by | after spike start | first utilisation alert | lead | " +
+		"collapse began | last rescue: daemon | margin | last rescue: budget cut | margin |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	m := func(v *float64) string {
 		if v == nil {
 			return "—"
@@ -316,9 +317,12 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		return fmt.Sprintf("%.1f", *v)
 	}
 	lead := map[string]*float64{}
+	byRun := map[string]DetectionRun{}
 	for _, r := range runs {
 		lead[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)] = r.LeadMin()
+		byRun[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)] = r
 	}
+	var bound leadBound
 	// target counts one intervention's runs warned two minutes ahead and its runs without a
 	// rescue time.
 	type target struct{ warned2, none int }
@@ -350,8 +354,18 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		}
 		last := count(&daemon, r.LastRescueMin, r.MarginMin())
 		lastCut := count(&cut, r.LastCutMin, r.CutMarginMin())
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", r.Scenario, r.Seed, m(r.FirstWarningMin),
-			m(r.UtilisationFirstMin), ls, r.CollapseMin, last, m(r.MarginMin()), lastCut, m(r.CutMarginMin()))
+		run := byRun[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)]
+		by, after := "—", "—"
+		if run.Obs != nil {
+			by = warnedBy(run.Obs)
+			bound.add(run, by)
+		}
+		if run.SpikeStartMin != nil && r.FirstWarningMin != nil {
+			after = fmt.Sprintf("%+.1f", *r.FirstWarningMin-*run.SpikeStartMin)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", r.Scenario, r.Seed,
+			m(r.FirstWarningMin), by, after, m(r.UtilisationFirstMin), ls, r.CollapseMin, last, m(r.MarginMin()), lastCut,
+			m(r.CutMarginMin()))
 	}
 	med := "—"
 	if len(leads) > 0 {
@@ -367,6 +381,116 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		"intervening from the start did not avoid the collapse — %d and %d); the first warning ahead of the first "+
 		"utilisation alert in %d (target: all); median lead %s minutes (target ≥ 5).\n",
 		len(rescues), daemon.warned2, cut.warned2, daemon.none, cut.none, leadPos, med)
+	bound.markdown(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// warnedBy names the signals of the transition that began a run's first warning, from its reasons
+// (the detector states each condition with a fixed opening): "—" when there is none.
+func warnedBy(obs *Observation) string {
+	if obs.FirstWarningMin == nil {
+		return "—"
+	}
+	for _, tr := range obs.Transitions {
+		if math.Abs(tr.At.Sub(epoch).Minutes()-*obs.FirstWarningMin) > 1e-9 {
+			continue
+		}
+		var names []string
+		for _, why := range tr.Reasons {
+			if n := signalOf(why); n != "" && !containsString(names, n) {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return "other"
+		}
+		return strings.Join(names, " + ")
+	}
+	return "—"
+}
+
+// signalOf names the detector condition a transition reason states, by the reason's opening.
+func signalOf(why string) string {
+	switch {
+	case strings.HasPrefix(why, "W/C"):
+		return "working set"
+	case strings.HasPrefix(why, "arrivals"):
+		return "arrivals > peak"
+	case strings.HasPrefix(why, "live sessions rising"):
+		return "drift flow"
+	case strings.HasPrefix(why, "live sessions"):
+		return "past the edge"
+	case strings.HasPrefix(why, "hit rate"):
+		return "hit rate"
+	}
+	return ""
+}
+
+// leadBound gathers what bounds the lead over the collapsed runs: when the first warning and the
+// first utilisation alert came after the spike began, which signal warned, and the median lead a
+// detector would have had that warned every run a given time after the spike's start (a run
+// warned earlier keeps its warning).
+type leadBound struct {
+	warnAfter, alertAfter []float64
+	warnedBefore          int
+	by                    map[string]int
+	runs                  []DetectionRun
+}
+
+func (lb *leadBound) add(r DetectionRun, by string) {
+	w, u, sp := r.Obs.FirstWarningMin, r.Obs.UtilisationFirstMin, r.SpikeStartMin
+	if w == nil || u == nil || sp == nil {
+		return
+	}
+	if lb.by == nil {
+		lb.by = map[string]int{}
+	}
+	lb.by[by]++
+	lb.warnAfter = append(lb.warnAfter, *w-*sp)
+	lb.alertAfter = append(lb.alertAfter, *u-*sp)
+	if *w < *sp {
+		lb.warnedBefore++
+	}
+	lb.runs = append(lb.runs, r)
+}
+
+// quartiles of a non-empty slice, each the median of its half as median does for the whole.
+func quartiles(v []float64) (q1, q2, q3 float64) {
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	h := len(s) / 2
+	return median(s[:max(h, 1)]), median(s), median(s[len(s)-max(h, 1):])
+}
+
+func (lb *leadBound) markdown(b *strings.Builder) {
+	if len(lb.runs) == 0 {
+		return
+	}
+	w1, w2, w3 := quartiles(lb.warnAfter)
+	a1, a2, a3 := quartiles(lb.alertAfter)
+	names := make([]string, 0, len(lb.by))
+	for n := range lb.by {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return lb.by[names[i]] > lb.by[names[j]] || lb.by[names[i]] == lb.by[names[j]] && names[i] < names[j]
+	})
+	var by []string
+	for _, n := range names {
+		by = append(by, fmt.Sprintf("%s %d", n, lb.by[n]))
+	}
+	ifBy := func(after float64) float64 {
+		var leads []float64
+		for _, r := range lb.runs {
+			leads = append(leads, *r.Obs.UtilisationFirstMin-min(*r.Obs.FirstWarningMin, *r.SpikeStartMin+after))
+		}
+		return median(leads)
+	}
+	fmt.Fprintf(b, "\nWhat bounds the lead, over the %d of them with a warning and a utilisation alert: the first warning came "+
+		"%.1f / %.1f / %.1f minutes after the spike began (quartiles; %d before it, in a pressure episode the spike "+
+		"prolonged), the first utilisation alert %.1f / %.1f / %.1f minutes after it (earliest %.1f). Warned by: %s. "+
+		"A detector that warned every run the moment the spike began would have a median lead of %.1f minutes; half a "+
+		"minute after it %.1f, one minute after it %.1f.\n", len(lb.runs), w1, w2, w3, lb.warnedBefore, a1, a2, a3,
+		slices.Min(lb.alertAfter), strings.Join(by, ", "), ifBy(0), ifBy(0.5), ifBy(1))
 }

@@ -163,26 +163,39 @@ func TestLastRescue(t *testing.T) {
 
 func TestRescueMarkdownTargets(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
+	at := func(min float64, reasons ...string) detector.Transition {
+		return detector.Transition{From: detector.Healthy, To: detector.Pressure,
+			At: epoch.Add(time.Duration(min * float64(time.Minute))), Reasons: reasons}
+	}
 	runs := []DetectionRun{
-		{Scenario: "s-spike", Seed: 1, Collapsed: true, Obs: &Observation{FirstWarningMin: f(16), UtilisationFirstMin: f(24)}},
-		{Scenario: "s-spike", Seed: 2, Collapsed: true, Obs: &Observation{FirstWarningMin: f(20), UtilisationFirstMin: f(19)}},
-		{Scenario: "s-spike", Seed: 3, Collapsed: true, Obs: &Observation{FirstWarningMin: f(18)}},
+		{Scenario: "s-spike", Seed: 1, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(16), UtilisationFirstMin: f(24),
+			Transitions: []detector.Transition{at(9, "W/C 1.10 ≥ 0.80 × knee"), at(16, "arrivals 16.00/min > peak completion rate 11.86/min")}}},
+		{Scenario: "s-spike", Seed: 2, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(14), UtilisationFirstMin: f(19),
+			Transitions: []detector.Transition{at(14, "W/C 1.10 ≥ 0.80 × knee", "arrivals 6.00/min > peak completion rate 5.38/min")}}},
+		{Scenario: "s-spike", Seed: 3, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(18)}},
 	}
 	rescues := []Rescue{
 		{Scenario: "s-spike", Seed: 1, CollapseMin: 25, LastRescueMin: f(22), LastCutMin: f(17.5), FirstWarningMin: f(16), UtilisationFirstMin: f(24)},
-		{Scenario: "s-spike", Seed: 2, CollapseMin: 22, LastRescueMin: f(21), LastCutMin: f(23), FirstWarningMin: f(20), UtilisationFirstMin: f(19)},
+		{Scenario: "s-spike", Seed: 2, CollapseMin: 22, LastRescueMin: f(15), LastCutMin: f(17), FirstWarningMin: f(14), UtilisationFirstMin: f(19)},
 		{Scenario: "s-spike", Seed: 3, CollapseMin: 30, FirstWarningMin: f(18)},
 	}
 	var b bytes.Buffer
 	require.NoError(t, RescueMarkdown(&b, rescues, runs))
 	out := b.String()
-	assert.Contains(t, out, "| s-spike | 1 | 16.0 | 24.0 | 8.0 | 25 | 22.0 | 6.0 | 17.5 | 1.5 |")
-	assert.Contains(t, out, "| s-spike | 2 | 20.0 | 19.0 | -1.0 | 22 | 21.0 | 1.0 | 23.0 | 3.0 |")
-	assert.Contains(t, out, "| s-spike | 3 | 18.0 | — | no alert | 30 | none | — | none | — |")
+	assert.Contains(t, out, "| s-spike | 1 | 16.0 | arrivals > peak | +1.0 | 24.0 | 8.0 | 25 | 22.0 | 6.0 | 17.5 | 1.5 |")
+	assert.Contains(t, out, "| s-spike | 2 | 14.0 | working set + arrivals > peak | -1.0 | 19.0 | 5.0 | 22 | 15.0 | 1.0 | 17.0 | 3.0 |")
+	assert.Contains(t, out, "| s-spike | 3 | 18.0 | — | +3.0 | — | no alert | 30 | none | — | none | — |")
 	// The daemon: seed 1 is warned 6 minutes ahead, seed 2 only 1. The budget cut: seed 1 only
-	// 1.5, seed 2 3. Seed 3 has neither rescue time; leads 8, −1, +Inf.
+	// 1.5, seed 2 3. Seed 3 has neither rescue time; leads 8, 5, +Inf.
 	assert.Contains(t, out, "over 3 collapsed +100% runs: warned at least 2 minutes before the last rescue time in 1 with the daemon and 1 with the budget cut")
 	assert.Contains(t, out, "did not avoid the collapse — 1 and 1)")
-	assert.Contains(t, out, "ahead of the first utilisation alert in 2 ")
+	assert.Contains(t, out, "ahead of the first utilisation alert in 3 ")
 	assert.Contains(t, out, "median lead 8.0 minutes")
+	// The bound, over seeds 1 and 2 (seed 3 has no alert): warnings +1 and −1 minute after the
+	// spike, alerts +9 and +4. Warned at the spike's start: leads 9 and 5 (seed 2 keeps its earlier
+	// warning, lead 5); half a minute after: 8.5 and 5; a minute after: 8 and 5.
+	assert.Contains(t, out, "over the 2 of them with a warning and a utilisation alert: the first warning came -1.0 / 0.0 / 1.0 minutes after the spike began (quartiles; 1 before it")
+	assert.Contains(t, out, "the first utilisation alert 4.0 / 6.5 / 9.0 minutes after it (earliest 4.0)")
+	assert.Contains(t, out, "Warned by: arrivals > peak 1, working set + arrivals > peak 1.")
+	assert.Contains(t, out, "median lead of 7.0 minutes; half a minute after it 6.8, one minute after it 6.5.")
 }
