@@ -439,6 +439,8 @@ func TestSimRunWithDetector(t *testing.T) {
 	assert.Contains(t, stdout, "| paper-1p1d-h100 | 1 | 1 |", "the healthy preset does not collapse")
 	assert.Contains(t, stdout, "### Last rescue time")
 	assert.Regexp(t, `\| paper-1p1d-h100-spike \| 1 \| [0-9.]+ \|`, stdout, "seed 1 of the +100% spike collapses and is searched")
+	assert.Contains(t, stdout, "| last rescue: daemon | margin | last rescue: budget cut | margin |", "both interventions are searched")
+	assert.Contains(t, stdout, "What bounds the lead")
 }
 
 // TestSimTolerance: the quick slice prints its three points and the summary line; --json carries
