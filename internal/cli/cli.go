@@ -112,8 +112,9 @@ func root() command {
 				summary: "the detector against conventional utilisation alerts over seeds of the spike scenarios, and each collapse's last rescue time",
 				usage:   "[flags]",
 				detail: "For every collapsed +100% run the same seed is re-run with basin's daemon switched from watching to\n" +
-					"acting at different minutes; the latest minute that still avoids the collapse is its last rescue time\n" +
-					"(--rescue=false skips it).",
+					"acting at different minutes, and again with the admission budget cut to the daemon's incident value;\n" +
+					"the latest minute that still avoids the collapse is its last rescue time for each (--rescue=false\n" +
+					"skips them).",
 				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown",
 					"basin sim detect --seeds 5 --rescue=false"},
 			}, run: leaf(simDetect)},

@@ -434,13 +434,26 @@ func TestSimRunWithDetector(t *testing.T) {
 	assert.Contains(t, stdout, "detector               first warning minute")
 	assert.Contains(t, stdout, "now trapped")
 
-	code, stdout, stderr = basin(t, "sim", "detect", "--seeds", "1")
+	// The last rescue times re-run each collapsed seed about sixteen times: under the race
+	// detector that alone outlasts the package's test timeout, so the race pass checks the tables
+	// without them (the harness's own tests bisect under the race detector).
+	args := []string{"sim", "detect", "--seeds", "1"}
+	if raceEnabled {
+		args = append(args, "--rescue=false")
+	}
+	code, stdout, stderr = basin(t, args...)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| paper-1p3d-h200-spike | 1 |")
 	assert.Contains(t, stdout, "### Pages versus states")
 	assert.Contains(t, stdout, "| paper-1p1d-h100 | 1 | 1 |", "the healthy preset does not collapse")
+	if raceEnabled {
+		assert.NotContains(t, stdout, "### Last rescue time")
+		return
+	}
 	assert.Contains(t, stdout, "### Last rescue time")
 	assert.Regexp(t, `\| paper-1p1d-h100-spike \| 1 \| [0-9.]+ \|`, stdout, "seed 1 of the +100% spike collapses and is searched")
+	assert.Contains(t, stdout, "| last rescue: daemon | margin | last rescue: budget cut | margin |", "both interventions are searched")
+	assert.Contains(t, stdout, "What bounds the lead")
 }
 
 // TestSimTolerance: the quick slice prints its three points and the summary line; --json carries

@@ -105,7 +105,7 @@ func simDetect(env Env, args []string) error {
 	seeds := seedsFlag(fs, 20)
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")
-	rescue := fs.Bool("rescue", true, "find each collapsed +100% run's last rescue time (re-runs each about eight times)")
+	rescue := fs.Bool("rescue", true, "find each collapsed +100% run's last rescue times, for the daemon and the budget cut (re-runs each about sixteen times)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

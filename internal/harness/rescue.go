@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,11 +18,13 @@ import (
 )
 
 // A warning is worth what can still be done after it. The last rescue time of a collapsed run is
-// the latest simulated minute at which switching basin's daemon from watching to acting still
-// avoids the collapse: the same seed is re-run with the daemon acting from different minutes, and
-// the minute is found by bisection. Before the switch the run is the detector evaluation's run
-// exactly (the gateway only counts, lending is off, the engine queues are in arrival order), so
-// its warning times apply to it.
+// the latest simulated minute at which an intervention still avoids the collapse: the same seed is
+// re-run with the intervention made at different minutes, and the minute is found by bisection.
+// There are two interventions, as the issue that asked for the measure names them: switching
+// basin's daemon from watching to acting, and cutting the admission budget to the daemon's
+// incident value by hand. Before the intervention the run is the detector evaluation's run exactly
+// (the gateway only counts, lending is off, the engine queues are in arrival order), so its warning
+// times apply to it.
 
 // RescueResolution is how finely the last rescue time is bracketed, in simulated minutes.
 const RescueResolution = 0.5
@@ -32,14 +35,18 @@ type Rescue struct {
 	Seed     uint64 `json:"seed"`
 	// CollapseMin is when the collapse began: the first of the five minutes under a 0.5 hit rate.
 	CollapseMin float64 `json:"collapse_min"`
-	// LastRescueMin is the latest minute (to RescueResolution) at which acting still avoids the
-	// collapse; nil when acting from the start does not avoid it.
+	// LastRescueMin is the latest minute (to RescueResolution) at which the daemon acting still
+	// avoids the collapse; nil when acting from the start does not avoid it.
 	LastRescueMin *float64 `json:"last_rescue_min"`
+	// LastCutMin is the same for the budget cut (CutBudget).
+	LastCutMin *float64 `json:"last_cut_min"`
 	// FirstWarningMin and UtilisationFirstMin are the detector evaluation's for the same run.
 	FirstWarningMin     *float64 `json:"first_warning_min"`
 	UtilisationFirstMin *float64 `json:"utilisation_first_min"`
-	// Tries are the minutes tried and whether the run still collapsed.
-	Tries []RescueTry `json:"tries"`
+	// Tries and CutTries are the minutes tried, for the daemon and the budget cut, and whether the
+	// run still collapsed.
+	Tries    []RescueTry `json:"tries"`
+	CutTries []RescueTry `json:"cut_tries"`
 }
 
 // RescueTry is one re-run of the bisection.
@@ -48,13 +55,18 @@ type RescueTry struct {
 	Collapsed  bool    `json:"collapsed"`
 }
 
-// MarginMin is how long before the last rescue time the first warning came: nil when either is
-// unknown.
-func (r Rescue) MarginMin() *float64 {
-	if r.LastRescueMin == nil || r.FirstWarningMin == nil {
+// MarginMin is how long before the daemon's last rescue time the first warning came: nil when
+// either is unknown.
+func (r Rescue) MarginMin() *float64 { return r.margin(r.LastRescueMin) }
+
+// CutMarginMin is how long before the budget cut's last rescue time the first warning came.
+func (r Rescue) CutMarginMin() *float64 { return r.margin(r.LastCutMin) }
+
+func (r Rescue) margin(last *float64) *float64 {
+	if last == nil || r.FirstWarningMin == nil {
 		return nil
 	}
-	v := *r.LastRescueMin - *r.FirstWarningMin
+	v := *last - *r.FirstWarningMin
 	return &v
 }
 
@@ -74,9 +86,24 @@ func collapseStart(tl []sim.Minute) int {
 	return -1
 }
 
-// runActingFrom runs a scenario's seed on its engine baseline with basin's collector, detector and
-// remediation loop attached, the loop acting from minute start on.
-func runActingFrom(name string, seed uint64, cal *detector.Calibration, start time.Duration) ([]sim.Minute, error) {
+// Intervention is what a rescue re-run starts at its minute.
+type Intervention string
+
+const (
+	// ActDaemon switches basin's daemon (collector, detector, remediation loop) from watching to
+	// acting.
+	ActDaemon Intervention = "daemon"
+	// CutBudget cuts the gateway's admission budget once to the value the daemon's policy sets on
+	// entering incident mode (IncidentFraction × B_ref, from remediate's defaults), and holds it:
+	// what an operator does by hand on a warning, without basin's loop — no restoring, no
+	// shedding, no lending.
+	CutBudget Intervention = "budget cut"
+)
+
+// rerun runs a scenario's seed on its engine baseline with basin's collector and detector attached
+// and the intervention made from minute start on. Before start the run is the detector
+// evaluation's run exactly.
+func rerun(name string, seed uint64, cal *detector.Calibration, iv Intervention, start time.Duration) ([]sim.Minute, error) {
 	sc, err := scenario.Load(name)
 	if err != nil {
 		return nil, err
@@ -90,23 +117,61 @@ func runActingFrom(name string, seed uint64, cal *detector.Calibration, start ti
 		return nil, fmt.Errorf("scenario %s: its engine baseline already has a gate", name)
 	}
 	// A gateway that only counts admits as the observe-only gateway of the detector evaluation
-	// does; the daemon takes admission over when it starts acting.
+	// does; the intervention takes admission over.
 	core, err := admission.New(admission.Options{CountOnly: true})
 	if err != nil {
 		return nil, err
 	}
 	g := &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
 	o.Gate = g
-	// Lending stays off until the daemon switches it on; it may lend up to basin's default.
-	o.Deployment.Lending.MaxFraction = max(o.Deployment.Lending.MaxFraction, 0.5)
-	if _, err := attachRemediationFrom(&o, g, detector.Options{Calibration: cal}, remediate.Options{}, start); err != nil {
-		return nil, err
+	do := detector.Options{Calibration: cal}
+	switch iv {
+	case ActDaemon:
+		// Lending stays off until the daemon switches it on; it may lend up to basin's default.
+		o.Deployment.Lending.MaxFraction = max(o.Deployment.Lending.MaxFraction, 0.5)
+		if _, err := attachRemediationFrom(&o, g, do, remediate.Options{}, start); err != nil {
+			return nil, err
+		}
+	case CutBudget:
+		if err := attachBudgetCut(&o, g, do, start); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("intervention %q: want %q or %q", iv, ActDaemon, CutBudget)
 	}
 	s, err := sim.New(o)
 	if err != nil {
 		return nil, err
 	}
 	return s.Run().Timeline, nil
+}
+
+// attachBudgetCut cuts the admission budget at the first observation step from start on: the
+// budget is the one remediate's policy (default options) sets when an alert puts it in incident
+// mode on that step's assessment, so the cut is the daemon's own incident value — the fraction and
+// B_ref come from the policy, not from a copy here. Later steps only watch.
+func attachBudgetCut(o *sim.Options, g *Gate, do detector.Options, start time.Duration) error {
+	pol, err := remediate.NewPolicy(remediate.Options{})
+	if err != nil {
+		return err
+	}
+	cut := false
+	return observe(o, do, func(t Tick) {
+		if cut || t.T < start {
+			return
+		}
+		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
+			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1), Alerts: []string{"rescue: budget cut"}})
+		if plan.Budget == nil {
+			return // no knee or capacity yet: the cut is made on the first step that has one
+		}
+		evs, err := g.core.SetBudget(t.Now, plan.Budget.To, plan.Budget.Reference)
+		if err != nil {
+			panic(fmt.Sprintf("simulated budget cut: %v", err)) // the plan's budget is positive
+		}
+		g.take(evs)
+		cut = true
+	})
 }
 
 // LastRescues finds the last rescue time of every collapsed run among runs whose scenario is in
@@ -158,20 +223,11 @@ func LastRescues(runs []DetectionRun, names []string, progress func(done, total 
 	return jobs, nil
 }
 
-// lastRescue bisects one run. The daemon never acting reproduces the collapse and gives its start;
-// acting from the end of the collapse's fifth low minute is too late by definition (the five
-// minutes are already past), so the bracket is [0, that minute].
+// lastRescue bisects one run for each intervention. The run with nothing done reproduces the
+// collapse and gives its start; intervening from the end of the collapse's fifth low minute is too
+// late by definition (the five minutes are already past), so the bracket is [0, that minute].
 func lastRescue(r *Rescue, cal *detector.Calibration) error {
-	try := func(min float64) (bool, error) {
-		tl, err := runActingFrom(r.Scenario, r.Seed, cal, time.Duration(min*float64(time.Minute)))
-		if err != nil {
-			return false, err
-		}
-		c := Collapsed(tl)
-		r.Tries = append(r.Tries, RescueTry{ActFromMin: min, Collapsed: c})
-		return c, nil
-	}
-	tl, err := runActingFrom(r.Scenario, r.Seed, cal, time.Duration(math.MaxInt64))
+	tl, err := rerun(r.Scenario, r.Seed, cal, ActDaemon, time.Duration(math.MaxInt64))
 	if err != nil {
 		return err
 	}
@@ -180,12 +236,34 @@ func lastRescue(r *Rescue, cal *detector.Calibration) error {
 		return fmt.Errorf("the run does not collapse when re-run with the daemon watching only")
 	}
 	r.CollapseMin = float64(start)
-	if c, err := try(0); err != nil {
-		return err
-	} else if c {
-		return nil // acting from the start does not avoid it: no rescue time
+	if r.LastRescueMin, r.Tries, err = bisectRescue(r.Scenario, r.Seed, cal, ActDaemon, float64(start+5)); err != nil {
+		return fmt.Errorf("%s: %w", ActDaemon, err)
 	}
-	lo, hi := 0.0, float64(start+5)
+	if r.LastCutMin, r.CutTries, err = bisectRescue(r.Scenario, r.Seed, cal, CutBudget, float64(start+5)); err != nil {
+		return fmt.Errorf("%s: %w", CutBudget, err)
+	}
+	return nil
+}
+
+// bisectRescue finds the latest minute in [0, late) at which the intervention avoids the collapse,
+// to RescueResolution; nil when intervening from the start does not avoid it.
+func bisectRescue(name string, seed uint64, cal *detector.Calibration, iv Intervention, late float64) (*float64, []RescueTry, error) {
+	var tries []RescueTry
+	try := func(min float64) (bool, error) {
+		tl, err := rerun(name, seed, cal, iv, time.Duration(min*float64(time.Minute)))
+		if err != nil {
+			return false, err
+		}
+		c := Collapsed(tl)
+		tries = append(tries, RescueTry{ActFromMin: min, Collapsed: c})
+		return c, nil
+	}
+	if c, err := try(0); err != nil {
+		return nil, nil, err
+	} else if c {
+		return nil, tries, nil // intervening from the start does not avoid it: no rescue time
+	}
+	lo, hi := 0.0, late
 	for hi-lo > RescueResolution {
 		mid := math.Round((lo+hi)/2*12) / 12 // on the 5-s observation grid
 		if mid <= lo || mid >= hi {
@@ -193,7 +271,7 @@ func lastRescue(r *Rescue, cal *detector.Calibration) error {
 		}
 		c, err := try(mid)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if c {
 			hi = mid
@@ -201,8 +279,7 @@ func lastRescue(r *Rescue, cal *detector.Calibration) error {
 			lo = mid
 		}
 	}
-	r.LastRescueMin = &lo
-	return nil
+	return &lo, tries, nil
 }
 
 func containsString(list []string, s string) bool {
@@ -214,20 +291,25 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// RescueMarkdown writes the last rescue times and the issue's targets over them: every collapsed
-// run warned at least two minutes before its last rescue time, the first warning ahead of the first
-// utilisation alert in every collapsed run, the median lead at least five minutes.
+// RescueMarkdown writes the last rescue times, for the daemon and for the budget cut, and the
+// issue's targets over them: every collapsed run warned at least two minutes before its last
+// rescue time, the first warning ahead of the first utilisation alert in every collapsed run, the
+// median lead at least five minutes.
 func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 	var b strings.Builder
 	b.WriteString("### Last rescue time\n\n")
-	b.WriteString("For every collapsed run of the +100% scenarios, the same seed is re-run with basin's daemon " +
-		"(collector, detector and remediation loop, as `basin daemon` acts on a gateway) switched from watching to " +
-		"acting at different minutes; the *last rescue time* is the latest minute at which acting still avoids the " +
-		"collapse, bracketed by bisection to half a minute. Until the switch the re-run is the run above: the gateway " +
-		"only counts, lending is off, the engine queues are in arrival order. *Margin* = last rescue time − first " +
-		"warning; *lead* = first utilisation alert − first warning.\n\n")
-	b.WriteString("| scenario | seed | first warning | first utilisation alert | lead | collapse began | last rescue | margin |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("For every collapsed run of the +100% scenarios, the same seed is re-run with an intervention made at " +
+		"different minutes; the *last rescue time* is the latest minute at which it still avoids the collapse, " +
+		"bracketed by bisection to half a minute. Two interventions: *daemon* switches basin's daemon (collector, " +
+		"detector and remediation loop, as `basin daemon` acts on a gateway) from watching to acting; *budget cut* " +
+		"sets the gateway's admission budget once to the daemon's incident value — the budget remediate's policy " +
+		"sets when an alert puts it in incident mode, its incident fraction of B_ref — and holds it, as an operator " +
+		"would by hand (no restoring, shedding or lending). Until the intervention the re-run is the run above: the " +
+		"gateway only counts, lending is off, the engine queues are in arrival order. *Margin* = last rescue time − " +
+		"first warning; *lead* = first utilisation alert − first warning.\n\n")
+	b.WriteString("| scenario | seed | first warning | warned by | after spike start | first utilisation alert | lead | " +
+		"collapse began | last rescue: daemon | margin | last rescue: budget cut | margin |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	m := func(v *float64) string {
 		if v == nil {
 			return "—"
@@ -235,10 +317,27 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		return fmt.Sprintf("%.1f", *v)
 	}
 	lead := map[string]*float64{}
+	byRun := map[string]DetectionRun{}
 	for _, r := range runs {
 		lead[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)] = r.LeadMin()
+		byRun[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)] = r
 	}
-	var warned2, leadPos, noRescue int
+	var bound leadBound
+	// target counts one intervention's runs warned two minutes ahead and its runs without a
+	// rescue time.
+	type target struct{ warned2, none int }
+	var daemon, cut target
+	count := func(t *target, last, margin *float64) string {
+		if last == nil {
+			t.none++
+			return "none"
+		}
+		if margin != nil && *margin >= 2 {
+			t.warned2++
+		}
+		return m(last)
+	}
+	var leadPos int
 	var leads []float64
 	for _, r := range rescues {
 		l := lead[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)]
@@ -253,16 +352,20 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 				ls = "no alert"
 			}
 		}
-		last := m(r.LastRescueMin)
-		if r.LastRescueMin == nil {
-			last = "none"
-			noRescue++
+		last := count(&daemon, r.LastRescueMin, r.MarginMin())
+		lastCut := count(&cut, r.LastCutMin, r.CutMarginMin())
+		run := byRun[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)]
+		by, after := "—", "—"
+		if run.Obs != nil {
+			by = warnedBy(run.Obs)
+			bound.add(run, by)
 		}
-		if mg := r.MarginMin(); mg != nil && *mg >= 2 {
-			warned2++
+		if run.SpikeStartMin != nil && r.FirstWarningMin != nil {
+			after = fmt.Sprintf("%+.1f", *r.FirstWarningMin-*run.SpikeStartMin)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.0f | %s | %s |\n", r.Scenario, r.Seed, m(r.FirstWarningMin),
-			m(r.UtilisationFirstMin), ls, r.CollapseMin, last, m(r.MarginMin()))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", r.Scenario, r.Seed,
+			m(r.FirstWarningMin), by, after, m(r.UtilisationFirstMin), ls, r.CollapseMin, last, m(r.MarginMin()), lastCut,
+			m(r.CutMarginMin()))
 	}
 	med := "—"
 	if len(leads) > 0 {
@@ -274,9 +377,120 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		}
 	}
 	fmt.Fprintf(&b, "\nAgainst the targets, over %d collapsed +100%% runs: warned at least 2 minutes before the last "+
-		"rescue time in %d (target: all; %d had no rescue time — acting from the start did not avoid the "+
-		"collapse); the first warning ahead of the first utilisation alert in %d (target: all); median lead %s "+
-		"minutes (target ≥ 5).\n", len(rescues), warned2, noRescue, leadPos, med)
+		"rescue time in %d with the daemon and %d with the budget cut (target: all; without a rescue time — "+
+		"intervening from the start did not avoid the collapse — %d and %d); the first warning ahead of the first "+
+		"utilisation alert in %d (target: all); median lead %s minutes (target ≥ 5).\n",
+		len(rescues), daemon.warned2, cut.warned2, daemon.none, cut.none, leadPos, med)
+	bound.markdown(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// warnedBy names the signals of the transition that began a run's first warning, from its reasons
+// (the detector states each condition with a fixed opening): "—" when there is none.
+func warnedBy(obs *Observation) string {
+	if obs.FirstWarningMin == nil {
+		return "—"
+	}
+	for _, tr := range obs.Transitions {
+		if math.Abs(tr.At.Sub(epoch).Minutes()-*obs.FirstWarningMin) > 1e-9 {
+			continue
+		}
+		var names []string
+		for _, why := range tr.Reasons {
+			if n := signalOf(why); n != "" && !containsString(names, n) {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return "other"
+		}
+		return strings.Join(names, " + ")
+	}
+	return "—"
+}
+
+// signalOf names the detector condition a transition reason states, by the reason's opening.
+func signalOf(why string) string {
+	switch {
+	case strings.HasPrefix(why, "W/C"):
+		return "working set"
+	case strings.HasPrefix(why, "arrivals"):
+		return "arrivals > peak"
+	case strings.HasPrefix(why, "live sessions rising"):
+		return "drift flow"
+	case strings.HasPrefix(why, "live sessions"):
+		return "past the edge"
+	case strings.HasPrefix(why, "hit rate"):
+		return "hit rate"
+	}
+	return ""
+}
+
+// leadBound gathers what bounds the lead over the collapsed runs: when the first warning and the
+// first utilisation alert came after the spike began, which signal warned, and the median lead a
+// detector would have had that warned every run a given time after the spike's start (a run
+// warned earlier keeps its warning).
+type leadBound struct {
+	warnAfter, alertAfter []float64
+	warnedBefore          int
+	by                    map[string]int
+	runs                  []DetectionRun
+}
+
+func (lb *leadBound) add(r DetectionRun, by string) {
+	w, u, sp := r.Obs.FirstWarningMin, r.Obs.UtilisationFirstMin, r.SpikeStartMin
+	if w == nil || u == nil || sp == nil {
+		return
+	}
+	if lb.by == nil {
+		lb.by = map[string]int{}
+	}
+	lb.by[by]++
+	lb.warnAfter = append(lb.warnAfter, *w-*sp)
+	lb.alertAfter = append(lb.alertAfter, *u-*sp)
+	if *w < *sp {
+		lb.warnedBefore++
+	}
+	lb.runs = append(lb.runs, r)
+}
+
+// quartiles of a non-empty slice, each the median of its half as median does for the whole.
+func quartiles(v []float64) (q1, q2, q3 float64) {
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	h := len(s) / 2
+	return median(s[:max(h, 1)]), median(s), median(s[len(s)-max(h, 1):])
+}
+
+func (lb *leadBound) markdown(b *strings.Builder) {
+	if len(lb.runs) == 0 {
+		return
+	}
+	w1, w2, w3 := quartiles(lb.warnAfter)
+	a1, a2, a3 := quartiles(lb.alertAfter)
+	names := make([]string, 0, len(lb.by))
+	for n := range lb.by {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return lb.by[names[i]] > lb.by[names[j]] || lb.by[names[i]] == lb.by[names[j]] && names[i] < names[j]
+	})
+	var by []string
+	for _, n := range names {
+		by = append(by, fmt.Sprintf("%s %d", n, lb.by[n]))
+	}
+	ifBy := func(after float64) float64 {
+		var leads []float64
+		for _, r := range lb.runs {
+			leads = append(leads, *r.Obs.UtilisationFirstMin-min(*r.Obs.FirstWarningMin, *r.SpikeStartMin+after))
+		}
+		return median(leads)
+	}
+	fmt.Fprintf(b, "\nWhat bounds the lead, over the %d of them with a warning and a utilisation alert: the first warning came "+
+		"%.1f / %.1f / %.1f minutes after the spike began (quartiles; %d before it, in a pressure episode the spike "+
+		"prolonged), the first utilisation alert %.1f / %.1f / %.1f minutes after it (earliest %.1f). Warned by: %s. "+
+		"A detector that warned every run the moment the spike began would have a median lead of %.1f minutes; half a "+
+		"minute after it %.1f, one minute after it %.1f.\n", len(lb.runs), w1, w2, w3, lb.warnedBefore, a1, a2, a3,
+		slices.Min(lb.alertAfter), strings.Join(by, ", "), ifBy(0), ifBy(0.5), ifBy(1))
 }
