@@ -161,7 +161,7 @@ func attachBudgetCut(o *sim.Options, g *Gate, do detector.Options, start time.Du
 			return
 		}
 		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true), 1), Alerts: []string{"rescue: budget cut"}})
+			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true)), Alerts: []string{"rescue: budget cut"}})
 		if plan.Budget == nil {
 			return // no knee or capacity yet: the cut is made on the first step that has one
 		}
