@@ -145,16 +145,9 @@ func (a *shapeAnswer) text() string {
 // readShapeAnswer reads a whole Responses or Messages answer.
 func (r *runner) readShapeAnswer(body io.Reader, a *attempt) error {
 	a.first = r.o.Now()
-	b, err := io.ReadAll(io.LimitReader(body, maxResponseBody+1))
-	if err != nil {
-		return fmt.Errorf("read answer: %w", err)
-	}
-	if len(b) > maxResponseBody {
-		return fmt.Errorf("read answer: larger than %d bytes", maxResponseBody)
-	}
 	var ans shapeAnswer
-	if err := json.Unmarshal(b, &ans); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	if err := decodeAnswer(body, &ans); err != nil {
+		return err
 	}
 	if len(ans.Error) > 0 && string(ans.Error) != "null" {
 		return fmt.Errorf("answer: error: %s", ans.Error)

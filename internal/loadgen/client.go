@@ -144,10 +144,8 @@ func (r *runner) send(ctx context.Context, sessionID string, last bool, body []b
 	return a
 }
 
-// readAnswer reads a non-streamed completion. Its first token is only known as the answer's
-// arrival: the response headers come with the whole answer.
-func (r *runner) readAnswer(body io.Reader, a *attempt) error {
-	a.first = r.o.Now()
+// decodeAnswer reads a whole answer body, at most maxResponseBody bytes, into v.
+func decodeAnswer(body io.Reader, v any) error {
 	b, err := io.ReadAll(io.LimitReader(body, maxResponseBody+1))
 	if err != nil {
 		return fmt.Errorf("read answer: %w", err)
@@ -155,9 +153,19 @@ func (r *runner) readAnswer(body io.Reader, a *attempt) error {
 	if len(b) > maxResponseBody {
 		return fmt.Errorf("read answer: larger than %d bytes", maxResponseBody)
 	}
-	var ans answer
-	if err := json.Unmarshal(b, &ans); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
+	}
+	return nil
+}
+
+// readAnswer reads a non-streamed completion. Its first token is only known as the answer's
+// arrival: the response headers come with the whole answer.
+func (r *runner) readAnswer(body io.Reader, a *attempt) error {
+	a.first = r.o.Now()
+	var ans answer
+	if err := decodeAnswer(body, &ans); err != nil {
+		return err
 	}
 	if ans.Error != nil {
 		return fmt.Errorf("answer: error: %s", ans.Error.Message)
