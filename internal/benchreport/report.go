@@ -20,6 +20,9 @@ const (
 	benchParseCall     = "BenchmarkParseCall/single-pass"
 	benchReadFast      = "BenchmarkParseRead/fast"
 	benchReadFallback  = "BenchmarkParseRead/fallback"
+	benchCallChat      = "BenchmarkCallShapes/chat"
+	benchCallResponses = "BenchmarkCallShapes/responses"
+	benchCallMessages  = "BenchmarkCallShapes/messages"
 	benchArrive        = "BenchmarkArriveWith10kQueued"
 	benchPredict       = "BenchmarkPredict"
 	benchStep10k       = "BenchmarkStepSessions/live=10000"
@@ -206,6 +209,22 @@ func gatewaySection(b *strings.Builder, r *Report) {
 	}
 
 	singleRow(t, gw, benchParseCall, "reading a call's body in the gateway (300 KB of chat, `internal/agentcall`)")
+	// Throughput of a shape against chat's is chat's time per call over the shape's.
+	for _, sh := range []struct{ name, what string }{
+		{benchCallResponses, "a 300 KB call through the gateway, OpenAI Responses against chat (throughput ratio)"},
+		{benchCallMessages, "a 300 KB call through the gateway, Anthropic Messages against chat (throughput ratio)"},
+	} {
+		t.claim(gw, benchCallChat, sh.name)
+		chat, ok1 := stat(gw, benchCallChat, "ns/op")
+		other, ok2 := stat(gw, sh.name, "ns/op")
+		if !ok1 || !ok2 {
+			t.row(sh.what, missing(gw), "≥ 0.9×")
+			continue
+		}
+		rt := ratio(chat, other)
+		t.row(sh.what+" (`"+sh.name+"`)", fmt.Sprintf("%s, chat %s: %s", timeResult(gw, sh.name), timeResult(gw, benchCallChat),
+			ratioText(rt)), target("≥ 0.9×", rt.Median >= 0.9))
+	}
 	pairRows(t, r.AgentCall, benchReadFast, benchReadFallback,
 		"reading it with agentcall's scanner", "the same through encoding/json's tokenizer (agentcall's fallback for bodies the scanner leaves)",
 		"ratio scanner / fallback", "reading a call's body (`BenchmarkParseRead`)")

@@ -71,8 +71,8 @@ func Run(o Options) error {
 		dst  **Invocation
 		args []string
 	}{
-		{&r.Gateway, bench("StreamThroughput|ParseCall", nil, "./gateway/")},
-		{&r.AgentCall, bench("ParseRead", nil, "./internal/agentcall/")},
+		{&r.Gateway, bench("StreamThroughput|ParseCall|CallShapes", nil, "./gateway/")},
+		{&r.AgentCall, bench("ParseRead|ReadShapes", nil, "./internal/agentcall/")},
 		{&r.AdmissionPredictor, bench(".", nil, "./gateway/admission/", "./gateway/predictor/")},
 		{&r.Daemon, bench("StepSessions", nil, "./internal/daemon/")},
 		{&r.Sim, bench(".", nil, "./sim/", "./sim/enginemetrics/")},
