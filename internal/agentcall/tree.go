@@ -390,22 +390,27 @@ func (t *tree) runes(i int32) int {
 // into U+FFFD, utf8.RuneCount counts it as one), as is a lone surrogate (U+FFFD).
 func jsonStringRunes(lit []byte) int {
 	s := lit[1 : len(lit)-1]
-	n := 0
+	// Every byte of an escape is ASCII, so one runeCount of the literal counts each escape as its
+	// length; each escape then gives back all but one. One pass over the text, not one call per
+	// run between escapes (code is full of \n and \").
+	n := runeCount(s)
 	for {
 		i := bytes.IndexByte(s, '\\')
 		if i < 0 {
-			return n + runeCount(s)
+			return n
 		}
-		n += runeCount(s[:i]) + 1
 		if s[i+1] != 'u' {
+			n-- // \X: two bytes, one character
 			s = s[i+2:]
 			continue
 		}
+		n -= 5 // \uXXXX: six bytes, one character
 		r := hex4(s[i+2 : i+6])
 		s = s[i+6:]
 		if utf16.IsSurrogate(r) && len(s) >= 6 && s[0] == '\\' && s[1] == 'u' &&
 			utf16.DecodeRune(r, hex4(s[2:6])) != unicode.ReplacementChar {
-			s = s[6:] // the pair's second half
+			n -= 6 // the pair's second half is the same character
+			s = s[6:]
 		}
 	}
 }
