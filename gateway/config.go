@@ -4,14 +4,17 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/internal/store"
 	"github.com/basin-dev/basin/internal/yamlconf"
 )
 
@@ -92,6 +95,49 @@ type Config struct {
 	// AdminWebConfigFile is a Prometheus exporter-toolkit web configuration file (TLS, basic auth)
 	// for the admin listener; empty: plain HTTP.
 	AdminWebConfigFile string `yaml:"admin_web_config_file"`
+	// Store is the Redis or Valkey server replicated mode shares one budget through
+	// (docs/scaling.md). Without store.url the gateway runs alone, exactly as without the block.
+	// The lease's TTL defaults to DefaultLeaseTTL; the prefix to "basin".
+	Store store.Config `yaml:"store"`
+	// Replication is this replica's part in replicated mode; it needs store.url.
+	Replication ReplicationConfig `yaml:"replication"`
+}
+
+// Defaults of ReplicationConfig.
+const (
+	// DefaultLeaseTTL is the admission leader's lease: a crashed leader is replaced within it,
+	// and meanwhile new sessions are admitted against each replica's local slice.
+	DefaultLeaseTTL = 5 * time.Second
+	// DefaultReportInterval is how often a replica sends its calls' begin and finish to the
+	// leader: the working set the leader admits against lags the calls by at most this much.
+	DefaultReportInterval = 100 * time.Millisecond
+)
+
+// Degraded admission: what a replica does with new sessions while it cannot reach the leader or
+// the store.
+const (
+	// DegradedLocalSlice admits them against this replica's share of the budget the leader had
+	// free at the last contact, divided by the number of replicas seen.
+	DegradedLocalSlice = "local_slice"
+	// DegradedRefuse answers them 503 (with Retry-After) until the leader is back.
+	DegradedRefuse = "refuse"
+)
+
+// ReplicationConfig is one replica's settings in replicated mode.
+type ReplicationConfig struct {
+	// ReplicaID names this replica to the others and in the store (default: the host name; on
+	// Kubernetes the pod name). Unique among the replicas.
+	ReplicaID string `yaml:"replica_id"`
+	// AdvertiseURL is this replica's admin listener as the other replicas reach it,
+	// http(s)://host:port (required with a store): followers send first calls and reports to
+	// the leader there, and forward /admin/* to it.
+	AdvertiseURL string `yaml:"advertise_url"`
+	// ReportInterval is how often calls' begin and finish go to the leader in one batch
+	// (DefaultReportInterval).
+	ReportInterval Duration `yaml:"report_interval"`
+	// DegradedAdmission is local_slice (default) or refuse: new sessions while the leader or
+	// the store is unreachable. Live sessions' calls pass either way.
+	DegradedAdmission string `yaml:"degraded_admission"`
 }
 
 // AdmissionConfig is the admission policy; see package admission.
@@ -277,7 +323,67 @@ func (c *Config) validate(root *yaml.Node) error {
 	if !validHeaderName(c.Affinity.Header) {
 		bad([]string{"affinity", "header"}, "not a header name: %q", c.Affinity.Header)
 	}
+	c.validateReplication(root, bad)
 	return probs.Err()
+}
+
+// validateReplication checks the store and replication blocks.
+func (c *Config) validateReplication(root *yaml.Node, bad func([]string, string, ...any)) {
+	r := &c.Replication
+	rep := func(k string) []string { return []string{"replication", k} }
+	if !c.Store.Enabled() {
+		for _, p := range c.Store.Check() {
+			bad([]string{"store", p.Field}, "%s", p.Message)
+		}
+		if *r != (ReplicationConfig{}) {
+			for _, k := range yamlconf.Keys(ReplicationConfig{}) {
+				if yamlconf.LineOf(root, rep(k)...) != 0 {
+					bad(rep(k), "needs store.url (replicated mode)")
+				}
+			}
+		}
+		return
+	}
+	c.Store = c.Store.WithDefaults("", DefaultLeaseTTL)
+	c.Store.Prefix = strings.TrimSuffix(c.Store.Prefix, ":")
+	for _, p := range c.Store.Check() {
+		bad([]string{"store", p.Field}, "%s", p.Message)
+	}
+	if c.StateFile != "" {
+		bad([]string{"state_file"}, "leave it out with a store: the session table lives in the store")
+	}
+	if r.ReplicaID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			bad(rep("replica_id"), "required: the host name is unknown (%v)", err)
+		}
+		r.ReplicaID = host
+	}
+	if strings.ContainsFunc(r.ReplicaID, func(x rune) bool { return unicode.IsSpace(x) || unicode.IsControl(x) }) || len(r.ReplicaID) > 200 {
+		bad(rep("replica_id"), "at most 200 bytes, no whitespace or control characters, got %q", r.ReplicaID)
+	}
+	switch u, err := url.Parse(r.AdvertiseURL); {
+	case r.AdvertiseURL == "":
+		bad(rep("advertise_url"), "required with a store: this replica's admin listener as the others reach it, http(s)://host:port")
+	case err != nil:
+		bad(rep("advertise_url"), "not a URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		bad(rep("advertise_url"), "want http(s)://host:port, got %q", r.AdvertiseURL)
+	}
+	switch {
+	case r.ReportInterval == 0:
+		r.ReportInterval = Duration(DefaultReportInterval)
+	case r.ReportInterval < 0 || time.Duration(r.ReportInterval) > time.Duration(c.Store.LeaseTTL)/2:
+		bad(rep("report_interval"), "want > 0 and at most half of store.lease_ttl (%v), got %v",
+			time.Duration(c.Store.LeaseTTL)/2, time.Duration(r.ReportInterval))
+	}
+	switch r.DegradedAdmission {
+	case "":
+		r.DegradedAdmission = DegradedLocalSlice
+	case DegradedLocalSlice, DegradedRefuse:
+	default:
+		bad(rep("degraded_admission"), "want %s or %s, got %q", DegradedLocalSlice, DegradedRefuse, r.DegradedAdmission)
+	}
 }
 
 // admissionOptions maps the configuration onto the admission core's options.

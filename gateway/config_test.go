@@ -25,6 +25,17 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.False(t, c.RejectAnonymous)
 }
 
+func TestParseConfigReplicationDefaults(t *testing.T) {
+	c, err := ParseConfig([]byte("upstreams: [http://127.0.0.1:8000]\nadmission: {budget_tokens: 5000}\n" +
+		"store: {url: \"redis://redis:6379/0\"}\nreplication: {replica_id: gw-0, advertise_url: \"http://10.0.0.5:8081\"}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, "basin", c.Store.Prefix)
+	assert.Equal(t, DefaultLeaseTTL, time.Duration(c.Store.LeaseTTL))
+	assert.Equal(t, DefaultReportInterval, time.Duration(c.Replication.ReportInterval))
+	assert.Equal(t, DegradedLocalSlice, c.Replication.DegradedAdmission)
+	assert.Equal(t, "gw-0", c.Replication.ReplicaID)
+}
+
 func TestParseConfigErrorsNameKeyAndLine(t *testing.T) {
 	const ok = "upstreams: [http://127.0.0.1:8000]\nadmission:\n  budget_tokens: 5000\n"
 	for _, tc := range []struct {
@@ -54,6 +65,18 @@ func TestParseConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"count only with a reference budget", "upstreams: [http://a:1]\nadmission:\n  count_only: true\n  reference_budget_tokens: 5\n",
 			[]string{"line 4", "admission.reference_budget_tokens: leave it out"}},
 		{"no budget names count_only", "upstreams: [http://a:1]\n", []string{"count_only: true"}},
+		{"replication without a store", ok + "replication:\n  replica_id: a\n",
+			[]string{"line 5", "replication.replica_id: needs store.url"}},
+		{"store fields without a url", ok + "store:\n  prefix: basin:prod\n", []string{"store.url: required"}},
+		{"bad store url", ok + "store:\n  url: http://redis:6379\nreplication:\n  advertise_url: http://a:1\n",
+			[]string{"line 5", "store.url"}},
+		{"no advertise url", ok + "store:\n  url: redis://redis:6379\n", []string{"replication.advertise_url: required"}},
+		{"state file with a store", ok + "state_file: s.json\nstore:\n  url: redis://redis:6379\nreplication:\n  advertise_url: http://a:1\n",
+			[]string{"line 4", "state_file: leave it out with a store"}},
+		{"bad degraded admission", ok + "store:\n  url: redis://redis:6379\nreplication:\n  advertise_url: http://a:1\n  degraded_admission: guess\n",
+			[]string{"line 8", "replication.degraded_admission", `"guess"`}},
+		{"report interval over half the lease", ok + "store:\n  url: redis://redis:6379\n  lease_ttl: 1s\nreplication:\n  advertise_url: http://a:1\n  report_interval: 600ms\n",
+			[]string{"line 9", "replication.report_interval"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.yaml))

@@ -119,6 +119,10 @@ func New(o Options) (*Gateway, error) {
 		return nil, errors.New("gateway: options: Config is required")
 	}
 	cfg := *o.Config
+	if cfg.Store.Enabled() {
+		// Replicated mode's configuration is parsed and checked; the mode itself lands next.
+		return nil, errors.New("gateway: store: replicated mode is not available in this build")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
