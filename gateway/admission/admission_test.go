@@ -564,3 +564,39 @@ func TestStaleSessionsGoBehind(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, order, "a negative StaleAfter keeps the priority order")
 	assert.Zero(t, stale)
 }
+
+func TestMerge(t *testing.T) {
+	// A leader's table: a live (ctx 60), its queue holding q.
+	leader := core(t, Options{Budget: 100})
+	leader.Arrive(at(0), req("a", 60, 0))
+	leader.Finish(at(1), "a", 60)
+	require.Equal(t, Queued, leader.Arrive(at(2), req("q", 50, 0)).Verdict)
+
+	// What a replica admitted while it could not reach the leader: b, and q (queued here).
+	other := State{Live: []LiveSession{
+		{ID: "b", Tenant: "t", Arrival: at(1), Admitted: at(1), LastDone: at(3), Context: 30, Peak: 30},
+		{ID: "q", Arrival: at(2), Admitted: at(3), LastDone: at(3), Context: 50, Peak: 50},
+		{ID: "a", Arrival: at(0), Admitted: at(0), LastDone: at(4), Context: 70, Peak: 70},
+	}, Retry: map[string]time.Time{"r": at(0)}, Shed: map[string]time.Time{"s": at(1000)}}
+	evs, err := leader.Merge(at(5), other)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"q"}, ids(evs, EventAdmitted), "the queued session was admitted elsewhere: its waiter goes")
+	snap := leader.Snapshot(at(5), true)
+	assert.Equal(t, 3, snap.Live)
+	assert.Equal(t, int64(70+30+50), snap.WorkingSet, "merged sessions are live whatever the budget; a takes the larger context")
+	assert.Equal(t, 0, snap.Queued)
+	assert.Equal(t, int64(100), snap.Budget, "no budget in the merged state: unchanged")
+	assert.Equal(t, Refused, leader.Arrive(at(6), req("s", 1, 0)).Verdict, "shed memory merged")
+	assert.Equal(t, at(0), leader.Arrive(at(6), req("r", 1, 0)).Arrival, "retry memory merged: r keeps its place")
+	check(t, leader)
+
+	// A budget in the state replaces the core's.
+	_, err = leader.Merge(at(7), State{Budget: 500, ReferenceBudget: 400})
+	require.NoError(t, err)
+	snap = leader.Snapshot(at(7), false)
+	assert.Equal(t, int64(500), snap.Budget)
+	assert.Equal(t, int64(400), snap.ReferenceBudget)
+
+	_, err = leader.Merge(at(8), State{Live: []LiveSession{{ID: "x", Context: -1}}})
+	assert.ErrorContains(t, err, "live[0] (x)")
+}

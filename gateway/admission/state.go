@@ -238,3 +238,83 @@ func (c *Core) inCallLocked() int {
 	}
 	return n
 }
+
+// Merge takes another replica's view into the core, for replicated mode: a new admission leader
+// merges the table its predecessor persisted, and a replica that reconnects reports the
+// sessions it admitted or served while the leader could not be reached. Sessions live in st
+// but not here become live as they are — already admitted, so never checked against the budget
+// (sessions are never cut); a session queued here leaves the queue with an EventAdmitted, since
+// its admission happened elsewhere. Sessions live in both keep this core's calls in flight and
+// the larger context and later last call. A budget in st (Budget > 0, or CountOnly) replaces
+// this core's; retry and shed memories are added. Merging can only add load, so it admits no
+// one from the queue beyond the sessions it makes live.
+func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, ls := range st.Live {
+		if ls.ID == "" {
+			return nil, fmt.Errorf("merge: live[%d].id: empty", i)
+		}
+		if ls.Context < 0 || ls.Peak < 0 || ls.PredictedPeak < 0 {
+			return nil, fmt.Errorf("merge: live[%d] (%s): negative token count", i, ls.ID)
+		}
+	}
+	switch {
+	case st.CountOnly:
+		c.mu.o.CountOnly = true
+	case st.Budget > 0:
+		c.mu.o.CountOnly = false
+		c.mu.o.Budget = st.Budget
+		if st.ReferenceBudget > 0 {
+			c.mu.o.ReferenceBudget = st.ReferenceBudget
+		}
+	}
+	var evs []Event
+	for _, ls := range st.Live {
+		if s, ok := c.mu.live[ls.ID]; ok {
+			if ls.Context > s.context {
+				c.setContextLocked(s, ls.Context)
+			}
+			s.peak = max(s.peak, ls.Peak)
+			if ls.LastDone.After(s.lastDone) {
+				s.lastDone = ls.LastDone
+			}
+			continue
+		}
+		var s *session
+		if q, ok := c.mu.queued[ls.ID]; ok {
+			c.removeQueuedLocked(q)
+			s = q
+			s.inFlight = 1 // the waiting call is sent as the session's first, as admitLocked counts it
+			evs = append(evs, Event{Kind: EventAdmitted, ID: s.id, At: now, Waited: now.Sub(s.arrival)})
+			c.mu.counters.AdmittedFromQueue++
+		} else {
+			c.mu.seq++
+			s = &session{id: ls.ID, seq: c.mu.seq, heapIndex: -1}
+		}
+		s.tenant, s.arrival, s.admitted, s.lastDone = ls.Tenant, ls.Arrival, ls.Admitted, ls.LastDone
+		s.context, s.peak, s.predicted = ls.Context, max(ls.Peak, ls.Context), ls.PredictedPeak
+		s.queued, s.stale = false, false
+		s.priority = c.priority(s.arrival, s.predicted)
+		s.demandCache = c.demandLocked(s)
+		c.mu.live[s.id] = s
+		c.mu.workingSet += s.context
+		c.mu.reserved += s.demandCache
+		c.mu.tenants[s.tenant]++
+		delete(c.mu.retry, s.id)
+	}
+	for id, a := range st.Retry {
+		if _, live := c.mu.live[id]; live {
+			continue
+		}
+		if m, ok := c.mu.retry[id]; !ok || a.Before(m.arrival) {
+			c.mu.retry[id] = memo{arrival: a, until: now.Add(c.mu.o.RetryMemory)}
+		}
+	}
+	for id, until := range st.Shed {
+		if now.Before(until) && until.After(c.mu.shed[id]) {
+			c.mu.shed[id] = until
+		}
+	}
+	return evs, nil
+}
