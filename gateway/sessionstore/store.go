@@ -247,7 +247,7 @@ func (s *Store) save(ctx context.Context, epoch uint64, st admission.State, m Me
 			b.dirty[id] = struct{}{}
 		}
 	}
-	s.base = nil // mutated in place below; restored on success
+	// b is mutated in place below: on any error Save forgets it.
 
 	b.gen++
 	var sets, dels []string // sets: id, JSON pairs
