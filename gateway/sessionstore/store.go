@@ -251,7 +251,11 @@ func (s *Store) save(ctx context.Context, epoch uint64, st admission.State, m Me
 
 	b.gen++
 	var sets, dels []string // sets: id, JSON pairs
-	for i, ls := range st.Live {
+	// The loop runs over every live session at every Save: no copies of sessions, no lookups
+	// in the (usually empty) touched and dirty sets when they are empty.
+	known0, matched := len(b.sessions), 0
+	for i := range st.Live {
+		ls := &st.Live[i]
 		if ls.ID == "" {
 			return fmt.Errorf("sessionstore: save: live[%d].id: empty", i)
 		}
@@ -259,31 +263,43 @@ func (s *Store) save(ctx context.Context, epoch uint64, st admission.State, m Me
 		if known && e.gen == b.gen {
 			return fmt.Errorf("sessionstore: save: live[%d].id: %q twice", i, ls.ID)
 		}
-		if !known {
+		if known {
+			matched++
+		} else {
 			e = &entry{}
 			b.sessions[ls.ID] = e
 		}
 		e.gen = b.gen
-		if _, ok := touched[ls.ID]; ok {
-			continue
+		if len(touched) > 0 {
+			if _, ok := touched[ls.ID]; ok {
+				continue
+			}
 		}
-		_, dirty := b.dirty[ls.ID]
-		if known && !dirty && sameSession(e.ls, ls) {
+		dirty := false
+		if len(b.dirty) > 0 {
+			_, dirty = b.dirty[ls.ID]
+		}
+		if known && !dirty && sameSession(&e.ls, ls) {
 			continue
 		}
 		v, err := json.Marshal(ls)
 		if err != nil {
 			return fmt.Errorf("sessionstore: save: session %q: %w", ls.ID, err)
 		}
-		e.ls = ls
+		e.ls = *ls
 		sets = append(sets, ls.ID, string(v))
 	}
-	// Ended sessions: known ones st lacks, then dirty ones st lacks (each id once).
+	// Ended sessions: the known0 − matched known ones st lacks (the walk stops when it has them
+	// all), then dirty ones st lacks (each id once).
 	for id, e := range b.sessions {
+		if matched == known0 {
+			break
+		}
 		if e.gen == b.gen {
 			continue
 		}
 		delete(b.sessions, id)
+		matched++
 		_, dirty := b.dirty[id]
 		if _, ok := touched[id]; !ok && !dirty {
 			dels = append(dels, id)
@@ -415,7 +431,7 @@ func strArgs(ss []string) []any {
 // sameSession compares two sessions as their JSON would: times by instant (a round trip
 // through the store loses the monotonic reading and may change the location).
 // TestSameSessionCoversEveryField fails when LiveSession gains a field this does not compare.
-func sameSession(a, b admission.LiveSession) bool {
+func sameSession(a, b *admission.LiveSession) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Arrival.Equal(b.Arrival) && a.Admitted.Equal(b.Admitted) &&
 		a.LastDone.Equal(b.LastDone) && a.Context == b.Context && a.Peak == b.Peak && a.PredictedPeak == b.PredictedPeak
 }

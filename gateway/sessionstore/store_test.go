@@ -216,7 +216,7 @@ func TestSaveWritesOnlyTheDiff(t *testing.T) {
 			sortLive(next.Live)
 			assert.Equal(t, len(next.Live), len(got.Live))
 			for i := range next.Live {
-				assert.True(t, sameSession(next.Live[i], got.Live[i]), "session %s", next.Live[i].ID)
+				assert.True(t, sameSession(&next.Live[i], &got.Live[i]), "session %s", next.Live[i].ID)
 			}
 			assert.True(t, sameTimes(next.Retry, got.Retry))
 			assert.True(t, sameTimes(next.Shed, got.Shed))
@@ -755,7 +755,7 @@ func TestSameSessionCoversEveryField(t *testing.T) {
 			default:
 				t.Fatalf("field %s of type %s: teach sameSession and this test about it", f.Name, f.Type)
 			}
-			assert.False(t, sameSession(base, changed), "a change of %s goes unnoticed", f.Name)
+			assert.False(t, sameSession(&base, &changed), "a change of %s goes unnoticed", f.Name)
 		})
 	}
 }
