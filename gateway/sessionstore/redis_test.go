@@ -212,3 +212,22 @@ func BenchmarkRealRedisAdmit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRealRedisLoad is a new leader reading a table of 100,000 sessions from a real
+// redis-server on loopback: what a handover costs before the new leader admits.
+func BenchmarkRealRedisLoad(b *testing.B) {
+	client := startRedis(b, "everysec")
+	ctx := context.Background()
+	_, s, epoch := realLeader(b, client, Options{})
+	st := state(100_000)
+	require.NoError(b, s.Save(ctx, epoch, st, Meta{}))
+	for b.Loop() {
+		got, _, err := s.Load(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got.Live) != len(st.Live) {
+			b.Fatalf("loaded %d sessions, want %d", len(got.Live), len(st.Live))
+		}
+	}
+}
