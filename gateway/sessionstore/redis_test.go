@@ -170,7 +170,8 @@ func BenchmarkRealRedisSave(b *testing.B) {
 
 // BenchmarkRealRedisAdmit is admissions made durable by 64 concurrent callers against a real
 // redis-server on loopback: group-committed through Admit, and, for comparison, one fenced
-// HSET each (what Admit would cost without the group commit).
+// HSET each (what Admit would cost without the group commit); "alone" is one caller at a time,
+// where the group commit must cost no more than the round trip ("alone-one-write").
 func BenchmarkRealRedisAdmit(b *testing.B) {
 	for _, fsync := range []string{"everysec", "always"} {
 		b.Run("appendfsync="+fsync, func(b *testing.B) {
@@ -190,6 +191,27 @@ func BenchmarkRealRedisAdmit(b *testing.B) {
 					}
 				})
 				b.ReportMetric(float64(writes(s, opCommit)-n0)/float64(b.N), "calls/op")
+			})
+			b.Run("alone", func(b *testing.B) {
+				ctx := context.Background()
+				for b.Loop() {
+					if err := s.Admit(ctx, epoch, session(int(next.Add(1)))); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("alone-one-write", func(b *testing.B) {
+				ctx := context.Background()
+				for b.Loop() {
+					ls := session(int(next.Add(1)))
+					v, err := json.Marshal(ls)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := c.Write(ctx, epoch, lease.Cmd{Name: "HSET", Keys: []string{s.keys.sessions}, Args: []any{ls.ID, string(v)}}); err != nil {
+						b.Fatal(err)
+					}
+				}
 			})
 			b.Run("one-write-each", func(b *testing.B) {
 				b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
