@@ -178,6 +178,8 @@ func (s *Store) writeBatch(ctx context.Context, b *batch) error {
 		return err
 	default:
 		s.metrics.errors.WithLabelValues(opCommit).Inc()
-		return fmt.Errorf("sessionstore: group commit of %d sessions: %w", len(b.ops), err)
+		err = fmt.Errorf("sessionstore: group commit of %d sessions: %w", len(b.ops), err)
+		s.opts.Logger.Warn("sessionstore: group commit failed; a later Save writes its sessions", "epoch", b.epoch, "err", err)
+		return err
 	}
 }

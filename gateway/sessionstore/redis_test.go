@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,6 +107,13 @@ func TestRealRedisSaveLoad20k(t *testing.T) {
 	require.NoError(t, s.Save(ctx, epoch, st, meta))
 	full := time.Since(start)
 	assert.Equal(t, 40.0, float64(writes(s, opSave)), "20,000 sessions in 40 calls of 500")
+	stats, err := client.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(stats) {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") {
+			t.Logf("the store's time per script call of 500 sessions: %s", strings.TrimSpace(line))
+		}
+	}
 
 	churn(&st, 3, 200)
 	st.Live = append(st.Live[:100], st.Live[200:]...)
