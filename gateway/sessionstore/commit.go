@@ -35,7 +35,9 @@ type batch struct {
 // At one admission at a time this is a round trip per admission; at thousands a second it is
 // one round trip (and one fsync of the store's append-only file) per burst. The write runs on
 // its own, bounded by Options.WriteTimeout: a caller whose ctx ends stops waiting but does not
-// cancel the write it shares with others, so its admission may still become durable.
+// cancel the write it shares with others, so its admission may still become durable. (The
+// first caller of a burst writes its batch itself, so it waits for that write, WriteTimeout at
+// most, whatever its ctx.)
 func (s *Store) Admit(ctx context.Context, epoch uint64, ls admission.LiveSession) error {
 	if ls.ID == "" {
 		return errors.New("sessionstore: admit: session id is empty")
@@ -100,6 +102,14 @@ func (s *Store) commit(ctx context.Context, epoch uint64, ops ...op) error {
 	}
 
 	for _, b := range wait {
+		select {
+		case <-b.done: // written already (by this caller, say): no race with ctx below
+			if b.err != nil {
+				return b.err
+			}
+			continue
+		default:
+		}
 		select {
 		case <-b.done:
 			if b.err != nil {

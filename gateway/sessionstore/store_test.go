@@ -528,6 +528,48 @@ func TestAdmitGroupCommit(t *testing.T) {
 	}
 }
 
+// A caller that stops waiting does not cancel the write it shares: its admission still lands.
+func TestAdmitCallerGivesUpTheWriteGoesOn(t *testing.T) {
+	cl := newCluster(t)
+	c, epoch := cl.leader("a")
+	g := &gatedFencer{f: c, gate: make(chan struct{}), held: make(chan struct{})}
+	s, _ := cl.store(g, Options{})
+	first := make(chan error, 1)
+	go func() { first <- s.Admit(t.Context(), epoch, session(0)) }()
+	<-g.held
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- s.Admit(ctx, epoch, session(1)) }()
+	require.Eventually(t, func() bool { return s.queued() == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+	close(g.gate)
+	require.NoError(t, <-first)
+	require.Eventually(t, func() bool { _, ok := cl.table()[session(1).ID]; return ok }, 5*time.Second, time.Millisecond,
+		"the abandoned admission is written all the same")
+}
+
+// The first caller of a burst writes the batch itself: its ctx ending neither cancels that write
+// nor the next one, which the callers queued behind it share.
+func TestAdmitWriterGivesUpTheWritesGoOn(t *testing.T) {
+	cl := newCluster(t)
+	c, epoch := cl.leader("a")
+	g := &gatedFencer{f: c, gate: make(chan struct{}), held: make(chan struct{})}
+	s, _ := cl.store(g, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	first := make(chan error, 1)
+	go func() { first <- s.Admit(ctx, epoch, session(0)) }()
+	<-g.held
+	second := make(chan error, 1)
+	go func() { second <- s.Admit(t.Context(), epoch, session(1)) }()
+	require.Eventually(t, func() bool { return s.queued() == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	close(g.gate)
+	require.NoError(t, <-first, "its own write was not cancelled")
+	require.NoError(t, <-second)
+	assert.Len(t, cl.table(), 2)
+}
+
 // End deletes at once; the Admits and Ends queued during a write share the next one, sets and
 // deletions in one script call.
 func TestEndSharesTheGroupCommit(t *testing.T) {
