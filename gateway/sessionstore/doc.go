@@ -26,5 +26,7 @@
 // Save and the group commits race: a Save's state may have been exported before an Admit that
 // completes first. Save therefore leaves alone every session an Admit or End touched since the
 // previous Save built its diff, and settles it at the next Save, so a durable admission is never
-// undone by an older export; an ended session is deleted at most one Save later.
+// undone by an older export; an ended session is deleted at most one Save later. This holds when
+// each Save's state is exported after the previous Save was called, as a periodic loop that
+// exports and then saves does.
 package sessionstore
