@@ -248,10 +248,25 @@ func TestFirstSaveRewritesAndDeletesStrays(t *testing.T) {
 	cl.m.HSet(testPrefix+":sessions", "stray-1", "{}", "stray-2", "not even json", "s000001", "stale")
 	cl.m.HSet(testPrefix+":admission", "meta", "stale", "retry", "stale", "shed", "stale")
 	c, epoch := cl.leader("a")
-	s, _ := cl.store(c, Options{Chunk: 2})
+	rec := recording(c)
+	s, _ := cl.store(rec, Options{Chunk: 2})
 	st := state(3)
 	require.NoError(t, s.Save(ctx, epoch, st, Meta{}))
 	assert.Equal(t, 3, writes(s, opSave), "3 sets and 2 deletions in chunks of 2")
+	require.Len(t, rec.calls, 3)
+	for i, call := range rec.calls {
+		n := 0
+		for _, cmd := range call {
+			switch {
+			case cmd.Keys[0] != testPrefix+":sessions":
+			case cmd.Name == "HSET":
+				n += len(cmd.Args) / 2
+			case cmd.Name == "HDEL":
+				n += len(cmd.Args)
+			}
+		}
+		assert.LessOrEqual(t, n, 2, "call %d carries %d sessions", i, n)
+	}
 	table := cl.table()
 	assert.Len(t, table, 3)
 	assert.NotContains(t, table, "stray-1")
@@ -466,6 +481,13 @@ func (g *gatedFencer) Write(ctx context.Context, epoch uint64, cmds ...lease.Cmd
 	g.calls = append(g.calls, cmds)
 	g.mu.Unlock()
 	return g.f.Write(ctx, epoch, cmds...)
+}
+
+// recording is a fencer that records every call and holds none.
+func recording(f Fencer) *gatedFencer {
+	g := &gatedFencer{f: f, gate: make(chan struct{}), held: make(chan struct{})}
+	close(g.gate)
+	return g
 }
 
 func (s *Store) queued() int {
