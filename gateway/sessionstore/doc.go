@@ -27,6 +27,6 @@
 // completes first. Save therefore leaves alone every session an Admit or End touched since the
 // previous Save built its diff, and settles it at the next Save, so a durable admission is never
 // undone by an older export; an ended session is deleted at most one Save later. This holds when
-// each Save's state is exported after the previous Save was called, as a periodic loop that
-// exports and then saves does.
+// each Save's state is exported after the previous Save returned, as in a periodic loop that
+// exports and then saves.
 package sessionstore

@@ -225,8 +225,6 @@ func (s *Store) Save(ctx context.Context, epoch uint64, st admission.State, m Me
 
 func (s *Store) save(ctx context.Context, epoch uint64, st admission.State, m Meta) error {
 	s.mu.Lock()
-	touched := s.mu.touched
-	s.mu.touched = map[string]struct{}{}
 	if s.mu.forget {
 		s.mu.forget = false
 		s.base = nil
@@ -248,6 +246,13 @@ func (s *Store) save(ctx context.Context, epoch uint64, st admission.State, m Me
 		}
 	}
 	// b is mutated in place below: on any error Save forgets it.
+
+	// The sessions group commits touched up to now are left to the next Save. Taken after the
+	// listing, so that a session admitted while it ran, which it may list, is among them.
+	s.mu.Lock()
+	touched := s.mu.touched
+	s.mu.touched = map[string]struct{}{}
+	s.mu.Unlock()
 
 	b.gen++
 	var sets, dels []string // sets: id, JSON pairs

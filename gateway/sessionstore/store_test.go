@@ -416,6 +416,36 @@ func TestFailedSaveForgetsTheBase(t *testing.T) {
 	}
 }
 
+// hookClient runs a hook before listing the sessions, as if a caller acted just then.
+type hookClient struct {
+	*redis.Client
+	beforeHKeys func()
+}
+
+func (c *hookClient) HKeys(ctx context.Context, key string) *redis.StringSliceCmd {
+	if c.beforeHKeys != nil {
+		c.beforeHKeys()
+	}
+	return c.Client.HKeys(ctx, key)
+}
+
+// A full rewrite lists the stored sessions to delete strays; one admitted while it lists is not
+// a stray, though the state being saved predates it.
+func TestFullSaveKeepsASessionAdmittedWhileListing(t *testing.T) {
+	ctx := t.Context()
+	cl := newCluster(t)
+	c, epoch := cl.leader("a")
+	hc := &hookClient{Client: cl.client}
+	s, err := New(hc, c, Options{Prefix: testPrefix, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	hc.beforeHKeys = func() { require.NoError(t, s.Admit(ctx, epoch, session(9))) }
+	require.NoError(t, s.Save(ctx, epoch, state(2), Meta{}))
+	assert.Contains(t, cl.table(), session(9).ID, "the admission is not undone")
+	hc.beforeHKeys = nil
+	require.NoError(t, s.Save(ctx, epoch, state(2), Meta{})) // it ended meanwhile
+	assert.NotContains(t, cl.table(), session(9).ID)
+}
+
 // A fenced group commit forgets the diff base too, even one read by Load (which holds for any
 // term): the next Save rewrites what the successor wrote in between.
 func TestFencedAdmitForgetsALoadedBase(t *testing.T) {
