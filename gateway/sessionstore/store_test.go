@@ -334,8 +334,8 @@ func TestFencedSaveWritesNothingAndForgetsTheBase(t *testing.T) {
 	changed.Live[0].Context = 99_999
 	err := sa.Save(ctx, ea, changed, Meta{DaemonTerm: 2})
 	require.ErrorIs(t, err, lease.ErrFenced)
-	var fe *lease.FencedError
-	require.ErrorAs(t, err, &fe)
+	fe, ok := err.(*lease.FencedError)
+	require.True(t, ok, "the fenced error is returned as is, got %T", err)
 	assert.Equal(t, lease.FencedError{Epoch: ea, Current: eb}, *fe)
 	assert.Equal(t, before, cl.table(), "the fenced save wrote nothing")
 	assert.Equal(t, beforeAdm, cl.m.HGet(testPrefix+":admission", "meta"))
