@@ -36,6 +36,13 @@ func (g *Gateway) adminRoutes() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", g.serveReady)
+	if g.repl != nil {
+		mux.HandleFunc("GET "+replicationPath, func(w http.ResponseWriter, _ *http.Request) {
+			httpjson.Write(w, http.StatusOK, g.repl.view())
+		})
+		mux.HandleFunc("POST "+arrivePath, g.repl.serveArrive)
+		mux.HandleFunc("POST "+reportPath, g.repl.serveReport)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {
 			g.metrics.authFailures.Inc()
@@ -50,6 +57,16 @@ func (g *Gateway) adminRoutes() http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="basin gateway admin"`)
 			httpjson.WriteError(w, http.StatusUnauthorized, "authentication_error", "unauthorized", "",
 				"the admin API needs the admin token: Authorization: Bearer <token>")
+			return
+		}
+		if g.repl != nil {
+			w.Header().Set(ReplicaHeader, g.repl.id)
+			if strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath) && g.repl.forwardAdmin(w, r) {
+				return
+			}
+		}
+		if r.Method != http.MethodGet && strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath) &&
+			!g.checkDaemonTerm(w, r) {
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -84,6 +101,10 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	for i, u := range g.upstreams {
 		v.Upstreams = append(v.Upstreams, adminapi.UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})
 	}
+	if g.repl != nil {
+		v.Replication = g.repl.view()
+	}
+	v.DaemonTerm = g.daemonTerm.Load()
 	httpjson.Write(w, http.StatusOK, v)
 }
 
@@ -253,6 +274,9 @@ func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
 // syncAdminChange makes an admin change durable before it is answered. A journal that cannot be
 // written leaves the change in effect (it is saved with the next state file) and is logged.
 func (g *Gateway) syncAdminChange(what string) {
+	if g.repl != nil {
+		g.repl.saveNow(what)
+	}
 	if g.journal == nil {
 		return
 	}
@@ -327,4 +351,55 @@ func jsonKind(goKind string) string {
 
 func badField(w http.ResponseWriter, param, msg string) {
 	httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, msg)
+}
+
+// DaemonTermHeader carries the acting basin daemon's term (its lease's epoch) on its admin
+// writes. A daemon deposed by a successor — paused, partitioned, not yet aware — still sends
+// its old term; the gateway refuses it, so two daemons never both steer the budget.
+const DaemonTermHeader = "Basin-Daemon-Term"
+
+// checkDaemonTerm admits an admin write whose Basin-Daemon-Term is at least the highest seen
+// (and raises it), refuses a lower one 409 stale_daemon_term, and lets a write without the
+// header through: an operator's change, or a daemon without a store.
+func (g *Gateway) checkDaemonTerm(w http.ResponseWriter, r *http.Request) bool {
+	v := r.Header.Get(DaemonTermHeader)
+	if v == "" {
+		return true
+	}
+	term, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", DaemonTermHeader,
+			fmt.Sprintf("header %s: want a decimal term, got %q", DaemonTermHeader, v))
+		return false
+	}
+	if cur := g.daemonTerm.Load(); term < cur {
+		g.log.Warn("refused an admin write from a deposed daemon", "path", r.URL.Path, "term", term, "current_term", cur)
+		httpjson.WriteError(w, http.StatusConflict, "invalid_request_error", reasonStaleTerm, DaemonTermHeader,
+			fmt.Sprintf("stale daemon term %d: this gateway has accepted term %d from a later daemon", term, cur))
+		return false
+	}
+	if g.raiseDaemonTerm(term) {
+		g.log.Info("a new daemon term", "term", term)
+		if g.repl != nil {
+			g.repl.saveNow("daemon term")
+		} else if g.journal != nil {
+			if err := g.saveState(); err != nil {
+				g.log.Error("saving the daemon term", "err", err)
+			}
+		}
+	}
+	return true
+}
+
+// raiseDaemonTerm keeps the highest term seen; it reports whether t raised it.
+func (g *Gateway) raiseDaemonTerm(t uint64) bool {
+	for {
+		cur := g.daemonTerm.Load()
+		if t <= cur {
+			return false
+		}
+		if g.daemonTerm.CompareAndSwap(cur, t) {
+			return true
+		}
+	}
 }

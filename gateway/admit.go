@@ -38,13 +38,32 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			return true
 		}
 		if g.isStopping() {
-			g.refuseShuttingDown(w, c.req.Shape)
+			g.refuseStopping(w, c)
 			return false
+		}
+		if g.repl != nil {
+			switch g.repl.admitRemote(w, r, c) {
+			case remoteAdmitted:
+				return true
+			case remoteAnswered:
+				return false
+			}
+			if why := g.repl.degradedReason(); why != "" && g.cfg.Replication.DegradedAdmission == DegradedRefuse {
+				g.refuse(w, refusal{api: c.req.Shape, status: http.StatusServiceUnavailable, reason: reasonDegraded,
+					typ: "server_error", retryAfter: g.repl.retryAfterLease(),
+					message: "this gateway replica cannot reach its admission leader (" + why + "); retry shortly"})
+				return false
+			}
 		}
 		peak := g.pred.PredictPeak(c.req.Task, c.req.TaskChars, int(min(c.req.Prompt, 1<<31-1)))
 		g.mu.Lock()
-		d := g.core.Arrive(now, admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.Prompt,
-			PredictedPeak: peak})
+		ar := admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.Prompt, PredictedPeak: peak}
+		if g.repl != nil {
+			// Replicated, a session's arrival is its call's arrival at the deployment, whichever
+			// replica holds the call and however often the leader changes while it waits.
+			ar.Arrival = c.arrival
+		}
+		d := g.core.Arrive(now, ar)
 		var wt *waiter
 		if d.Verdict == admission.Admitted && d.Reason != admission.ReasonLive {
 			g.admittedLocked(c.id, !c.anonymous)
@@ -103,6 +122,16 @@ func (g *Gateway) refuseShuttingDown(w http.ResponseWriter, api endpoint) {
 		message: "the gateway is shutting down; retry shortly"})
 }
 
+// refuseStopping answers a call the gateway will not admit because it is shutting down; a
+// follower's first call held here on the leader is sent to ask the next leader instead.
+func (g *Gateway) refuseStopping(w http.ResponseWriter, c *call) {
+	if c.forwarded && g.repl != nil {
+		g.repl.notLeader(w)
+		return
+	}
+	g.refuseShuttingDown(w, c.req.Shape)
+}
+
 // waitResult is how a queued call's wait ended.
 type waitResult int
 
@@ -139,7 +168,7 @@ func (g *Gateway) wait(w http.ResponseWriter, r *http.Request, c *call, wt *wait
 						"retry after the time in Retry-After: a retry with the same session id keeps its place in the queue",
 						time.Duration(g.cfg.MaxQueueWait))})
 			case reasonShuttingDown:
-				g.refuseShuttingDown(w, c.req.Shape)
+				g.refuseStopping(w, c)
 			default:
 				g.log.Debug("queued client went away", "session", c.id)
 			}
@@ -220,8 +249,15 @@ func (g *Gateway) leave(id string, wt *waiter) (msg waitMsg, got bool, retryAfte
 // so that it outlives a crash before the next state save. The caller syncs the journal before
 // forwarding the session's first call.
 func (g *Gateway) admittedLocked(id string, journal bool) {
-	si := &sessionInfo{upstream: g.pickUpstream()}
+	si := &sessionInfo{upstream: g.pickUpstream(id)}
 	g.addSessionLocked(id, si)
+	if g.repl != nil {
+		if _, leading := g.repl.isLeading(); !leading {
+			// Admitted here alone (degraded): the next leader reached takes it as live.
+			g.repl.admittedAlone(id)
+			g.repl.metrics.degradedAdmits.Inc()
+		}
+	}
 	if !journal || g.journal == nil {
 		return
 	}
@@ -272,6 +308,9 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 				w.ch <- waitMsg{ev: ev}
 			}
 		case admission.EventEnded:
+			if g.repl != nil {
+				g.repl.ended(ev.ID)
+			}
 			if g.fallback != nil {
 				g.fallback.Observe(ev.Peak)
 			}

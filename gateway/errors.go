@@ -16,6 +16,8 @@ const (
 	reasonTenantQuota     = "tenant_quota"
 	reasonShed            = "shed"
 	reasonShuttingDown    = "shutting_down"
+	reasonDegraded        = "degraded"
+	reasonStaleTerm       = "stale_daemon_term"
 	reasonNoSession       = "no_session_id"
 	reasonBodyTooLarge    = "body_too_large"
 	reasonBadRequest      = "invalid_request"
@@ -56,7 +58,7 @@ type refusal struct {
 // (502, 504: the upstream's trouble, not the gateway's decision).
 func (r refusal) retryable() string {
 	switch r.reason {
-	case reasonQueueTimeout, reasonTenantQuota, reasonShuttingDown:
+	case reasonQueueTimeout, reasonTenantQuota, reasonShuttingDown, reasonDegraded:
 		return "true"
 	case reasonShed, reasonNoSession, reasonBodyTooLarge, reasonBadRequest:
 		return "false"

@@ -64,20 +64,23 @@ type Gateway struct {
 	now             func() time.Time
 	shutdownTimeout time.Duration
 
-	core      *admission.Core
-	pred      predictor.Predictor
-	fallback  *predictor.Fallback // nil when a model is loaded
-	upstreams []*upstream
-	transport *http.Transport
-	token     []byte
-	gatherer  prometheus.Gatherer
-	metrics   *metrics
-	rec       *recorder // nil when not recording
-	journal   *journal  // nil without a state file
-	saveEvery time.Duration
-	readiness readiness
-	authLog   ratelog.Limiter // failed admin logins
-	errLog    ratelog.Limiter // journal errors on the call path
+	core core
+	repl *replica // nil without a store (replicated mode)
+	// daemonTerm is the highest Basin-Daemon-Term an admin write carried.
+	daemonTerm atomic.Uint64
+	pred       predictor.Predictor
+	fallback   *predictor.Fallback // nil when a model is loaded
+	upstreams  []*upstream
+	transport  *http.Transport
+	token      []byte
+	gatherer   prometheus.Gatherer
+	metrics    *metrics
+	rec        *recorder // nil when not recording
+	journal    *journal  // nil without a state file
+	saveEvery  time.Duration
+	readiness  readiness
+	authLog    ratelog.Limiter // failed admin logins
+	errLog     ratelog.Limiter // journal errors on the call path
 
 	affinity atomic.Bool
 	rr       atomic.Uint64 // round-robin position for new sessions
@@ -119,10 +122,6 @@ func New(o Options) (*Gateway, error) {
 		return nil, errors.New("gateway: options: Config is required")
 	}
 	cfg := *o.Config
-	if cfg.Store.Enabled() {
-		// Replicated mode's configuration is parsed and checked; the mode itself lands next.
-		return nil, errors.New("gateway: store: replicated mode is not available in this build")
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,11 +142,11 @@ func New(o Options) (*Gateway, error) {
 	g.mu.chains = map[string]chainLink{}
 	g.affinity.Store(cfg.Affinity.Enabled)
 
-	core, err := admission.New(cfg.admissionOptions())
+	ac, err := admission.New(cfg.admissionOptions())
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g.core = core
+	g.core = core{Core: ac}
 
 	if cfg.Predictor.Model != "" {
 		m, err := predictor.Load(cfg.Predictor.Model)
@@ -195,6 +194,12 @@ func New(o Options) (*Gateway, error) {
 	g.gatherer = gath
 	if g.metrics, err = newMetrics(g, reg); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if cfg.Store.Enabled() {
+		if g.repl, err = newReplica(g, o, reg); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.core.repl = g.repl
 	}
 
 	if err := g.restoreState(); err != nil {
@@ -272,6 +277,20 @@ func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler }
 func (g *Gateway) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return errors.New("gateway: run: already started")
+	}
+	if g.repl != nil {
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			g.repl.run(rctx)
+		}()
+		// After the shutdown below, so that calls finishing during it are still saved; then the
+		// lease is released for a successor.
+		defer func() {
+			cancel()
+			<-done
+		}()
 	}
 	expire := time.NewTicker(expireEvery)
 	defer expire.Stop()

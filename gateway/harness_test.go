@@ -84,6 +84,13 @@ func baseConfig(t testing.TB, upstreams []string, tweak func(*Config)) *Config {
 // start builds a gateway from cfg and runs it; now may be nil for the wall clock.
 func start(t testing.TB, cfg *Config, now func() time.Time) *harness {
 	t.Helper()
+	return startOn(t, cfg, now, httptest.NewUnstartedServer(nil))
+}
+
+// startOn is start with the admin listener given, not yet started: a replica's advertised
+// admin URL is known before the gateway is built.
+func startOn(t testing.TB, cfg *Config, now func() time.Time, admin *httptest.Server) *harness {
+	t.Helper()
 	h := &harness{t: t, cfg: cfg, reg: prometheus.NewRegistry(), log: &syncBuffer{}}
 	g, err := New(Options{Config: cfg, Now: now, Registerer: h.reg,
 		Logger:          slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -91,7 +98,9 @@ func start(t testing.TB, cfg *Config, now func() time.Time) *harness {
 	require.NoError(t, err)
 	h.g = g
 	h.ts = httptest.NewServer(g.Handler())
-	h.admin = httptest.NewServer(g.AdminHandler())
+	admin.Config.Handler = g.AdminHandler()
+	admin.Start()
+	h.admin = admin
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()

@@ -43,7 +43,7 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.refusals, m.queueWait, m.firstCallWait, m.peak, m.authFailures,
-		admission.NewCollector(g.core, g.now, g.affinity.Load)} {
+		leaderOnly{Collector: admission.NewCollector(g.core.Core, g.now, g.affinity.Load), g: g}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -54,4 +54,22 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 		m.refusals.WithLabelValues(l[0], l[1])
 	}
 	return m, nil
+}
+
+// leaderOnly exports the admission core's gauges and counters on a gateway alone and on the
+// admission leader only: a follower's core mirrors the sessions it serves, and the recording
+// rules that sum basin_gateway_* by deployment would count them twice.
+type leaderOnly struct {
+	prometheus.Collector
+	g *Gateway
+}
+
+// Collect implements prometheus.Collector.
+func (l leaderOnly) Collect(ch chan<- prometheus.Metric) {
+	if l.g.repl != nil {
+		if _, ok := l.g.repl.isLeading(); !ok {
+			return
+		}
+	}
+	l.Collector.Collect(ch)
 }

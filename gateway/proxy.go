@@ -47,6 +47,8 @@ type call struct {
 	chained   bool
 	first     bool // this call started the session (admitted it)
 	anonymous bool
+	// forwarded: a follower's first call, admitted here on the leader for it (replicated mode).
+	forwarded bool
 	// client is the client's request context: the upstream call's may end sooner
 	// (upstream_timeout).
 	client context.Context
@@ -157,6 +159,13 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 		if !g.admit(w, r, c) {
 			return
 		}
+		if c.first && g.repl != nil && !c.anonymous {
+			if epoch, ok := g.repl.isLeading(); ok {
+				if ls, live := g.core.LiveSession(c.id); live {
+					_ = g.repl.persistAdmit(r.Context(), epoch, ls) // on failure the session is reported to the next leader
+				}
+			}
+		}
 		if c.first && g.journal != nil {
 			// The admission is durable before the call leaves: a crash from here on cannot make
 			// the session's next call look new.
@@ -261,7 +270,8 @@ func serveProxy(p *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request
 // is: to the session's upstream when a session header names a known session, else round-robin.
 func (g *Gateway) servePassThrough(w http.ResponseWriter, r *http.Request) {
 	i := -1
-	if id := g.headerSessionID(r.Header); id != "" {
+	id := g.headerSessionID(r.Header)
+	if id != "" {
 		g.mu.Lock()
 		if si, ok := g.mu.sessions[id]; ok {
 			i = si.upstream
@@ -269,7 +279,7 @@ func (g *Gateway) servePassThrough(w http.ResponseWriter, r *http.Request) {
 		g.mu.Unlock()
 	}
 	if i < 0 {
-		i = g.pickUpstream()
+		i = g.pickUpstream(id)
 	}
 	if r.ContentLength > 0 && r.ContentLength <= g.cfg.MaxBodyBytes {
 		// Proxying the server's own request body races with the response: once the response
@@ -337,7 +347,7 @@ func (g *Gateway) serveEndSession(w http.ResponseWriter, r *http.Request) {
 	}
 	g.deliver(evs)
 	if upstream < 0 {
-		upstream = g.pickUpstream()
+		upstream = g.pickUpstream(id)
 	}
 	ans := EndAnswer{Ended: true, Upstream: g.endUpstream(r, id, upstream, body)}
 	g.log.Debug("session ended by request", "session", id, "upstream_status", ans.Upstream.Status,
@@ -395,10 +405,6 @@ func (g *Gateway) endUpstream(r *http.Request, id string, i int, body []byte) Up
 	return out
 }
 
-func (g *Gateway) pickUpstream() int {
-	return int((g.rr.Add(1) - 1) % uint64(len(g.upstreams)))
-}
-
 // sessionInfo is what the gateway keeps beside the core about a live session: where its calls
 // go and what its trace rows need.
 type sessionInfo struct {
@@ -424,7 +430,7 @@ func (g *Gateway) startCall(c *call) (si *sessionInfo, index int, gap time.Durat
 	defer g.mu.Unlock()
 	si, ok := g.mu.sessions[c.id]
 	if !ok {
-		si = &sessionInfo{upstream: g.pickUpstream()}
+		si = &sessionInfo{upstream: g.pickUpstream(c.id)}
 		if g.core.Live(c.id) { // else it ended meanwhile (admin end): keep nothing for it
 			g.addSessionLocked(c.id, si)
 		}

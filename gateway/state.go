@@ -26,6 +26,8 @@ type stateFile struct {
 	Admission admission.State   `json:"admission"`
 	Affinity  *bool             `json:"affinity_enabled,omitempty"`
 	Upstreams map[string]string `json:"upstreams,omitempty"` // session id → upstream URL
+	// DaemonTerm is the highest Basin-Daemon-Term accepted (checkDaemonTerm).
+	DaemonTerm uint64 `json:"daemon_term,omitempty"`
 }
 
 // saveState writes the state file, if one is configured: to a temporary file in the same
@@ -44,7 +46,7 @@ func (g *Gateway) saveState() error {
 	g.mu.Lock()
 	aff := g.affinity.Load()
 	st := stateFile{Version: stateVersion, SavedAt: now, Admission: g.core.Export(now), Affinity: &aff,
-		Upstreams: map[string]string{}}
+		Upstreams: map[string]string{}, DaemonTerm: g.daemonTerm.Load()}
 	for _, ls := range st.Admission.Live {
 		if si, ok := g.mu.sessions[ls.ID]; ok {
 			st.Upstreams[ls.ID] = g.upstreams[si.upstream].url.String()
@@ -151,6 +153,7 @@ func (g *Gateway) applyState(st stateFile) error {
 	if st.Affinity != nil {
 		g.affinity.Store(*st.Affinity)
 	}
+	g.raiseDaemonTerm(st.DaemonTerm)
 	index := map[string]int{}
 	for i, u := range g.upstreams {
 		index[u.url.String()] = i
@@ -161,7 +164,7 @@ func (g *Gateway) applyState(st stateFile) error {
 		i, ok := index[st.Upstreams[ls.ID]]
 		if !ok {
 			// Its upstream is gone from the config: the next call picks one.
-			i = g.pickUpstream()
+			i = g.pickUpstream(ls.ID)
 		}
 		g.addSessionLocked(ls.ID, &sessionInfo{upstream: i, journaled: true})
 	}

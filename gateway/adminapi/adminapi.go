@@ -18,6 +18,33 @@ type StateView struct {
 	Now       time.Time      `json:"now"`
 	Affinity  AffinityView   `json:"affinity"`
 	Upstreams []UpstreamView `json:"upstreams"`
+	// Replication is the answering replica's view of replicated mode; absent on a gateway
+	// without a store. Followers forward /admin/state to the leader, so it is the leader's.
+	Replication *ReplicationView `json:"replication,omitempty"`
+	// DaemonTerm is the highest Basin-Daemon-Term an admin write carried (0: none yet); a write
+	// with a lower one is refused 409 stale_daemon_term.
+	DaemonTerm uint64 `json:"daemon_term,omitempty"`
+}
+
+// ReplicationView is one replica's state in replicated mode: GET /admin/replication on any
+// replica (never forwarded), and within GET /admin/state (the leader's).
+type ReplicationView struct {
+	ReplicaID string `json:"replica_id"`
+	// Leading: this replica is the admission leader, in Epoch.
+	Leading bool   `json:"leading"`
+	Epoch   uint64 `json:"epoch,omitempty"`
+	// Leader and LeaderEpoch are the leader as this replica knows it ("" / 0: none known).
+	Leader      string `json:"leader"`
+	LeaderEpoch uint64 `json:"leader_epoch"`
+	// Degraded: this replica cannot reach the leader or the store, and why; live sessions'
+	// calls pass, new sessions follow DegradedAdmission (local_slice or refuse).
+	Degraded          bool   `json:"degraded"`
+	DegradedReason    string `json:"degraded_reason,omitempty"`
+	DegradedAdmission string `json:"degraded_admission"`
+	// ReplicasSeen counts the replicas with a recent heartbeat in the store.
+	ReplicasSeen int `json:"replicas_seen"`
+	// PendingReports counts call events waiting to be sent to the leader.
+	PendingReports int `json:"pending_reports"`
 }
 
 // AffinityView is the sticky decode routing switch.

@@ -171,6 +171,10 @@ type Request struct {
 	FirstPrompt int64
 	// PredictedPeak is the predictor's estimate of the session's peak context.
 	PredictedPeak int64
+	// Arrival, when set and earlier than now, is when the session's call reached the
+	// deployment: a gateway replica holding a queued call while the admission leader changed
+	// asks the new leader with it, so the session keeps its place in time. Zero: now.
+	Arrival time.Time
 }
 
 // Verdict is the answer to an arriving session.
@@ -372,8 +376,11 @@ func (c *Core) Arrive(now time.Time, r Request) Decision {
 		return Decision{Verdict: OverQuota, Reason: "tenant_quota", RetryAfter: c.estimateLocked(now, 0)}
 	}
 	arrival, predicted := now, max(r.PredictedPeak, r.FirstPrompt)
+	if !r.Arrival.IsZero() && r.Arrival.Before(now) {
+		arrival = r.Arrival
+	}
 	if m, ok := c.mu.retry[r.ID]; ok {
-		if now.Before(m.until) {
+		if now.Before(m.until) && !arrival.Before(m.arrival) {
 			// A retry keeps its place: the same arrival and, when known, the same prediction, so
 			// its priority is exactly what it was.
 			arrival = m.arrival

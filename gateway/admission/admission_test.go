@@ -600,3 +600,19 @@ func TestMerge(t *testing.T) {
 	_, err = leader.Merge(at(8), State{Live: []LiveSession{{ID: "x", Context: -1}}})
 	assert.ErrorContains(t, err, "live[0] (x)")
 }
+
+func TestArrivalGivenByTheCaller(t *testing.T) {
+	c := core(t, Options{Budget: 100})
+	c.Arrive(at(0), req("a", 100, 0))
+	r := req("held", 10, 0)
+	r.Arrival = at(5)
+	d := c.Arrive(at(9), r)
+	assert.Equal(t, Queued, d.Verdict)
+	assert.Equal(t, at(5), d.Arrival, "a call held across a change of leader keeps its place in time")
+	c.Cancel(at(10), "held")
+	r.Arrival = at(8)
+	assert.Equal(t, at(5), c.Arrive(at(11), r).Arrival, "the retry memory's earlier arrival wins")
+	r2 := req("future", 10, 0)
+	r2.Arrival = at(50)
+	assert.Equal(t, at(12), c.Arrive(at(12), r2).Arrival, "never later than now")
+}

@@ -3,10 +3,6 @@ package sessionstore
 import (
 	"context"
 	"encoding/json"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -20,54 +16,18 @@ import (
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/lease"
+	"github.com/basin-dev/basin/internal/redistest"
 )
 
-// startRedis starts a real redis-server (the Debian package) on its own port and directory,
-// with an append-only file fsynced as fsync says, and returns a client of it. It skips when the
-// server is not installed, except under CI (CI set), where a missing server is a failure. (The
-// same helper as internal/lease's tests, trimmed: no restart.)
+// startRedis starts a real redis-server (internal/redistest) with an append-only file fsynced
+// as fsync says, and returns a client of it sized for the benchmarks' parallel callers.
 func startRedis(tb testing.TB, fsync string) *redis.Client {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("redis-server not on PATH under CI: .ci/run must install the Debian package redis-server")
-		}
-		tb.Skip("redis-server not on PATH: install the Debian package redis-server to run the store integration tests")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := l.Addr().String()
-	require.NoError(tb, l.Close())
-	_, port, err := net.SplitHostPort(addr)
-	require.NoError(tb, err)
-	dir := tb.TempDir()
-	log, err := os.Create(filepath.Join(dir, "redis.log"))
-	require.NoError(tb, err)
-	defer func() { _ = log.Close() }()
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--dir", dir,
-		"--appendonly", "yes", "--appendfsync", fsync, "--save", "", "--daemonize", "no")
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(tb, cmd.Start())
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond,
+	srv := redistest.Start(tb, fsync)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, PoolSize: 64})
 	tb.Cleanup(func() { _ = c.Close() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return c
-		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			tb.Fatalf("redis-server on %s not ready in 5 s: %v\n%s", addr, err, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return c
 }
 
 // realLeader is a campaign that has taken the gateway lease on client, and a Store on it.

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/internal/store"
 )
 
 // runGateway serves basin's session-admission gateway until interrupted.
@@ -29,6 +30,9 @@ func runGateway(ctx context.Context, env Env, args []string) error {
 	cfg, err := gateway.LoadConfig(*cfgPath)
 	if err != nil {
 		return err
+	}
+	if cfg.Store.Enabled() {
+		store.RouteClientLogs(logger)
 	}
 	return gateway.Run(ctx, gateway.Options{Config: cfg, Logger: logger, Registerer: reg, Getenv: env.Getenv})
 }

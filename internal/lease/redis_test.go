@@ -2,99 +2,15 @@ package lease
 
 import (
 	"context"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/internal/redistest"
 )
-
-// redisServer is a real redis-server (the Debian package) on its own port and directory, with
-// an append-only file.
-type redisServer struct {
-	tb    testing.TB
-	bin   string
-	dir   string
-	addr  string
-	fsync string // appendfsync: always, everysec
-	cmd   *exec.Cmd
-}
-
-// startRedis starts redis-server with appendfsync set to fsync, skipping the test when it is not installed, except under CI
-// (CI set), where .ci/run installs it and a missing server is a failure.
-func startRedis(tb testing.TB, fsync string) *redisServer {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("redis-server not on PATH under CI: .ci/run must install the Debian package redis-server")
-		}
-		tb.Skip("redis-server not on PATH: install the Debian package redis-server to run the store integration tests")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := l.Addr().String()
-	require.NoError(tb, l.Close())
-	s := &redisServer{tb: tb, bin: bin, dir: tb.TempDir(), addr: addr, fsync: fsync}
-	s.start()
-	tb.Cleanup(s.kill)
-	return s
-}
-
-func (s *redisServer) start() {
-	s.tb.Helper()
-	_, port, err := net.SplitHostPort(s.addr)
-	require.NoError(s.tb, err)
-	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	require.NoError(s.tb, err)
-	defer func() { _ = log.Close() }()
-	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", s.fsync, "--save", "", "--daemonize", "no")
-	s.cmd.Stdout, s.cmd.Stderr = log, log
-	require.NoError(s.tb, s.cmd.Start())
-
-	probe := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer func() { _ = probe.Close() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := probe.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.tb.Fatalf("redis-server on %s not ready in 5 s: %v\n%s", s.addr, err, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill SIGKILLs the server: no shutdown, no final fsync.
-func (s *redisServer) kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
-
-func (s *redisServer) client(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{
-		Addr: s.addr, ContextTimeoutEnabled: true,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
-	})
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // waitFor polls cond every 20 ms until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
@@ -113,8 +29,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // epoch, its writes are refused and it reports the step-down when it resumes; a SIGKILLed
 // server restarted from its append-only file keeps the epoch and the campaign goes on.
 func TestRealRedisTakeoverFencingAndRestart(t *testing.T) {
-	srv := startRedis(t, "always") // the epoch must survive a SIGKILL
-	client := srv.client(t)
+	srv := redistest.Start(t, "always") // the epoch must survive a SIGKILL
+	client := srv.Client(t)
 	ctx := t.Context()
 	const ttl = 1500 * time.Millisecond
 	opts := func(owner string, rec *recorder) Options {
@@ -175,8 +91,8 @@ func TestRealRedisTakeoverFencingAndRestart(t *testing.T) {
 	assert.Equal(t, "b", by)
 
 	// SIGKILL the store and restart it from its append-only file in the same directory.
-	srv.kill()
-	srv.start()
+	srv.Kill()
+	srv.Restart()
 	stored, err := client.Get(ctx, testPrefix+":epoch").Uint64()
 	require.NoError(t, err, "the epoch survives the restart")
 	assert.GreaterOrEqual(t, stored, eb, "the epoch did not go backwards")
@@ -214,8 +130,8 @@ func BenchmarkRealRedis(b *testing.B) {
 }
 
 func benchmarkRedis(b *testing.B, fsync string) {
-	srv := startRedis(b, fsync)
-	client := srv.client(b)
+	srv := redistest.Start(b, fsync)
+	client := srv.Client(b)
 	ctx := context.Background()
 	c, err := New(client, Options{Prefix: testPrefix, Owner: "bench", TTL: time.Minute})
 	require.NoError(b, err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 	"unicode"
@@ -49,10 +50,11 @@ type Config struct {
 	// LeaseTTL is the leader lease's time to live: a crashed leader is replaced within it. The
 	// gateway's default is 5s, the daemon's 15s (the defaults of their own configs).
 	LeaseTTL yamlconf.Duration `yaml:"lease_ttl"`
-	// DialTimeout bounds connecting (DefaultDialTimeout); OpTimeout bounds one command
-	// (DefaultOpTimeout).
+	// DialTimeout bounds connecting (DefaultDialTimeout).
 	DialTimeout yamlconf.Duration `yaml:"dial_timeout"`
-	OpTimeout   yamlconf.Duration `yaml:"op_timeout"`
+	// OpTimeout bounds one command (DefaultOpTimeout): past it the store counts as unreachable
+	// for that command, and a gateway replica waiting on it is degraded.
+	OpTimeout yamlconf.Duration `yaml:"op_timeout"`
 }
 
 // Enabled says whether a store is configured.
@@ -169,3 +171,17 @@ func OpenLazy(c Config, getenv func(string) string) (*redis.Client, error) {
 
 // ErrNoStore is returned by callers that need a store when none is configured.
 var ErrNoStore = errors.New("store: not configured (store.url is empty)")
+
+// RouteClientLogs sends go-redis's own log lines (a dial failing while the server is down, a
+// connection pool error) to logger at Warn, instead of standard error in the library's format.
+// go-redis keeps one logger for the whole process (redis.SetLogger), so main calls this once;
+// the library offers no per-client logger.
+func RouteClientLogs(logger *slog.Logger) {
+	redis.SetLogger(clientLog{logger})
+}
+
+type clientLog struct{ l *slog.Logger }
+
+func (c clientLog) Printf(ctx context.Context, format string, v ...any) {
+	c.l.WarnContext(ctx, "store client: "+fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,46 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// core is the admission core as the gateway drives it. Alone, and on the admission leader, it is
+// the core itself. On a follower in replicated mode, the calls of the sessions it serves are
+// also reported to the leader: Begin, Finish and End here queue a report, so every call path of
+// the gateway keeps the leader's working set without knowing about replicas. Code that must not
+// report (applying the leader's own answers) calls the embedded Core.
+type core struct {
+	*admission.Core
+	repl *replica // nil without a store
+}
+
+// Begin begins a call of a live session.
+func (c core) Begin(now time.Time, id string, promptEstimate int64) bool {
+	if !c.Core.Begin(now, id, promptEstimate) {
+		return false
+	}
+	if c.repl != nil {
+		c.repl.report(repBegin, id, promptEstimate)
+	}
+	return true
+}
+
+// Finish finishes a call of a live session.
+func (c core) Finish(now time.Time, id string, contextTokens int64) []admission.Event {
+	evs := c.Core.Finish(now, id, contextTokens)
+	if c.repl != nil {
+		c.repl.report(repFinish, id, contextTokens)
+	}
+	return evs
+}
+
+// End ends a live session.
+func (c core) End(now time.Time, id string) []admission.Event {
+	evs := c.Core.End(now, id)
+	if c.repl != nil && len(evs) > 0 {
+		c.repl.report(repEnd, id, 0)
+	}
+	return evs
+}

@@ -1,0 +1,590 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/sessionstore"
+	"github.com/basin-dev/basin/internal/lease"
+	"github.com/basin-dev/basin/internal/store"
+)
+
+// Replicated mode (docs/scaling.md). Several gateway replicas share one budget: one of them,
+// elected through a lease in Redis or Valkey, is the admission leader and runs the admission
+// core as a single gateway does; the others follow.
+//
+// Every replica keeps a local admission core. On the leader it is the deployment's table. On a
+// follower it is a mirror of the sessions this replica has served: a call of a session live in it
+// passes at once (its begin and finish are sent to the leader in a batch every report_interval);
+// a session's first call on this replica asks the leader (one RPC, which the leader holds while
+// the session is queued) and the session then enters the mirror. When the leader or the store
+// cannot be reached the follower is degraded: live calls still pass, and new sessions are
+// admitted by the mirror itself against a slice of the budget the leader had free at the last
+// contact, divided by the replicas seen (or refused, with degraded_admission: refuse). The
+// sessions it admitted alone are reported to the next leader it reaches, which takes them as
+// live (admission.Core.Merge): an admitted session is never cut.
+//
+// A new leader loads the table its predecessor persisted (every admission before its first call
+// is forwarded, the rest every second, each write fenced by the lease's epoch so a deposed
+// leader's late write is refused), merges its own mirror, and announces its admin URL in the
+// store.
+
+// Timings of replicated mode that are not configuration.
+const (
+	// replicaTick is how often a replica heartbeats, looks up the leader and, leading, saves the
+	// table.
+	replicaTick = time.Second
+	// replicaSeenWithin is how recent a heartbeat must be for a replica to count in the degraded
+	// slice's divisor.
+	replicaSeenWithin = 10 * time.Second
+	// maxPendingOps bounds the begin/finish reports waiting for the leader; past it the oldest
+	// are dropped and the sessions resynced whole at the next contact.
+	maxPendingOps = 100_000
+)
+
+// Headers of replicated mode's admin traffic.
+const (
+	// ForwardedByHeader marks an admin request a follower forwarded to the leader, so that a
+	// replica that is not (or no longer) the leader answers instead of forwarding it again.
+	ForwardedByHeader = "Basin-Forwarded-By"
+	// ReplicaHeader names the replica that answered an admin request.
+	ReplicaHeader = "Basin-Replica"
+)
+
+// sessionTable is the store the leader persists the admission table in (sessionstore.Store).
+type sessionTable interface {
+	Load(ctx context.Context) (admission.State, sessionstore.Meta, error)
+	Save(ctx context.Context, epoch uint64, st admission.State, m sessionstore.Meta) error
+	Admit(ctx context.Context, epoch uint64, ls admission.LiveSession) error
+	End(ctx context.Context, epoch uint64, ids ...string) error
+	SetLeader(ctx context.Context, epoch uint64, li sessionstore.LeaderInfo) error
+	Leader(ctx context.Context) (sessionstore.LeaderInfo, error)
+	Heartbeat(ctx context.Context, replicaID string, now time.Time) error
+	Replicas(ctx context.Context, since time.Time) ([]string, error)
+}
+
+// campaign is the admission leader's lease (lease.Campaign).
+type campaign interface {
+	Run(ctx context.Context) error
+	Leader() (epoch uint64, ok bool)
+	Release(ctx context.Context) error
+}
+
+// leaderView is what a follower knows of the leader's budget from its last answer: what the
+// degraded slice is cut from.
+type leaderView struct {
+	CountOnly       bool  `json:"count_only"`
+	Budget          int64 `json:"budget_tokens"`
+	ReferenceBudget int64 `json:"reference_budget_tokens"`
+	Reserved        int64 `json:"reserved_tokens"`
+	Replicas        int   `json:"replicas"`
+}
+
+// replica is this gateway's part in replicated mode; nil on a gateway without a store.
+type replica struct {
+	g         *Gateway
+	id        string
+	advertise string
+	cfg       ReplicationConfig
+	opTimeout time.Duration
+	log       *slog.Logger
+	table     sessionTable
+	lease     campaign
+	closeFn   func() error
+	http      *http.Client
+	changes   chan lease.Change
+	metrics   replicaMetrics
+	// flush asks the report loop to send now: a session's end is not left waiting for the
+	// next tick, so a replica that dies right after leaves no ended session live at the leader.
+	flush chan struct{}
+	// cfgAdmission is the configured budget, for a leader that finds none in the store.
+	cfgAdmission admission.Options
+
+	// leading is the epoch this replica leads in, set once the table is loaded and merged; 0
+	// while following. Leading also needs the lease still valid (lease.Leader), which a paused
+	// process loses at its deadline without having run a line.
+	leading atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		leader sessionstore.LeaderInfo
+		// leaderGone is closed when the leader changes: first calls held by the old one retry.
+		leaderGone chan struct{}
+		degraded   string // why; "" when the leader answers
+		// synced is the leader epoch the unacknowledged sessions were last reported to.
+		synced uint64
+		ops    []reportOp
+		// alone are the sessions admitted here that no leader knows of (admittedAlone).
+		alone map[string]struct{}
+		// endedSinceSave are the sessions that ended here while leading since the last save
+		// began: if this replica stops leading before a save covers them, it reports their
+		// ends to the next leader, which may have loaded them live.
+		endedSinceSave []string
+		view           leaderView
+		seen           int // replicas with a recent heartbeat
+	}
+}
+
+type replicaMetrics struct {
+	leader, degraded prometheus.Gauge
+	rpc              *prometheus.HistogramVec
+	rpcErrors        *prometheus.CounterVec
+	degradedAdmits   prometheus.Counter
+	changes          prometheus.Counter
+}
+
+func newReplicaMetrics(reg prometheus.Registerer) (replicaMetrics, error) {
+	m := replicaMetrics{
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "basin_gateway_replication_leader",
+			Help: "1 on the replica that is the admission leader (it alone exports the deployment's admission gauges)."}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "basin_gateway_replication_degraded",
+			Help: "1 while this replica cannot reach the admission leader or the store: live calls pass, new sessions use the local slice (or are refused)."}),
+		rpc: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "basin_gateway_replication_rpc_seconds",
+			Help:    "Round trips to the admission leader: a first call's admission (queueing included) and the batched reports.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)}, []string{"op"}),
+		rpcErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_gateway_replication_rpc_errors_total",
+			Help: "Round trips to the admission leader that failed (unreachable, not the leader, or an error answer)."}, []string{"op"}),
+		degradedAdmits: prometheus.NewCounter(prometheus.CounterOpts{Name: "basin_gateway_replication_degraded_admissions_total",
+			Help: "Sessions this replica admitted against its local slice while degraded."}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "basin_gateway_replication_leader_changes_total",
+			Help: "Times this replica became or stopped being the admission leader."}),
+	}
+	for _, c := range []prometheus.Collector{m.leader, m.degraded, m.rpc, m.rpcErrors, m.degradedAdmits, m.changes} {
+		if err := reg.Register(c); err != nil {
+			return m, err
+		}
+	}
+	for _, op := range []string{"arrive", "report"} {
+		m.rpcErrors.WithLabelValues(op)
+	}
+	return m, nil
+}
+
+// newReplica connects replicated mode: the store client (lazily, so a replica starts and serves
+// degraded while the store is down), the session table and the lease.
+func newReplica(g *Gateway, o Options, reg prometheus.Registerer) (*replica, error) {
+	cfg := g.cfg.Replication
+	client, err := store.OpenLazy(g.cfg.Store, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	r := &replica{g: g, id: cfg.ReplicaID, advertise: cfg.AdvertiseURL, cfg: cfg,
+		opTimeout: time.Duration(g.cfg.Store.OpTimeout), log: g.log.With("replica", cfg.ReplicaID),
+		closeFn: client.Close, changes: make(chan lease.Change, 16), flush: make(chan struct{}, 1),
+		http: &http.Client{Transport: newTransport()}, cfgAdmission: g.cfg.admissionOptions()}
+	r.mu.leaderGone = make(chan struct{})
+	r.mu.alone = map[string]struct{}{}
+	prefix := g.cfg.Store.Prefix + ":gateway"
+	camp, err := lease.New(client, lease.Options{Prefix: prefix, Owner: cfg.ReplicaID + "/" + strconv.Itoa(os.Getpid()),
+		TTL: time.Duration(g.cfg.Store.LeaseTTL), Logger: g.log, Registerer: reg, Now: o.Now,
+		OnChange: func(ch lease.Change) { r.changes <- ch }})
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	tbl, err := sessionstore.New(client, camp, sessionstore.Options{Prefix: prefix, Logger: g.log, Registerer: reg, Now: o.Now})
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	r.table, r.lease = tbl, camp
+	if r.metrics, err = newReplicaMetrics(reg); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return r, nil
+}
+
+// isLeading reports the epoch this replica leads in, if it does.
+func (r *replica) isLeading() (uint64, bool) {
+	e := r.leading.Load()
+	if e == 0 {
+		return 0, false
+	}
+	le, ok := r.lease.Leader()
+	return e, ok && le == e
+}
+
+// run campaigns, follows the leadership and does the periodic work until ctx is done; then it
+// releases the lease so a successor takes over at once.
+func (r *replica) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := r.lease.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			r.log.Error("admission lease", "err", err)
+		}
+	})
+	wg.Go(func() { r.reportLoop(ctx) })
+	tick := time.NewTicker(replicaTick)
+	defer tick.Stop()
+	r.tick(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			epoch, leading := r.isLeading()
+			if leading {
+				// A last save, so a successor starts from the calls that finished during the
+				// shutdown.
+				sctx, cancel := context.WithTimeout(context.Background(), 10*r.opTimeout)
+				if err := r.save(sctx, epoch); err != nil {
+					r.log.Error("saving the session table at shutdown", "err", err)
+				}
+				cancel()
+			}
+			r.stepDown("shutting down")
+			wg.Wait()
+			if leading {
+				rctx, cancel := context.WithTimeout(context.Background(), r.opTimeout)
+				if err := r.lease.Release(rctx); err != nil {
+					r.log.Warn("releasing the admission lease; a successor waits for its TTL", "err", err)
+				}
+				cancel()
+			}
+			_ = r.closeFn()
+			return
+		case ch := <-r.changes:
+			r.metrics.changes.Inc()
+			if ch.Leader {
+				r.lead(ctx, ch.Epoch)
+			} else {
+				r.stepDown(ch.Reason)
+			}
+		case <-tick.C:
+			r.tick(ctx)
+		}
+	}
+}
+
+// lead takes over as admission leader in epoch: load the persisted table, merge it into the
+// local core (whose sessions, served here, stay live), persist the result and announce this
+// replica's admin URL. Only then does it admit.
+func (r *replica) lead(ctx context.Context, epoch uint64) {
+	start := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, 10*r.opTimeout)
+	defer cancel()
+	st, meta, err := r.table.Load(lctx)
+	if err != nil {
+		r.log.Error("loading the session table; giving the lease up", "epoch", epoch, "err", err)
+		_ = r.lease.Release(lctx)
+		return
+	}
+	g := r.g
+	now := g.now()
+	if st.Budget == 0 && !st.CountOnly {
+		// No budget in the store (a first leader, or a store that lost its data): the budget
+		// the last leader had, else the configured one — never the degraded slice this
+		// replica's own core may hold.
+		st.CountOnly, st.Budget, st.ReferenceBudget = r.cfgAdmission.CountOnly, r.cfgAdmission.Budget, r.cfgAdmission.ReferenceBudget
+		r.mu.Lock()
+		if v := r.mu.view; v.Budget > 0 || v.CountOnly {
+			st.CountOnly, st.Budget, st.ReferenceBudget = v.CountOnly, v.Budget, v.ReferenceBudget
+		}
+		r.mu.Unlock()
+		if st.ReferenceBudget == 0 {
+			st.ReferenceBudget = st.Budget
+		}
+	}
+	// The local core mirrors the sessions this replica served, and learns of the ends of only
+	// those that ended here. The table is the truth (every admission is persisted before its
+	// first call goes): of the local sessions it lacks, keep only those admitted here alone;
+	// the rest ended elsewhere.
+	inTable := make(map[string]bool, len(st.Live))
+	for _, ls := range st.Live {
+		inTable[ls.ID] = true
+	}
+	r.mu.Lock()
+	alone := maps.Clone(r.mu.alone)
+	r.mu.Unlock()
+	var evs []admission.Event
+	dropped := 0
+	for _, ls := range g.core.Export(now).Live {
+		if _, mine := alone[ls.ID]; !inTable[ls.ID] && !mine {
+			evs = append(evs, g.core.Core.End(now, ls.ID)...)
+			dropped++
+		}
+	}
+	merged, err := g.core.Merge(now, st)
+	evs = append(evs, merged...)
+	if err != nil {
+		r.log.Error("merging the session table; giving the lease up", "epoch", epoch, "err", err)
+		_ = r.lease.Release(lctx)
+		return
+	}
+	g.raiseDaemonTerm(meta.DaemonTerm)
+	if meta.Affinity != nil {
+		g.affinity.Store(*meta.Affinity)
+	}
+	if err := r.table.Save(lctx, epoch, g.core.Export(now), r.meta()); err != nil {
+		r.log.Error("saving the merged session table; giving the lease up", "epoch", epoch, "err", err)
+		_ = r.lease.Release(lctx)
+		return
+	}
+	if err := r.table.SetLeader(lctx, epoch, sessionstore.LeaderInfo{ReplicaID: r.id, Epoch: epoch, AdminURL: r.advertise}); err != nil {
+		r.log.Error("announcing the leader; giving the lease up", "epoch", epoch, "err", err)
+		_ = r.lease.Release(lctx)
+		return
+	}
+	// What this replica had not yet reported to the old leader applies here: a session that
+	// ended on this replica while the old leader was unreachable would otherwise be live in
+	// the table it loaded.
+	r.mu.Lock()
+	ops := r.mu.ops
+	r.mu.ops, r.mu.alone, r.mu.synced = nil, map[string]struct{}{}, epoch
+	r.mu.Unlock()
+	for _, op := range ops {
+		switch op.Op {
+		case repFinish:
+			evs = append(evs, g.core.Core.Finish(now, op.ID, op.Tokens)...)
+		case repEnd:
+			evs = append(evs, g.core.Core.End(now, op.ID)...)
+		}
+	}
+	r.leading.Store(epoch)
+	r.metrics.leader.Set(1)
+	r.setDegraded("")
+	g.deliver(evs)
+	snap := g.core.Snapshot(now, false)
+	r.log.Info("admission leader", "epoch", epoch, "live_sessions", snap.Live, "working_set_tokens", snap.WorkingSet,
+		"budget_tokens", snap.Budget, "loaded_sessions", len(st.Live), "dropped_ended_elsewhere", dropped, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// stepDown stops leading: queued first calls held here — this replica's own and the followers'
+// — are sent back to ask the new leader, which knows their arrival from the persisted table.
+func (r *replica) stepDown(why string) {
+	if r.leading.Swap(0) == 0 {
+		return
+	}
+	r.metrics.leader.Set(0)
+	r.log.Warn("no longer the admission leader", "reason", why)
+	r.viewOwn() // the slice, should it be degraded next, is cut from this table, not an old answer
+	r.mu.Lock()
+	ends := make([]reportOp, 0, len(r.mu.endedSinceSave))
+	for _, id := range r.mu.endedSinceSave {
+		ends = append(ends, reportOp{Op: repEnd, ID: id})
+	}
+	r.mu.ops = append(ends, r.mu.ops...)
+	r.mu.endedSinceSave = nil
+	r.mu.synced = 0
+	r.mu.Unlock()
+	r.requeueElsewhere()
+}
+
+// requeueElsewhere takes every queued session out of the local core and wakes its waiting calls
+// to ask again (as a call of a session that went live meanwhile would): on a replica that stopped
+// leading, or a degraded one that reached a leader again.
+func (r *replica) requeueElsewhere() {
+	g := r.g
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, q := range g.core.Snapshot(now, true).Queue {
+		ws := g.mu.waiters[q.ID]
+		delete(g.mu.waiters, q.ID)
+		g.core.Cancel(now, q.ID) // its events would admit others locally: not ours to admit now
+		for _, w := range ws {
+			w.ch <- waitMsg{ev: admission.Event{Kind: admission.EventAdmitted, ID: q.ID, At: now}}
+		}
+	}
+}
+
+// tick heartbeats, saves the table when leading and looks the leader up when following.
+func (r *replica) tick(ctx context.Context) {
+	g := r.g
+	now := g.now()
+	tctx, cancel := context.WithTimeout(ctx, r.opTimeout)
+	defer cancel()
+	storeErr := r.table.Heartbeat(tctx, r.id, now)
+	if storeErr == nil {
+		if ids, err := r.table.Replicas(tctx, now.Add(-replicaSeenWithin)); err == nil {
+			r.mu.Lock()
+			r.mu.seen = max(1, len(ids))
+			r.mu.Unlock()
+		}
+	}
+	if epoch, ok := r.isLeading(); ok {
+		r.viewOwn()
+		sctx, scancel := context.WithTimeout(ctx, 10*r.opTimeout)
+		err := r.save(sctx, epoch)
+		scancel()
+		if errors.Is(err, lease.ErrFenced) {
+			r.stepDown("a later leader holds the table")
+		} else if err != nil {
+			r.log.Error("saving the session table", "err", err)
+		}
+		return
+	}
+	if storeErr != nil {
+		r.setDegraded("store unreachable: " + storeErr.Error())
+	}
+	li, err := r.table.Leader(tctx)
+	switch {
+	case errors.Is(err, sessionstore.ErrNoLeader):
+		r.setDegraded("no admission leader")
+	case err != nil:
+		r.setDegraded("store unreachable: " + err.Error())
+	default:
+		r.setLeader(li)
+	}
+}
+
+// meta is what the table keeps beside the sessions.
+func (r *replica) meta() sessionstore.Meta {
+	g := r.g
+	aff := g.affinity.Load()
+	snap := g.core.Snapshot(g.now(), false)
+	return sessionstore.Meta{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
+		DaemonTerm: g.daemonTerm.Load(), Affinity: &aff}
+}
+
+// setLeader records the leader read from the store; a change sends first calls held by the old
+// one to the new one.
+func (r *replica) setLeader(li sessionstore.LeaderInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if li == r.mu.leader {
+		return
+	}
+	if r.mu.leader.Epoch != 0 {
+		r.log.Info("admission leader changed", "leader", li.ReplicaID, "epoch", li.Epoch)
+	}
+	r.mu.leader = li
+	close(r.mu.leaderGone)
+	r.mu.leaderGone = make(chan struct{})
+}
+
+// currentLeader is the leader to ask, if one is known and is not this replica.
+func (r *replica) currentLeader() (sessionstore.LeaderInfo, <-chan struct{}, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	li := r.mu.leader
+	return li, r.mu.leaderGone, li.Epoch != 0 && li.AdminURL != "" && li.ReplicaID != r.id
+}
+
+// setDegraded enters (why non-empty) or leaves degraded mode. Entering it cuts the local slice;
+// leaving it sends the sessions admitted alone to the leader (at the next report) and the
+// sessions still queued here to ask it.
+func (r *replica) setDegraded(why string) {
+	if _, leading := r.isLeading(); leading && why != "" {
+		return // a follower's call that failed just before this replica took over
+	}
+	r.mu.Lock()
+	was := r.mu.degraded
+	r.mu.degraded = why
+	view, seen := r.mu.view, r.mu.seen
+	r.mu.Unlock()
+	switch {
+	case why != "" && was == "":
+		r.metrics.degraded.Set(1)
+		r.log.Warn("degraded: live sessions pass, new sessions "+r.degradedPolicy(), "reason", why)
+		r.cutSlice(view, seen)
+	case why == "" && was != "":
+		r.metrics.degraded.Set(0)
+		r.log.Info("leader reachable again: no longer degraded")
+		r.requeueElsewhere()
+	}
+}
+
+func (r *replica) degradedPolicy() string {
+	if r.cfg.DegradedAdmission == DegradedRefuse {
+		return "refused"
+	}
+	return "admitted against the local slice"
+}
+
+// degradedReason is why this replica is degraded, "" when it is not.
+func (r *replica) degradedReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.degraded
+}
+
+// cutSlice sets the local core's budget for degraded admission: the sessions it already serves,
+// plus its share of what the leader had free at the last contact. All replicas degraded at once
+// admit at most the free budget between them, so the budget holds through a store outage; a
+// replica that never heard from a leader has no free budget to share and admits only when
+// nothing is live here (the core's progress rule).
+func (r *replica) cutSlice(v leaderView, seen int) {
+	g := r.g
+	if v.CountOnly {
+		return // no budget yet anywhere: the local core counts only as well
+	}
+	snap := g.core.Snapshot(g.now(), false)
+	free := max(0, v.Budget-v.Reserved)
+	slice := snap.Reserved + free/int64(max(1, seen))
+	evs, err := g.core.SetBudget(g.now(), max(1, slice), max(1, slice))
+	if err != nil {
+		r.log.Error("setting the degraded slice", "err", err)
+		return
+	}
+	g.deliver(evs)
+}
+
+// saveNow persists the table at once when leading: an admin change is answered once durable.
+func (r *replica) saveNow(what string) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*r.opTimeout)
+	defer cancel()
+	if err := r.save(ctx, epoch); err != nil {
+		r.log.Error("saving an admin change; it is kept with the next save", "change", what, "err", err)
+	}
+}
+
+// save writes the table as the local core holds it now; the ends it covers need no report to a
+// successor.
+func (r *replica) save(ctx context.Context, epoch uint64) error {
+	r.mu.Lock()
+	covered := len(r.mu.endedSinceSave)
+	r.mu.Unlock()
+	err := r.table.Save(ctx, epoch, r.g.core.Export(r.g.now()), r.meta())
+	if err == nil {
+		r.mu.Lock()
+		if covered <= len(r.mu.endedSinceSave) {
+			r.mu.endedSinceSave = r.mu.endedSinceSave[covered:]
+		}
+		r.mu.Unlock()
+	}
+	return err
+}
+
+// ended deletes a session that ended on the leader from the table without waiting for the next
+// save (group-committed with the admissions), so that a successor taking over within the second
+// does not load it live. Best effort: the next save deletes it anyway.
+func (r *replica) ended(id string) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	r.mu.endedSinceSave = append(r.mu.endedSinceSave, id)
+	r.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opTimeout)
+		defer cancel()
+		_ = r.table.End(ctx, epoch, id)
+	}()
+}
+
+// viewOwn takes the leader's view of the budget from this replica's own table, as a follower
+// takes it from the leader's answers.
+func (r *replica) viewOwn() {
+	snap := r.g.core.Snapshot(r.g.now(), false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.view = leaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
+		Reserved: snap.Reserved, Replicas: r.mu.seen}
+}

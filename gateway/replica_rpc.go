@@ -1,0 +1,591 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
+	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/internal/httpjson"
+)
+
+// The replicas' protocol, on the admin listener behind the admin token (every replica has the
+// same one): a follower asks the leader to admit a session's first call, and reports its calls'
+// begin and finish in batches. Plain JSON over HTTP: one round trip per new session, and one per
+// report_interval per replica.
+const (
+	arrivePath = "/admin/replication/arrive"
+	reportPath = "/admin/replication/report"
+	// replicationPath is this replica's own view of replicated mode (never forwarded).
+	replicationPath = "/admin/replication"
+)
+
+// arriveRequest is a first call a follower asks the leader to admit.
+type arriveRequest struct {
+	Replica   string          `json:"replica"`
+	ID        string          `json:"id"`
+	Tenant    string          `json:"tenant,omitempty"`
+	Anonymous bool            `json:"anonymous,omitempty"`
+	Shape     agentcall.Shape `json:"shape"`
+	Prompt    int64           `json:"prompt_tokens"`
+	Task      string          `json:"task,omitempty"`
+	TaskChars int             `json:"task_chars,omitempty"`
+	// Arrival is when the call reached the follower: a call held there while the leader
+	// changed keeps its place in time at the next leader.
+	Arrival time.Time `json:"arrival"`
+}
+
+// arriveAnswer is the leader's answer: admitted (the session, live in the leader's core with
+// this call counted in flight), or the refusal the client gets, written by the leader in the
+// client's API format.
+type arriveAnswer struct {
+	Admitted bool                   `json:"admitted"`
+	First    bool                   `json:"first,omitempty"`
+	Session  *admission.LiveSession `json:"session,omitempty"`
+	Status   int                    `json:"status,omitempty"`
+	Header   http.Header            `json:"header,omitempty"`
+	Body     []byte                 `json:"body,omitempty"`
+}
+
+// reportOp is one call event a follower reports.
+type reportOp struct {
+	Op     string `json:"op"` // begin, finish, end
+	ID     string `json:"id"`
+	Tokens int64  `json:"tokens,omitempty"`
+}
+
+const (
+	repBegin  = "begin"
+	repFinish = "finish"
+	repEnd    = "end"
+)
+
+// reportRequest is a follower's batch: its calls' events since the last report and the sessions
+// no leader has acknowledged — those it admitted alone while degraded.
+type reportRequest struct {
+	Replica  string                  `json:"replica"`
+	Ops      []reportOp              `json:"ops,omitempty"`
+	Sessions []admission.LiveSession `json:"sessions,omitempty"`
+}
+
+// reportAnswer: the sessions reported that the leader does not know as live (ended there, idle),
+// which the follower ends too, and the leader's budget for the degraded slice.
+type reportAnswer struct {
+	Epoch   uint64     `json:"epoch"`
+	Unknown []string   `json:"unknown,omitempty"`
+	View    leaderView `json:"view"`
+}
+
+// remoteResult is how a follower's attempt to admit through the leader ended.
+type remoteResult int
+
+const (
+	remoteLocal    remoteResult = iota // this replica decides: it leads, or it is degraded
+	remoteAdmitted                     // admitted by the leader; the call may go
+	remoteAnswered                     // the client has its answer (a refusal), or is gone
+)
+
+// admitRemote asks the leader to admit c's session when this replica follows.
+func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call) remoteResult {
+	if _, ok := r.isLeading(); ok {
+		return remoteLocal
+	}
+	if c.forwarded {
+		// Asked as the leader, which this replica no longer is: the follower asks again.
+		r.notLeader(w)
+		return remoteAnswered
+	}
+	// Until a leader answers, for up to two leases: a handover takes one at most.
+	deadline := time.Now().Add(2 * time.Duration(r.g.cfg.Store.LeaseTTL))
+	var asked uint64
+	for {
+		li, gone, ok := r.currentLeader()
+		if ok && li.Epoch == asked {
+			// The leader we asked said it is not (or no longer) the leader: wait for the store
+			// to name the next one.
+			if time.Now().After(deadline) {
+				ok = false
+			} else {
+				select {
+				case <-gone:
+				case <-time.After(r.opTimeout / 10):
+					r.refreshLeader(req.Context())
+				case <-req.Context().Done():
+					return remoteAnswered
+				}
+				continue
+			}
+		}
+		if !ok {
+			r.setDegraded("no admission leader known")
+			return remoteLocal
+		}
+		ans, status, err := r.arrive(req.Context(), gone, li.AdminURL, c)
+		switch {
+		case req.Context().Err() != nil:
+			return remoteAnswered // the client left; the leader cancels its wait
+		case errors.Is(err, errLeaderChanged):
+			continue
+		case status == http.StatusMisdirectedRequest:
+			asked = li.Epoch
+			r.refreshLeader(req.Context())
+			continue
+		case err != nil:
+			r.metrics.rpcErrors.WithLabelValues("arrive").Inc()
+			r.setDegraded(fmt.Sprintf("admission leader %s unreachable: %v", li.ReplicaID, err))
+			return remoteLocal
+		}
+		r.setDegraded("")
+		if !ans.Admitted {
+			relay(w, ans)
+			return remoteAnswered
+		}
+		r.adopt(c, *ans.Session)
+		c.first = ans.First
+		return remoteAdmitted
+	}
+}
+
+var errLeaderChanged = errors.New("the admission leader changed")
+
+// arrive is the RPC: held by the leader while the session is queued (up to its
+// max_queue_wait), cut short when this replica learns of a new leader.
+func (r *replica) arrive(ctx context.Context, gone <-chan struct{}, base string, c *call) (arriveAnswer, int, error) {
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	go func() {
+		select {
+		case <-gone:
+			cancelCause(errLeaderChanged)
+		case <-ctx.Done():
+		}
+	}()
+	tctx, cancel := context.WithTimeout(ctx, time.Duration(r.g.cfg.MaxQueueWait)+10*r.opTimeout)
+	defer cancel()
+	body := arriveRequest{Replica: r.id, ID: c.id, Tenant: c.tenant, Anonymous: c.anonymous, Shape: c.req.Shape,
+		Prompt: c.req.Prompt, Task: c.req.Task, TaskChars: c.req.TaskChars, Arrival: c.arrival}
+	var ans arriveAnswer
+	start := time.Now()
+	status, err := r.post(tctx, base+arrivePath, body, &ans)
+	r.metrics.rpc.WithLabelValues("arrive").Observe(time.Since(start).Seconds())
+	if err != nil && errors.Is(context.Cause(ctx), errLeaderChanged) {
+		return ans, 0, errLeaderChanged
+	}
+	if err == nil && ans.Admitted && ans.Session == nil {
+		err = errors.New("admitted without the session")
+	}
+	return ans, status, err
+}
+
+// post sends one JSON request to a replica's admin listener and decodes a 200 answer. Other
+// answers return their status and an error.
+func (r *replica) post(ctx context.Context, u string, in, out any) (int, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+string(r.g.token))
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, fmt.Errorf("%s answered %d: %s", req.URL.Path, resp.StatusCode, bytes.TrimSpace(data[:min(len(data), 200)]))
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("%s: reading the answer: %w", req.URL.Path, err)
+	}
+	return resp.StatusCode, nil
+}
+
+// refreshLeader reads the leader from the store now, not at the next tick.
+func (r *replica) refreshLeader(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
+	defer cancel()
+	if li, err := r.table.Leader(ctx); err == nil {
+		r.setLeader(li)
+	}
+}
+
+// adopt puts a session the leader admitted (or knows live) into the local core and begins this
+// call in it. The leader counted the call already, so nothing is reported for its begin.
+func (r *replica) adopt(c *call, ls admission.LiveSession) {
+	g := r.g
+	now := g.now()
+	g.mu.Lock()
+	evs, err := g.core.Merge(now, admission.State{Live: []admission.LiveSession{ls}})
+	if err != nil {
+		r.log.Error("the leader's session", "session", ls.ID, "err", err)
+	}
+	g.core.Core.Begin(now, c.id, c.req.Prompt)
+	if _, ok := g.mu.sessions[c.id]; !ok {
+		g.addSessionLocked(c.id, &sessionInfo{upstream: g.pickUpstream(c.id)})
+	}
+	g.deliverLocked(evs)
+	g.mu.Unlock()
+}
+
+// relay writes the leader's refusal to the client as the leader wrote it.
+func relay(w http.ResponseWriter, ans arriveAnswer) {
+	for k, vs := range ans.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(ans.Status)
+	_, _ = w.Write(ans.Body)
+}
+
+// notLeader answers a replica that asked the wrong one.
+func (r *replica) notLeader(w http.ResponseWriter) {
+	httpjson.WriteError(w, http.StatusMisdirectedRequest, "server_error", "not_leader", "",
+		fmt.Sprintf("replica %s is not the admission leader; ask the one the store names", r.id))
+}
+
+// serveArrive is the leader's side of a follower's first call: the same admission as a call
+// reaching the leader itself, its refusal captured for the follower to relay.
+func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		r.notLeader(w)
+		return
+	}
+	var in arriveRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, r.g.cfg.MaxBodyBytes)).Decode(&in); err != nil || in.ID == "" {
+		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "",
+			fmt.Sprintf("arrive: want a JSON body with id: %v", err))
+		return
+	}
+	g := r.g
+	// The follower's clock, within reason: a replica's skew cannot put a session ahead of
+	// sessions that arrived well before it.
+	now := g.now()
+	arrival := in.Arrival
+	if oldest := now.Add(-time.Duration(g.cfg.MaxQueueWait) - 2*time.Duration(g.cfg.Store.LeaseTTL)); arrival.Before(oldest) {
+		arrival = oldest
+	}
+	if arrival.After(now) {
+		arrival = now
+	}
+	c := &call{id: in.ID, tenant: in.Tenant, arrival: arrival, anonymous: in.Anonymous, forwarded: true,
+		req: agentcall.Call{Shape: in.Shape, Prompt: max(1, in.Prompt), Task: in.Task, TaskChars: in.TaskChars}}
+	rec := &capture{header: http.Header{}}
+	if !g.admit(rec, req, c) {
+		switch rec.status {
+		case 0:
+			return // the follower's client left
+		case http.StatusMisdirectedRequest:
+			r.notLeader(w) // stopped leading while it waited: the follower asks the next leader
+			return
+		}
+		httpjson.Write(w, http.StatusOK, arriveAnswer{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})
+		return
+	}
+	ls, live := g.core.LiveSession(c.id)
+	if !live {
+		// Ended between its admission and now (an admin end): the follower's client retries.
+		r.notLeader(w)
+		return
+	}
+	if c.first && !in.Anonymous {
+		if err := r.persistAdmit(req.Context(), epoch, ls); err != nil {
+			// Not durable, so not admitted: a successor would not know it.
+			g.deliver(g.core.Core.End(g.now(), c.id))
+			r.notLeader(w)
+			return
+		}
+	}
+	httpjson.Write(w, http.StatusOK, arriveAnswer{Admitted: true, First: c.first, Session: &ls})
+}
+
+// persistAdmit makes a new session durable in the table before its first call goes upstream.
+func (r *replica) persistAdmit(ctx context.Context, epoch uint64, ls admission.LiveSession) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opTimeout)
+	defer cancel()
+	err := r.table.Admit(ctx, epoch, ls)
+	if err != nil {
+		r.log.Error("persisting an admission", "session", ls.ID, "err", err)
+		r.admittedAlone(ls.ID) // reported to the next leader reached
+	}
+	return err
+}
+
+// capture is the ResponseWriter a follower's first call is admitted with on the leader.
+type capture struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (c *capture) Header() http.Header { return c.header }
+func (c *capture) WriteHeader(s int) {
+	if c.status == 0 {
+		c.status = s
+	}
+}
+func (c *capture) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.body.Write(b)
+}
+
+// serveReport is the leader's side of a follower's batch.
+func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		r.notLeader(w)
+		return
+	}
+	var in reportRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 256<<20)).Decode(&in); err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "", fmt.Sprintf("report: %v", err))
+		return
+	}
+	g := r.g
+	now := g.now()
+	var evs []admission.Event
+	if len(in.Sessions) > 0 {
+		merged, err := g.core.Merge(now, admission.State{Live: in.Sessions})
+		if err != nil {
+			httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "sessions", err.Error())
+			return
+		}
+		evs = append(evs, merged...)
+		r.log.Info("sessions reported by a replica", "from", in.Replica, "sessions", len(in.Sessions))
+	}
+	ans := reportAnswer{Epoch: epoch}
+	for _, op := range in.Ops {
+		switch op.Op {
+		case repBegin:
+			if !g.core.Core.Begin(now, op.ID, op.Tokens) {
+				ans.Unknown = append(ans.Unknown, op.ID)
+			}
+		case repFinish:
+			evs = append(evs, g.core.Core.Finish(now, op.ID, op.Tokens)...)
+		case repEnd:
+			evs = append(evs, g.core.Core.End(now, op.ID)...)
+		}
+	}
+	g.deliver(evs)
+	snap := g.core.Snapshot(now, false)
+	r.mu.Lock()
+	seen := r.mu.seen
+	r.mu.Unlock()
+	ans.View = leaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
+		Reserved: snap.Reserved, Replicas: seen}
+	httpjson.Write(w, http.StatusOK, ans)
+}
+
+// report queues one call event for the leader, when this replica follows.
+func (r *replica) report(op, id string, tokens int64) {
+	if _, ok := r.isLeading(); ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.mu.ops) >= maxPendingOps {
+		r.mu.ops = r.mu.ops[len(r.mu.ops)/2:]
+		r.mu.synced = 0 // what was dropped is resent whole
+	}
+	r.mu.ops = append(r.mu.ops, reportOp{Op: op, ID: id, Tokens: tokens})
+	if op == repEnd {
+		select {
+		case r.flush <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// admittedAlone records a session no leader knows of: admitted here while degraded, or whose
+// admission could not be persisted. Every report carries it to the leader until one answers.
+func (r *replica) admittedAlone(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.alone[id] = struct{}{}
+}
+
+// reportLoop sends the batches.
+func (r *replica) reportLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Duration(r.cfg.ReportInterval))
+	defer tick.Stop()
+	idle := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.flush:
+		}
+		r.mu.Lock()
+		quiet := len(r.mu.ops) == 0 && len(r.mu.alone) == 0 && r.mu.synced == r.mu.leader.Epoch
+		r.mu.Unlock()
+		// With nothing to say, a report a second keeps the view of the budget fresh.
+		if idle++; quiet && time.Duration(idle)*time.Duration(r.cfg.ReportInterval) < replicaTick {
+			continue
+		}
+		idle = 0
+		r.sendReport(ctx)
+	}
+}
+
+// sendReport sends what is pending to the leader.
+func (r *replica) sendReport(ctx context.Context) {
+	if _, ok := r.isLeading(); ok {
+		return
+	}
+	li, _, ok := r.currentLeader()
+	if !ok {
+		return
+	}
+	g := r.g
+	r.mu.Lock()
+	ops := r.mu.ops
+	r.mu.ops = nil
+	sent := make([]string, 0, len(r.mu.alone))
+	for id := range r.mu.alone {
+		sent = append(sent, id)
+	}
+	r.mu.Unlock()
+	var sessions []admission.LiveSession
+	for _, id := range sent {
+		if ls, live := g.core.LiveSession(id); live {
+			sessions = append(sessions, ls)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*r.opTimeout)
+	defer cancel()
+	var ans reportAnswer
+	start := time.Now()
+	status, err := r.post(rctx, li.AdminURL+reportPath, reportRequest{Replica: r.id, Ops: ops, Sessions: sessions}, &ans)
+	r.metrics.rpc.WithLabelValues("report").Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.metrics.rpcErrors.WithLabelValues("report").Inc()
+		// Ends and finishes are sent again (applying one twice changes nothing); begins are
+		// not, since the leader may have counted them before the answer was lost. Live
+		// sessions go whole to whichever leader answers next.
+		var again []reportOp
+		for _, op := range ops {
+			if op.Op != repBegin {
+				again = append(again, op)
+			}
+		}
+		r.mu.Lock()
+		r.mu.ops = append(again, r.mu.ops...)
+		if len(r.mu.ops) > maxPendingOps {
+			r.mu.ops = r.mu.ops[len(r.mu.ops)-maxPendingOps:]
+		}
+		r.mu.synced = 0
+		r.mu.Unlock()
+		if status == http.StatusMisdirectedRequest {
+			r.refreshLeader(ctx)
+			return
+		}
+		if ctx.Err() == nil {
+			r.setDegraded(fmt.Sprintf("admission leader %s unreachable: %v", li.ReplicaID, err))
+		}
+		return
+	}
+	r.mu.Lock()
+	r.mu.synced = ans.Epoch
+	r.mu.view = ans.View
+	for _, id := range sent {
+		delete(r.mu.alone, id) // the leader has them now
+	}
+	if ans.View.Replicas > 0 {
+		r.mu.seen = max(r.mu.seen, ans.View.Replicas)
+	}
+	r.mu.Unlock()
+	r.setDegraded("")
+	now := g.now()
+	for _, id := range ans.Unknown {
+		g.deliver(g.core.Core.End(now, id))
+	}
+}
+
+// forwardAdmin sends an admin request to the leader when this replica follows; it reports
+// whether it did (or answered that it cannot).
+func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
+	if _, ok := r.isLeading(); ok {
+		return false
+	}
+	if req.Header.Get(ForwardedByHeader) != "" {
+		r.notLeader(w)
+		return true
+	}
+	li, _, ok := r.currentLeader()
+	if !ok {
+		httpjson.WriteError(w, http.StatusServiceUnavailable, "server_error", "no_admission_leader", "",
+			fmt.Sprintf("replica %s follows and no admission leader is known (%s); retry shortly", r.id, r.degradedReason()))
+		return true
+	}
+	target, err := url.Parse(li.AdminURL)
+	if err != nil {
+		httpjson.WriteError(w, http.StatusBadGateway, "server_error", "bad_leader_url", "", err.Error())
+		return true
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(ForwardedByHeader, r.id)
+		},
+		Transport: r.http.Transport,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			httpjson.WriteError(w, http.StatusBadGateway, "server_error", "leader_unreachable", "",
+				fmt.Sprintf("forwarding to the admission leader %s: %v", li.ReplicaID, err))
+		},
+	}
+	rp.ServeHTTP(w, req)
+	return true
+}
+
+// view is this replica's own state of replicated mode.
+func (r *replica) view() *adminapi.ReplicationView {
+	epoch, leading := r.isLeading()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := &adminapi.ReplicationView{ReplicaID: r.id, Leading: leading, Epoch: epoch, Leader: r.mu.leader.ReplicaID,
+		LeaderEpoch: r.mu.leader.Epoch, Degraded: r.mu.degraded != "", DegradedReason: r.mu.degraded,
+		DegradedAdmission: r.cfg.DegradedAdmission, ReplicasSeen: r.mu.seen, PendingReports: len(r.mu.ops)}
+	if leading {
+		v.Leader, v.LeaderEpoch = r.id, epoch
+	}
+	return v
+}
+
+// pickUpstream chooses a new session's upstream. Alone, round robin. Replicated, by a hash of the
+// session id, so that every replica sends a session's calls to the same upstream without asking.
+func (g *Gateway) pickUpstream(id string) int {
+	if g.repl != nil {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(id))
+		return int(h.Sum64() % uint64(len(g.upstreams)))
+	}
+	return int((g.rr.Add(1) - 1) % uint64(len(g.upstreams)))
+}
+
+// retryAfterLease is the Retry-After of a refusal while degraded: a new leader is in place
+// within a lease.
+func (r *replica) retryAfterLease() time.Duration {
+	return time.Duration(r.g.cfg.Store.LeaseTTL)
+}

@@ -1,0 +1,285 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
+)
+
+// replicaConfig is a replicated-mode configuration in front of upstream, sharing the store at
+// addr, advertising admin; extra is appended to the replication block (", key: value").
+func replicaConfig(t testing.TB, id, addr string, admin *httptest.Server, upstream, extra string) *Config {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600))
+	y := fmt.Sprintf(`admin_token_file: %s
+upstreams: [%s]
+max_queue_wait: 5s
+admission: {budget_tokens: 1}
+store: {url: "redis://%s", prefix: "test", lease_ttl: 1s, op_timeout: 500ms}
+replication: {replica_id: %s, advertise_url: "http://%s", report_interval: 20ms%s}
+`, tokenFile, upstream, addr, id, admin.Listener.Addr(), extra)
+	cfg, err := ParseConfig([]byte(y))
+	require.NoError(t, err)
+	return cfg
+}
+
+// startReplicas starts n gateway replicas on one store.
+func startReplicas(t *testing.T, n int, addr, upstream, extra string) []*harness {
+	t.Helper()
+	hs := make([]*harness, n)
+	for i := range hs {
+		admin := httptest.NewUnstartedServer(nil)
+		hs[i] = startOn(t, replicaConfig(t, fmt.Sprintf("gw-%d", i), addr, admin, upstream, extra), nil, admin)
+	}
+	return hs
+}
+
+// replication reads a replica's own view.
+func (h *harness) replication() adminapi.ReplicationView {
+	h.t.Helper()
+	r := h.adminDo(http.MethodGet, "/admin/replication", testToken, "")
+	require.Equal(h.t, http.StatusOK, r.status, "%s", r)
+	var v adminapi.ReplicationView
+	require.NoError(h.t, json.Unmarshal(r.body, &v))
+	return v
+}
+
+// leaderOf waits until exactly one replica leads and every other one knows it.
+func leaderOf(t *testing.T, hs []*harness) (leader *harness, followers []*harness) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		leader, followers = nil, nil
+		views := make([]adminapi.ReplicationView, len(hs))
+		for i, h := range hs {
+			views[i] = h.replication()
+			if views[i].Leading {
+				if leader != nil {
+					leader = nil
+					break
+				}
+				leader = h
+			} else {
+				followers = append(followers, h)
+			}
+		}
+		if leader != nil {
+			id := leader.replication().ReplicaID
+			known := true
+			for i, h := range hs {
+				if h != leader && views[i].Leader != id {
+					known = false
+				}
+			}
+			if known {
+				return leader, followers
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no single admission leader known to all within 10s")
+	return nil, nil
+}
+
+// TestReplicasShareOneBudget: three replicas on one store admit as one gateway does. The
+// budget (1 token: one live session at a time) holds across replicas; any replica serves any
+// session's later calls; a first call queued through a follower is admitted when a session on
+// another replica ends; admin requests to a follower reach the leader; only the leader exports
+// the admission gauges.
+func TestReplicasShareOneBudget(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	hs := startReplicas(t, 3, mr.Addr(), up.URL, "")
+	leader, fs := leaderOf(t, hs)
+
+	// Session a starts on a follower; its later calls pass on every replica.
+	r := fs[0].chat("a", 5, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	for _, h := range hs {
+		r := h.chat("a", 5, nil)
+		require.Equal(t, http.StatusOK, r.status, "a live session's call on any replica passes: %s", r)
+	}
+	waitFor(t, "the leader sees a's calls", func() bool {
+		st := leader.state()
+		return st.Live == 1 && st.WorkingSet == 1010 && st.InCall == 0
+	})
+
+	// Session b, on the other follower, queues behind a: the budget is the deployment's.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := fs[1].chatAsync(ctx, "b", 5, nil)
+	waitFor(t, "b queued at the leader", func() bool { return len(leader.state().Queue) == 1 })
+	c := leader.chatAsync(ctx, "c", 5, nil)
+	waitFor(t, "c queued at the leader", func() bool { return len(leader.state().Queue) == 2 })
+
+	// Admin through a follower: the state is the leader's.
+	st := fs[0].state()
+	require.NotNil(t, st.Replication)
+	assert.True(t, st.Replication.Leading, "a follower forwards /admin/state to the leader")
+	assert.Equal(t, 2, st.Queued)
+
+	// a ends on the third replica (the leader): b, queued through a follower, goes.
+	r = leader.chat("a", 5, map[string]string{"x-session-end": "true"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	select {
+	case r := <-b:
+		require.Equal(t, http.StatusOK, r.status, "b admitted from the queue: %s", r)
+	case <-time.After(5 * time.Second):
+		t.Fatal("b not admitted")
+	}
+	// b ends on a follower that never saw it: its end reaches the leader, and c goes.
+	r = fs[0].chat("b", 5, map[string]string{"x-session-end": "true"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	select {
+	case r := <-c:
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+	case <-time.After(5 * time.Second):
+		t.Fatal("c not admitted")
+	}
+
+	// A budget set through a follower is set on the leader.
+	r = fs[1].adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":50000,"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Equal(t, int64(50000), leader.state().Budget)
+
+	// Only the leader exports the admission gauges; every replica its replication gauges.
+	for _, h := range hs {
+		n, err := testutil.GatherAndCount(h.reg, "basin_gateway_sessions_live")
+		require.NoError(t, err)
+		want := 0
+		if h == leader {
+			want = 1
+		}
+		assert.Equal(t, want, n, "basin_gateway_sessions_live on %s", h.replication().ReplicaID)
+		n, err = testutil.GatherAndCount(h.reg, "basin_gateway_replication_leader")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+	}
+}
+
+// TestLeaderHandsOver: when the leader stops, another replica takes over with the table (the
+// live session stays live: its next call passes on a replica that never saw it), and queued
+// first calls held by the old leader ask the new one.
+func TestLeaderHandsOver(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	hs := startReplicas(t, 3, mr.Addr(), up.URL, "")
+	leader, fs := leaderOf(t, hs)
+	require.Equal(t, http.StatusOK, fs[0].chat("a", 5, nil).status)
+	waitFor(t, "a saved", func() bool { return leader.state().Live == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := fs[1].chatAsync(ctx, "q", 5, nil)
+	waitFor(t, "q queued", func() bool { return len(leader.state().Queue) == 1 })
+
+	require.NoError(t, leader.stop()) // releases the lease
+	newLeader, _ := leaderOf(t, fs)
+	st := newLeader.state()
+	assert.Equal(t, 1, st.Live, "the table moved to the new leader")
+	assert.True(t, st.Replication.Leading)
+
+	// a's next call on the replica that never saw it passes at once: the new leader knows it.
+	other := fs[0]
+	if other == newLeader {
+		other = fs[1]
+	}
+	require.Equal(t, http.StatusOK, other.chat("a", 5, map[string]string{"x-session-end": "true"}).status)
+	select {
+	case r := <-q:
+		require.Equal(t, http.StatusOK, r.status, "q, queued at the old leader, admitted by the new one: %s", r)
+	case <-time.After(8 * time.Second):
+		t.Fatal("q not admitted after the handover")
+	}
+}
+
+// TestDegradedWithoutTheStore: with the store gone, a follower is degraded: a live session's
+// calls pass from its local core, new sessions are admitted against its local slice, or, with
+// degraded_admission: refuse, refused 503 degraded (readiness fails then). When the store is
+// back, what it admitted alone is reported to the leader.
+func TestDegradedWithoutTheStore(t *testing.T) {
+	for _, mode := range []string{DegradedLocalSlice, DegradedRefuse} {
+		t.Run(mode, func(t *testing.T) {
+			mr := miniredis.RunT(t)
+			up := newFakeUpstream(t, okJSON(1000, 10))
+			hs := startReplicas(t, 2, mr.Addr(), up.URL, ", degraded_admission: "+mode)
+			leader, fs := leaderOf(t, hs)
+			f := fs[0]
+			require.Equal(t, http.StatusOK, f.chat("a", 5, nil).status)
+			r := f.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100000,"reason":"test"}`)
+			require.Equal(t, http.StatusOK, r.status, "%s", r)
+			waitFor(t, "the follower knows the budget", func() bool {
+				f.g.repl.mu.Lock()
+				defer f.g.repl.mu.Unlock()
+				return f.g.repl.mu.view.Budget == 100000
+			})
+
+			addr := mr.Addr()
+			mr.Close()
+			// The leader steps down at its lease's deadline; the follower, asking it, is degraded.
+			waitFor(t, "the leader stepped down", func() bool { return !leader.replication().Leading })
+			require.Equal(t, http.StatusOK, f.chat("a", 5, nil).status, "a live session's call passes while degraded")
+			r = f.chat("new", 5, nil)
+			v := f.replication()
+			assert.True(t, v.Degraded, "%+v", v)
+			ready := f.adminDo(http.MethodGet, "/readyz", "", "")
+			if mode == DegradedRefuse {
+				assert.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+				assert.Equal(t, reasonDegraded, r.header.Get(ReasonHeader))
+				assert.NotEmpty(t, r.header.Get("Retry-After"))
+				assert.Equal(t, http.StatusServiceUnavailable, ready.status, "%s", ready)
+				return
+			}
+			require.Equal(t, http.StatusOK, r.status, "a new session is admitted against the local slice: %s", r)
+			assert.Contains(t, string(ready.body), "degraded", "%s", ready)
+			assert.Equal(t, 1.0, testutil.ToFloat64(f.g.repl.metrics.degradedAdmits))
+
+			// The store is back: a leader is elected, and the session admitted alone is live there.
+			mr2 := miniredis.NewMiniRedis()
+			require.NoError(t, mr2.StartAddr(addr))
+			defer mr2.Close()
+			l2, _ := leaderOf(t, hs)
+			waitFor(t, "the degraded admission reported", func() bool {
+				st := l2.state()
+				for _, s := range st.Sessions {
+					if s.ID == "new" {
+						return true
+					}
+				}
+				return false
+			})
+			waitFor(t, "no longer degraded", func() bool { return !f.replication().Degraded })
+		})
+	}
+}
+
+// TestReplicaRPCNeedsTheToken: the replicas' protocol is on the admin listener, behind the admin
+// token.
+func TestReplicaRPCNeedsTheToken(t *testing.T) {
+	mr := miniredis.RunT(t)
+	hs := startReplicas(t, 1, mr.Addr(), "http://127.0.0.1:1", "")
+	leaderOf(t, hs)
+	for _, p := range []string{arrivePath, reportPath} {
+		resp, err := http.Post(hs[0].admin.URL+p, "application/json", strings.NewReader(`{"id":"x"}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, p)
+	}
+}
