@@ -1128,7 +1128,20 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, bytes.ReplaceAll(data, []byte("ExecStart="+orig), []byte("ExecStart="+stub)), 0o644))
 		paths = append(paths, p)
 	}
+	// The replicated mode's drop-ins, where systemd looks for them: verify reads them when the
+	// directory is on the unit path.
+	dropIns, err := filepath.Glob(filepath.Join(systemdDir, "replicated", "*.service.d", "*.conf"))
+	require.NoError(t, err)
+	require.Len(t, dropIns, 2)
+	for _, f := range dropIns {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		d := filepath.Join(dir, filepath.Base(filepath.Dir(f)))
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d, filepath.Base(f)), data, 0o644))
+	}
 	cmd := exec.Command(bin, append([]string{"verify", "--man=no"}, paths...)...)
+	cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":")
 	out, err := cmd.CombinedOutput()
 	assert.NoError(t, err, "systemd-analyze verify:\n%s", out)
 	assert.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify")

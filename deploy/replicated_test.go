@@ -2,8 +2,10 @@ package deploy
 
 import (
 	"bufio"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -448,4 +450,88 @@ func TestGatewayProbesHitTheirHandlers(t *testing.T) {
 			up.Close()
 		}
 	})
+}
+
+// TestSystemdReplicated: the drop-ins that make the two units a store-backed pair on two hosts,
+// with the example configurations they expect, and the store's settings for Debian's
+// redis-server.
+func TestSystemdReplicated(t *testing.T) {
+	dir := filepath.Join(systemdDir, "replicated")
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		return data
+	}
+	// credential maps a unit's /run/credentials path to the file LoadCredential names, or fails.
+	credential := func(t *testing.T, unitName string, svc map[string][]string, base unit, field, file string) {
+		t.Helper()
+		prefix := "/run/credentials/" + unitName + "/"
+		require.True(t, strings.HasPrefix(file, prefix), "%s %s: want a credential under %s", field, file, prefix)
+		id := strings.TrimPrefix(file, prefix)
+		creds := append(slices.Clone(base["Service"]["LoadCredential"]), svc["LoadCredential"]...)
+		assert.True(t, slices.ContainsFunc(creds, func(c string) bool { return strings.HasPrefix(c, id+":") }),
+			"%s %s: no LoadCredential=%s:… in the unit or its drop-in", field, file, id)
+	}
+	var stores []store.Config
+	for _, sub := range []string{"gateway", "daemon"} {
+		t.Run(sub, func(t *testing.T) {
+			unitName := "basin-" + sub + ".service"
+			d, err := parseUnit(read(unitName + ".d/10-store.conf"))
+			require.NoError(t, err)
+			baseData, err := os.ReadFile(filepath.Join(systemdDir, unitName))
+			require.NoError(t, err)
+			base, err := parseUnit(baseData)
+			require.NoError(t, err)
+			// After the local store at boot, but never stopped or failed with it.
+			assert.Contains(t, d["Unit"]["Wants"], "redis-server.service")
+			assert.Contains(t, d["Unit"]["After"], "redis-server.service")
+			for _, k := range []string{"Requires", "BindsTo", "PartOf", "Requisite"} {
+				assert.NotContains(t, d["Unit"], k, "[Unit] %s: a store restart must not stop %s", k, unitName)
+			}
+			assert.Equal(t, []string{"store-password:/etc/basin/credentials/store-password"}, d["Service"]["LoadCredential"])
+
+			var sc store.Config
+			switch sub {
+			case "gateway":
+				cfg, err := gateway.ParseConfig(read("gateway.yaml"))
+				require.NoError(t, err)
+				sc = cfg.Store
+				assert.Empty(t, cfg.StateFile)
+				credential(t, unitName, d["Service"], base, "admin_token_file", cfg.AdminTokenFile)
+				_, adminPort, err := net.SplitHostPort(cfg.AdminListen)
+				require.NoError(t, err)
+				u, err := url.Parse(cfg.Replication.AdvertiseURL)
+				require.NoError(t, err)
+				assert.Equal(t, adminPort, u.Port(), "advertise_url: the admin listener's port")
+				assert.NotContains(t, []string{"", "127.0.0.1", "localhost", "::1", "0.0.0.0"}, u.Hostname(),
+					"advertise_url: an address the other host reaches")
+			case "daemon":
+				cfg, dsc := parseDaemonConfig(t, string(read("daemon.yaml")))
+				sc = dsc
+				credential(t, unitName, d["Service"], base, "token_file", cfg.TokenFile)
+				credential(t, unitName, d["Service"], base, "gateway.token_file", cfg.Gateway.TokenFile)
+				assert.Equal(t, "/var/lib/"+base["Service"]["StateDirectory"][0], cfg.DataDir, "data_dir: the unit's StateDirectory")
+			}
+			require.True(t, sc.Enabled(), "store.url")
+			credential(t, unitName, d["Service"], base, "store.password_file", sc.PasswordFile)
+			stores = append(stores, sc)
+		})
+	}
+	require.Len(t, stores, 2)
+	assert.Equal(t, stores[0].URL, stores[1].URL, "the same store")
+	assert.Equal(t, stores[0].Prefix, stores[1].Prefix, "the same prefix")
+
+	conf := redisConf(t, string(read("redis-basin.conf")))
+	for k, want := range map[string][]string{
+		"appendonly":       {"yes"},
+		"appendfsync":      {"everysec"},
+		"maxmemory-policy": {"noeviction"},
+	} {
+		assert.Equal(t, want, conf[k], "%s", k)
+	}
+	assert.NotContains(t, conf, "requirepass", "no password in the repository")
+	u, err := url.Parse(stores[0].URL)
+	require.NoError(t, err)
+	assert.Contains(t, conf["bind"], u.Hostname(), "bind: the address store.url names")
+	assert.Equal(t, []string{u.Port()}, conf["port"])
 }
