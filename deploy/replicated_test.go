@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -534,4 +536,84 @@ func TestSystemdReplicated(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, conf["bind"], u.Hostname(), "bind: the address store.url names")
 	assert.Equal(t, []string{u.Port()}, conf["port"])
+}
+
+// TestStoreConfigsOnARealServer starts redis-server (the Debian package; Valkey reads the same
+// files) on the Kubernetes store's valkey.conf and on the systemd host's redis-basin.conf, with
+// only the address and directory changed, and checks that it accepts every line and runs with an
+// append-only file, fsync every second and no eviction, and that a client configured like the
+// gateway (store.password_file) gets in with the password given on the command line. Skipped
+// without redis-server, except under CI.
+func TestStoreConfigsOnARealServer(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("redis-server not on PATH under CI: .ci/run must install the Debian package redis-server")
+		}
+		t.Skip("redis-server not on PATH: install the Debian package redis-server to check the store's configuration")
+	}
+	m := loadManifests(t, replicated)
+	st := m.statefulSets["basin-store"]
+	require.NotNil(t, st)
+	c := st.Spec.Template.Spec.Containers[0]
+	mnt, v := mountOf(&st.Spec.Template.Spec, c, c.Args[0])
+	require.NotNil(t, v)
+	var d deployment
+	d.Metadata.Name = st.Metadata.Name
+	systemdConf, err := os.ReadFile(filepath.Join(systemdDir, "replicated", "redis-basin.conf"))
+	require.NoError(t, err)
+	for name, conf := range map[string]string{
+		"kubernetes": configMapFile(t, m, &d, v, mnt, c.Args[0]),
+		"systemd":    string(systemdConf),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			// dir is applied as the file is read (a chdir), so it is rewritten, not overridden.
+			var lines []string
+			for _, l := range strings.Split(conf, "\n") {
+				if f := strings.Fields(l); len(f) > 0 && f[0] == "dir" {
+					l = "dir " + dir
+				}
+				lines = append(lines, l)
+			}
+			file := filepath.Join(dir, "redis.conf")
+			require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o600))
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			addr := l.Addr().String()
+			require.NoError(t, l.Close())
+			_, port, _ := net.SplitHostPort(addr)
+			const password = "0123456789abcdef0123456789abcdef"
+			cmd := exec.Command(bin, file, "--port", port, "--bind", "127.0.0.1", "--requirepass", password, "--daemonize", "no")
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+			pwFile := filepath.Join(dir, "store-password")
+			require.NoError(t, os.WriteFile(pwFile, []byte(password+"\n"), 0o600))
+			sc := store.Config{URL: "redis://" + addr + "/0", PasswordFile: pwFile}.WithDefaults("agents-prod", 5*time.Second)
+			require.Empty(t, sc.Check())
+			var client *redis.Client
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				client, err = store.Open(context.Background(), sc, func(string) string { return "" })
+				if err == nil {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "redis-server did not come up with %s: %v\n%s", name, err, out.String())
+				time.Sleep(20 * time.Millisecond)
+			}
+			defer func() { _ = client.Close() }()
+			for k, want := range map[string]string{
+				"appendonly":       "yes",
+				"appendfsync":      "everysec",
+				"maxmemory-policy": "noeviction",
+			} {
+				got, err := client.ConfigGet(context.Background(), k).Result()
+				require.NoError(t, err)
+				assert.Equal(t, want, got[k], "%s", k)
+			}
+		})
+	}
 }
