@@ -94,6 +94,9 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			g.refuseShed(w, c.req.Shape, d.RetryAfter)
 			return false
 		case admission.Queued:
+			if g.repl != nil {
+				g.repl.queued(c.id, d.Arrival)
+			}
 			g.log.Debug("session queued", "session", c.id, "tenant", c.tenant, "priority", d.Priority,
 				"arrival", d.Arrival, "predicted_peak_tokens", peak)
 			switch g.wait(w, r, c, wt) {
@@ -256,6 +259,9 @@ func (g *Gateway) admittedLocked(id string, journal bool) {
 			// Admitted here alone (degraded): the next leader reached takes it as live.
 			g.repl.admittedAlone(id)
 			g.repl.metrics.degradedAdmits.Inc()
+			snap := g.core.Snapshot(g.now(), false)
+			g.log.Info("session admitted alone (degraded)", "session", id, "local_budget_tokens", snap.Budget,
+				"local_reserved_tokens", snap.Reserved, "local_live_sessions", snap.Live)
 		}
 	}
 	if !journal || g.journal == nil {
@@ -287,9 +293,20 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 		evs = evs[1:]
 		switch ev.Kind {
 		case admission.EventAdmitted:
-			g.metrics.queueWait.Observe(ev.Waited.Seconds())
 			ws := g.mu.waiters[ev.ID]
 			delete(g.mu.waiters, ev.ID)
+			if g.repl != nil && !g.repl.deciding() {
+				// A replica that neither leads nor is degraded does not admit: this core's
+				// queue drained on a stale budget (a leader resumed after its lease lapsed, an
+				// end that arrived as it stepped down). The session goes back and its calls ask
+				// the leader.
+				evs = append(evs, g.core.Core.End(g.now(), ev.ID)...)
+				for _, w := range ws {
+					w.ch <- waitMsg{ev: admission.Event{Kind: admission.EventAdmitted, ID: ev.ID, At: ev.At}}
+				}
+				continue
+			}
+			g.metrics.queueWait.Observe(ev.Waited.Seconds())
 			if len(ws) == 0 {
 				// Nobody is there to send the call: give the budget back.
 				g.log.Warn("admitted session has no waiting call; ending it", "session", ev.ID)

@@ -69,6 +69,7 @@ type sessionTable interface {
 	Save(ctx context.Context, epoch uint64, st admission.State, m sessionstore.Meta) error
 	Admit(ctx context.Context, epoch uint64, ls admission.LiveSession) error
 	End(ctx context.Context, epoch uint64, ids ...string) error
+	Queue(ctx context.Context, epoch uint64, id string, arrival time.Time) error
 	SetLeader(ctx context.Context, epoch uint64, li sessionstore.LeaderInfo) error
 	Leader(ctx context.Context) (sessionstore.LeaderInfo, error)
 	Heartbeat(ctx context.Context, replicaID string, now time.Time) error
@@ -296,6 +297,10 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 			st.ReferenceBudget = st.Budget
 		}
 	}
+	// Sessions queued here while degraded are decided again against the table, once it is
+	// loaded: taken out now, so that dropping the sessions that ended elsewhere below admits
+	// none of them against the degraded slice.
+	requeued := g.core.CancelAll(now)
 	// The local core mirrors the sessions this replica served, and learns of the ends of only
 	// those that ended here. The table is the truth (every admission is persisted before its
 	// first call goes): of the local sessions it lacks, keep only those admitted here alone;
@@ -355,6 +360,7 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 	r.metrics.leader.Set(1)
 	r.setDegraded("")
 	g.deliver(evs)
+	r.askAgain(requeued)
 	snap := g.core.Snapshot(now, false)
 	r.log.Info("admission leader", "epoch", epoch, "live_sessions", snap.Live, "working_set_tokens", snap.WorkingSet,
 		"budget_tokens", snap.Budget, "loaded_sessions", len(st.Live), "dropped_ended_elsewhere", dropped, "took", time.Since(start).Round(time.Millisecond))
@@ -385,16 +391,21 @@ func (r *replica) stepDown(why string) {
 // to ask again (as a call of a session that went live meanwhile would): on a replica that stopped
 // leading, or a degraded one that reached a leader again.
 func (r *replica) requeueElsewhere() {
+	r.askAgain(r.g.core.CancelAll(r.g.now()))
+}
+
+// askAgain wakes the waiting calls of sessions taken out of the local queue: each asks again,
+// as a call of a session that went live meanwhile would, and meets whoever decides now.
+func (r *replica) askAgain(ids []string) {
 	g := r.g
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, q := range g.core.Snapshot(now, true).Queue {
-		ws := g.mu.waiters[q.ID]
-		delete(g.mu.waiters, q.ID)
-		g.core.Cancel(now, q.ID) // its events would admit others locally: not ours to admit now
+	for _, id := range ids {
+		ws := g.mu.waiters[id]
+		delete(g.mu.waiters, id)
 		for _, w := range ws {
-			w.ch <- waitMsg{ev: admission.Event{Kind: admission.EventAdmitted, ID: q.ID, At: now}}
+			w.ch <- waitMsg{ev: admission.Event{Kind: admission.EventAdmitted, ID: id, At: now}}
 		}
 	}
 }
@@ -587,4 +598,27 @@ func (r *replica) viewOwn() {
 	defer r.mu.Unlock()
 	r.mu.view = leaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
 		Reserved: snap.Reserved, Replicas: r.mu.seen}
+}
+
+// queued records a session queued at the leader with its arrival (group-committed): a
+// successor that takes over before the next save still gives it its place in time when its
+// client, cut off with this leader, asks again. Best effort, as ended.
+func (r *replica) queued(id string, arrival time.Time) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opTimeout)
+		defer cancel()
+		_ = r.table.Queue(ctx, epoch, id, arrival)
+	}()
+}
+
+// deciding reports whether this replica's own core may admit: it leads, or it is degraded.
+func (r *replica) deciding() bool {
+	if _, ok := r.isLeading(); ok {
+		return true
+	}
+	return r.degradedReason() != ""
 }

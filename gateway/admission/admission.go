@@ -618,6 +618,23 @@ func (c *Core) Cancel(now time.Time, id string) []Event {
 	return c.drainLocked(now)
 }
 
+// CancelAll takes every queued session out of the queue, as Cancel does one, but admits no one
+// in their place: a gateway replica that stops deciding (it lost the admission lease, or
+// reached the leader again after deciding alone) hands its queue to the leader, and must not
+// admit from it on the way. It returns the ids, whose waiting calls ask the leader again.
+func (c *Core) CancelAll(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, c.mu.queue.Len())
+	for _, s := range append([]*session(nil), c.mu.queue.Items()...) {
+		c.removeQueuedLocked(s)
+		c.mu.counters.Cancelled++
+		c.mu.retry[s.id] = memo{arrival: s.arrival, predicted: s.predicted, until: now.Add(c.mu.o.RetryMemory)}
+		ids = append(ids, s.id)
+	}
+	return ids
+}
+
 func (c *Core) removeQueuedLocked(s *session) {
 	c.mu.queue.Remove(s)
 	if s.stale {

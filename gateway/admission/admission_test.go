@@ -616,3 +616,18 @@ func TestArrivalGivenByTheCaller(t *testing.T) {
 	r2.Arrival = at(50)
 	assert.Equal(t, at(12), c.Arrive(at(12), r2).Arrival, "never later than now")
 }
+
+func TestCancelAllAdmitsNoOne(t *testing.T) {
+	c := core(t, Options{Budget: 100, ArrivalOrder: true})
+	c.Arrive(at(0), req("a", 100, 0))
+	require.Equal(t, Queued, c.Arrive(at(1), req("q1", 60, 0)).Verdict)
+	require.Equal(t, Queued, c.Arrive(at(2), req("q2", 30, 0)).Verdict)
+	c.Finish(at(3), "a", 50) // room for q2 (30) but not for q1 (60), which is first: nothing moves
+	require.Equal(t, 2, c.Snapshot(at(3), false).Queued)
+	assert.ElementsMatch(t, []string{"q1", "q2"}, c.CancelAll(at(4)))
+	snap := c.Snapshot(at(4), false)
+	assert.Equal(t, 1, snap.Live, "taking q1 out did not let q2 in")
+	assert.Equal(t, 0, snap.Queued)
+	assert.Equal(t, at(1), c.Arrive(at(5), req("q1", 60, 0)).Arrival, "each keeps its place in time")
+	check(t, c)
+}

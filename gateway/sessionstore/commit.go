@@ -5,16 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/lease"
 )
 
-// op is one change of a group commit: set a session (value is its JSON) or delete it.
+// op is one change of a group commit: set a session (value is its JSON) or delete it; or, with
+// queued, record a queued session's arrival (value, RFC 3339).
 type op struct {
-	del   bool
-	id    string
-	value string
+	del    bool
+	queued bool
+	id     string
+	value  string
 }
 
 // batch is the ops of one group commit: one fenced script call at one epoch. Callers wait on
@@ -49,6 +52,18 @@ func (s *Store) Admit(ctx context.Context, epoch uint64, ls admission.LiveSessio
 	return s.commit(ctx, epoch, op{id: ls.ID, value: string(v)})
 }
 
+// Queue records a session that went into the leader's queue, with its arrival, in the queued
+// hash, group-committed with the admissions. A successor loads it as a retry memory, so the
+// session keeps its place in time even when its client, cut off with the old leader, asks
+// again before the next Save would have written the queue out. Save deletes the entries it
+// covers.
+func (s *Store) Queue(ctx context.Context, epoch uint64, id string, arrival time.Time) error {
+	if id == "" {
+		return errors.New("sessionstore: queue: session id is empty")
+	}
+	return s.commit(ctx, epoch, op{queued: true, id: id, value: arrival.UTC().Format(time.RFC3339Nano)})
+}
+
 // End deletes ended sessions from the store at epoch, group-committed with Admits. It is
 // optional (the next Save deletes them); it narrows the window in which a new leader would
 // load a session that has ended.
@@ -71,7 +86,9 @@ func (s *Store) commit(ctx context.Context, epoch uint64, ops ...op) error {
 	var wait []*batch
 	s.mu.Lock()
 	for _, o := range ops {
-		s.mu.touched[o.id] = struct{}{}
+		if !o.queued {
+			s.mu.touched[o.id] = struct{}{}
+		}
 	}
 	for len(ops) > 0 {
 		var b *batch
@@ -162,17 +179,20 @@ func (s *Store) writeBatch(ctx context.Context, b *batch) error {
 	for i := 0; i < len(b.ops); {
 		j := i
 		var args []any
-		for ; j < len(b.ops) && b.ops[j].del == b.ops[i].del; j++ {
+		for ; j < len(b.ops) && b.ops[j].del == b.ops[i].del && b.ops[j].queued == b.ops[i].queued; j++ {
 			args = append(args, b.ops[j].id)
 			if !b.ops[j].del {
 				args = append(args, b.ops[j].value)
 			}
 		}
-		name := "HSET"
+		name, key := "HSET", s.keys.sessions
 		if b.ops[i].del {
 			name = "HDEL"
 		}
-		cmds = append(cmds, lease.Cmd{Name: name, Keys: []string{s.keys.sessions}, Args: args})
+		if b.ops[i].queued {
+			key = s.keys.queued
+		}
+		cmds = append(cmds, lease.Cmd{Name: name, Keys: []string{key}, Args: args})
 		i = j
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.WriteTimeout)

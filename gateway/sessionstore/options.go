@@ -105,10 +105,10 @@ func (o Options) Validate() error {
 
 // keys are the store keys of one gateway's table.
 type keys struct {
-	sessions, admission, leader, replicas string
+	sessions, admission, leader, replicas, queued string
 }
 
 func (o Options) keys() keys {
 	return keys{sessions: o.Prefix + ":sessions", admission: o.Prefix + ":admission",
-		leader: o.Prefix + ":leader", replicas: o.Prefix + ":replicas"}
+		leader: o.Prefix + ":leader", replicas: o.Prefix + ":replicas", queued: o.Prefix + ":queued"}
 }

@@ -217,7 +217,64 @@ func (s *Store) load(ctx context.Context) (admission.State, Meta, *base, error) 
 		maps.Copy(dst, mm)
 	}
 	b.retry, b.shed = maps.Clone(st.Retry), maps.Clone(st.Shed)
+	// Sessions queued since the last Save (Queue): their arrivals are retry memories too. After
+	// the base is taken, so that the next Save writes them into the retry field before it
+	// deletes them here.
+	queued, err := s.client.HGetAll(ctx, s.keys.queued).Result()
+	if err != nil {
+		return st, m, nil, fmt.Errorf("sessionstore: load %s: %w", s.keys.queued, err)
+	}
+	live := make(map[string]bool, len(st.Live))
+	for _, ls := range st.Live {
+		live[ls.ID] = true
+	}
+	for id, v := range queued {
+		a, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return st, m, nil, fmt.Errorf("sessionstore: load %s field %q: %w", s.keys.queued, id, err)
+		}
+		if r, ok := st.Retry[id]; !live[id] && (!ok || a.Before(r)) {
+			st.Retry[id] = a
+		}
+	}
 	return st, m, b, nil
+}
+
+// queuedKeep is how long a queued arrival no Save has covered is kept: past the admission
+// core's retry memory it no longer matters.
+const queuedKeep = time.Hour
+
+// cleanQueued deletes the queued arrivals a successful Save of st covers (now in its retry
+// field, or live), and those older than queuedKeep. Entries written after st was exported are
+// left for the next Save.
+func (s *Store) cleanQueued(ctx context.Context, epoch uint64, st admission.State) error {
+	queued, err := s.client.HGetAll(ctx, s.keys.queued).Result()
+	if err != nil || len(queued) == 0 {
+		return err
+	}
+	live := make(map[string]bool, len(st.Live))
+	for _, ls := range st.Live {
+		live[ls.ID] = true
+	}
+	cutoff := s.opts.Now().Add(-queuedKeep)
+	var del []any
+	for id, v := range queued {
+		_, retry := st.Retry[id]
+		a, perr := time.Parse(time.RFC3339Nano, v)
+		if retry || live[id] || perr != nil || a.Before(cutoff) {
+			del = append(del, id)
+		}
+	}
+	var cmds []lease.Cmd
+	for len(del) > 0 {
+		n := min(len(del), s.opts.Chunk)
+		cmds = append(cmds, lease.Cmd{Name: "HDEL", Keys: []string{s.keys.queued}, Args: del[:n]})
+		del = del[n:]
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	return s.write(ctx, opSave, epoch, cmds...)
 }
 
 // Save writes the leader's state at epoch as a diff against what this Store last wrote or
@@ -235,6 +292,9 @@ func (s *Store) Save(ctx context.Context, epoch uint64, st admission.State, m Me
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	err := s.save(ctx, epoch, st, m)
+	if err == nil {
+		err = s.cleanQueued(ctx, epoch, st)
+	}
 	if err != nil {
 		s.base = nil
 		if !errors.Is(err, lease.ErrFenced) {

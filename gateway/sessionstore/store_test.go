@@ -885,3 +885,39 @@ func TestOptionsValidate(t *testing.T) {
 	_, err = New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), nil, Options{Prefix: "p"})
 	require.ErrorContains(t, err, "fencer is nil")
 }
+
+// TestQueuedArrivalsOutliveTheLeader: a session queued at the leader keeps its arrival for a
+// successor that loads the table before the next Save; a Save that covers it deletes the entry.
+func TestQueuedArrivalsOutliveTheLeader(t *testing.T) {
+	ctx := t.Context()
+	cl := newCluster(t)
+	c, epoch := cl.leader("a")
+	s, _ := cl.store(c, Options{})
+	st := state(2)
+	require.NoError(t, s.Save(ctx, epoch, st, Meta{}))
+	arrival := t0.Add(3 * time.Second)
+	require.NoError(t, s.Queue(ctx, epoch, "waiting", arrival))
+	require.NoError(t, s.Queue(ctx, epoch, "q1", t0.Add(-2*time.Minute)), "an earlier arrival than the saved memory")
+	require.NoError(t, s.Queue(ctx, epoch, session(0).ID, t0), "live meanwhile: no memory")
+
+	// A successor that loads now.
+	s2, _ := cl.store(c, Options{})
+	got, _, err := s2.Load(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, arrival, got.Retry["waiting"].UTC())
+	assert.Equal(t, t0.Add(-2*time.Minute), got.Retry["q1"].UTC(), "the earlier arrival wins")
+	assert.NotContains(t, got.Retry, session(0).ID)
+
+	// A Save whose state covers them deletes the entries; one it does not cover stays.
+	st.Retry["waiting"] = arrival
+	require.NoError(t, s.Queue(ctx, epoch, "later", t0.Add(4*time.Second)))
+	require.NoError(t, s.Save(ctx, epoch, st, Meta{}))
+	left, err := cl.client.HKeys(ctx, testPrefix+":queued").Result()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"later"}, left)
+
+	require.NoError(t, cl.client.HSet(ctx, testPrefix+":queued", "bad", "yesterday").Err())
+	_, _, err = s2.Load(ctx)
+	assert.ErrorContains(t, err, `field "bad"`)
+	require.ErrorContains(t, s.Queue(ctx, epoch, "", t0), "session id is empty")
+}
