@@ -202,7 +202,7 @@ func TestReconcileAfterCrash(t *testing.T) {
 			a, _, err := OpenAudit(path)
 			require.NoError(t, err)
 			p := budgetPlan(7, 1_000_000, 700_000)
-			require.NoError(t, a.Append(context.Background(), 
+			require.NoError(t, a.Append(context.Background(),
 				Record{Seq: 7, At: t0, Kind: "budget", Phase: PhaseIntent, Budget: p.Budget},
 				Record{Seq: 7, At: t0, Kind: "shed", Phase: PhaseIntent, Shed: &ShedAction{IDs: []string{"s1"}}},
 			))
