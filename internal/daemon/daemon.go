@@ -166,13 +166,17 @@ type persisted struct {
 	// DryRun is whether the daemon that saved the file only recorded what it would do: then the
 	// policy's target and mode and the lending switch are decisions never applied, and a daemon
 	// that acts must not take them for the gateway's state (see restore).
-	DryRun      bool                  `json:"dry_run,omitempty"`
-	Policy      remediate.PolicyState `json:"policy"`
-	Lending     bool                  `json:"lending_enabled"`
-	LendingAt   time.Time             `json:"lending_since"`
-	Alerts      alerts.State          `json:"alerts"`
-	PausedUntil time.Time             `json:"paused_until,omitzero"`
-	PauseReason string                `json:"pause_reason,omitempty"`
+	DryRun bool                  `json:"dry_run,omitempty"`
+	Policy remediate.PolicyState `json:"policy"`
+	// PolicyAt is when the policy's state was last saved by a daemon that acted on it; a
+	// standby's saves keep it (with a store, a takeover adopts the shared state only when its
+	// PolicyAt is newer than the daemon's own).
+	PolicyAt    time.Time    `json:"policy_saved_at,omitzero"`
+	Lending     bool         `json:"lending_enabled"`
+	LendingAt   time.Time    `json:"lending_since"`
+	Alerts      alerts.State `json:"alerts"`
+	PausedUntil time.Time    `json:"paused_until,omitzero"`
+	PauseReason string       `json:"pause_reason,omitempty"`
 }
 
 const stateVersion = 1
@@ -491,7 +495,7 @@ func (d *Daemon) restore() error {
 			return err
 		}
 	}
-	d.savedAt = p.SavedAt
+	d.savedAt = p.PolicyAt
 	d.log.Info("state restored", "detector", p.State, "since", p.Since, "mode", p.Policy.Mode, "target_tokens", p.Policy.Target)
 	return nil
 }
@@ -507,7 +511,10 @@ func (d *Daemon) save() error {
 	enabled, since := d.lend.State()
 	now := d.clock.Now()
 	_, until, why := d.exec.Paused(now)
-	p := persisted{Version: stateVersion, SavedAt: now, DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
+	if _, acting := d.actingTerm(); acting {
+		d.savedAt = now
+	}
+	p := persisted{Version: stateVersion, SavedAt: now, PolicyAt: d.savedAt, DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
 		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why}
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
@@ -516,7 +523,6 @@ func (d *Daemon) save() error {
 	if err := atomicfile.WriteFile(statePath(d.cfg.DataDir), append(b, '\n'), 0o600); err != nil {
 		return err
 	}
-	d.savedAt = now
 	return d.saveShared(b)
 }
 

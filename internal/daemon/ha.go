@@ -231,7 +231,7 @@ func (d *Daemon) takeOver(ctx context.Context) {
 	}
 	h.mu.won, h.mu.term, h.mu.since, h.mu.reason = 0, won, h.now(), "took over"
 	h.mu.Unlock()
-	if found && p.SavedAt.After(d.savedAt) {
+	if found && p.PolicyAt.After(d.savedAt) {
 		if err := d.adopt(p); err != nil {
 			h.log.Error("taking over: the shared policy state is unusable; keeping this daemon's own", "err", err)
 		}
@@ -287,7 +287,7 @@ func (d *Daemon) adopt(p persisted) error {
 			return err
 		}
 	}
-	d.savedAt = p.SavedAt
+	d.savedAt = p.PolicyAt
 	return nil
 }
 
@@ -322,11 +322,17 @@ type auditStream struct {
 }
 
 // Append writes recs in one fenced script, so an intent and its siblings land together or not
-// at all.
+// at all. The term is the step's (client.WithTerm) when ctx carries one, so that an action's
+// outcome is written under the term that decided it even after this daemon stepped down: the
+// store alone decides, and refuses it once a successor's term has begun (the successor then
+// reconciles the intent: one outcome either way). Without one (a pause) it is the acting term.
 func (s auditStream) Append(ctx context.Context, recs []remediate.Record) error {
-	term, acting := s.d.actingTerm()
-	if !acting {
-		return fmt.Errorf("audit stream %s: standby: %w", s.key, remediate.ErrSuperseded)
+	term := client.TermFrom(ctx)
+	if term == 0 {
+		var acting bool
+		if term, acting = s.d.actingTerm(); !acting {
+			return fmt.Errorf("audit stream %s: standby: %w", s.key, remediate.ErrSuperseded)
+		}
 	}
 	cmds := make([]lease.Cmd, 0, len(recs))
 	for _, r := range recs {
