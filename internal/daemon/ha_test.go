@@ -397,3 +397,50 @@ func outcomesMissing(recs []remediate.Record) []string {
 	}
 	return out
 }
+
+// TestHAServeHandsOver: two daemons served on the wall clock, as `basin daemon` runs them. The
+// first to win the lease takes over at once (not at its next step); when it stops, it releases
+// the lease and the other takes over within the lease's TTL with the next term.
+func TestHAServeHandsOver(t *testing.T) {
+	m := miniredis.RunT(t)
+	gw := newFakeGateway(testReference)
+	serve := func(name string) (*Daemon, context.CancelFunc, chan error) {
+		e := newEnv(t, fmt.Sprintf("store:\n  url: redis://%s/0\n  lease_ttl: 900ms\ninstance: %s\n", m.Addr(), name))
+		d, err := New(e.cfg, Options{Gateway: gw, Logger: testLogger(t)})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		served := make(chan error, 1)
+		go func() { served <- d.Serve(ctx, listen(t)) }()
+		t.Cleanup(func() {
+			cancel()
+			<-served
+		})
+		return d, cancel, served
+	}
+	role := func(d *Daemon, want string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for time.Since(start) < within {
+			if d.StatusNow().Role == want {
+				return time.Since(start)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s: role %q after %v, want %q", d.ha.instance, d.StatusNow().Role, within, want)
+		return 0
+	}
+	a, stopA, servedA := serve("a")
+	role(a, RoleActing, 5*time.Second)
+	b, _, _ := serve("b")
+	time.Sleep(500 * time.Millisecond) // b campaigns a few times
+	require.Equal(t, RoleStandby, b.StatusNow().Role)
+	assert.Equal(t, uint64(1), a.StatusNow().Term)
+
+	stopA()
+	require.NoError(t, <-servedA)
+	servedA <- nil // for the cleanup
+	took := role(b, RoleActing, 5*time.Second)
+	t.Logf("b took over %v after a stopped", took)
+	assert.Less(t, took, 900*time.Millisecond, "a released the lease: b need not wait for the TTL")
+	assert.Equal(t, uint64(2), b.StatusNow().Term)
+}
