@@ -114,3 +114,20 @@ func TestSupersededStopsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestSupersededPersistActsOnNothing: when saving the policy state after the intents says the
+// executor was superseded (the shared state's write fenced), nothing is acted on.
+func TestSupersededPersistActsOnNothing(t *testing.T) {
+	store := &fencedStore{}
+	a, err := NewAudit(AuditOptions{Store: store})
+	require.NoError(t, err)
+	g := &supersedingGateway{store: store}
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g})
+	require.NoError(t, err)
+	err = e.Execute(context.Background(), budgetPlan(4, 1_000_000, 700_000), func() error {
+		return fmt.Errorf("shared state: %w", ErrSuperseded)
+	})
+	require.ErrorIs(t, err, ErrSuperseded)
+	assert.Empty(t, g.calls)
+	assert.Len(t, a.Pending(), 1, "the intent is left to the successor")
+}

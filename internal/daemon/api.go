@@ -185,6 +185,11 @@ func (d *Daemon) StatusNow() Status {
 	if d.ha != nil {
 		s.Role, s.Term, s.RoleSince, s.RoleReason = d.role()
 		s.Instance = d.ha.instance
+		if s.Role == RoleStandby {
+			// What a standby holds open are intents whose outcome the store refused it: the acting
+			// daemon's to reconcile, not this one's pending actions.
+			s.Pending = nil
+		}
 	}
 	return s
 }

@@ -296,6 +296,7 @@ func TestHALateOutcomeIsFenced(t *testing.T) {
 	assert.Equal(t, RoleStandby, s.Role, "a stepped down on the fenced write")
 	assert.Contains(t, s.RoleReason, "fenced")
 	assert.Equal(t, 1.0, counter(t, a, "basin_daemon_step_downs_total", "fenced"))
+	assert.Empty(t, s.Pending, "the intent a holds open is b's, reconciled")
 	for k, n := range outcomes(p.stream()) {
 		assert.Equal(t, 1, n, "%s: one outcome per intent", k)
 	}

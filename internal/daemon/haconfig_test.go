@@ -75,3 +75,11 @@ func TestWithoutAStoreNothingChanges(t *testing.T) {
 	code, _ := call(t, http.MethodPost, serveAPI(t, d).URL+"/api/v1/pause", testToken, `{"minutes": 5, "reason": "test"}`)
 	assert.Equal(t, http.StatusOK, code)
 }
+
+// TestInstanceFlagNeedsAStore: --instance (Options.Instance) without store.url is refused, not
+// ignored.
+func TestInstanceFlagNeedsAStore(t *testing.T) {
+	e := newEnv(t, "")
+	_, err := New(e.cfg, Options{Gateway: e.gw, Logger: testLogger(t), Instance: "d0"})
+	require.ErrorContains(t, err, "instance: needs store.url")
+}
