@@ -31,9 +31,14 @@ const (
 )
 
 // auditStreamMaxLen bounds the shared audit stream (XADD MAXLEN ~): a daemon records a few
-// actions per incident, so a hundred thousand records are years of them, and the intents a
-// successor must reconcile are always the newest.
-const auditStreamMaxLen = 100_000
+// actions per incident and a step every few minutes at most, so ten thousand records are months
+// of them, the intents a successor must reconcile are always the newest, and a takeover reads
+// the whole stream (a few megabytes) in well under reloadTimeout.
+const auditStreamMaxLen = 10_000
+
+// reloadTimeout bounds a takeover's read of the shared audit and state: longer than one
+// command's op_timeout, since the stream is read whole.
+const reloadTimeout = 10 * time.Second
 
 // ha is a daemon's part in active/standby: its campaign for the lease P:daemon and the term it
 // acts under. Without a store the daemon has none (Daemon.ha is nil) and always acts.
@@ -213,7 +218,7 @@ func (d *Daemon) takeOver(ctx context.Context) {
 	if e, ok := h.camp.Leader(); !ok || e != won {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(d.cfg.Store.OpTimeout))
+	rctx, cancel := context.WithTimeout(ctx, max(reloadTimeout, time.Duration(d.cfg.Store.OpTimeout)))
 	defer cancel()
 	if err := d.audit.Reload(rctx); err != nil {
 		h.log.Warn("taking over: the shared audit is unreadable; staying standby and retrying next step", "term", won, "err", err)
