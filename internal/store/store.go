@@ -49,10 +49,10 @@ type Config struct {
 	// LeaseTTL is the leader lease's time to live: a crashed leader is replaced within it. The
 	// gateway's default is 5s, the daemon's 15s (the defaults of their own configs).
 	LeaseTTL yamlconf.Duration `yaml:"lease_ttl"`
-	// DialTimeout bounds connecting (DefaultDialTimeout); OpTimeout bounds one command
-	// (DefaultOpTimeout).
+	// DialTimeout bounds connecting (DefaultDialTimeout).
 	DialTimeout yamlconf.Duration `yaml:"dial_timeout"`
-	OpTimeout   yamlconf.Duration `yaml:"op_timeout"`
+	// OpTimeout bounds one command (DefaultOpTimeout).
+	OpTimeout yamlconf.Duration `yaml:"op_timeout"`
 }
 
 // Enabled says whether a store is configured.
