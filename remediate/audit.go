@@ -3,6 +3,7 @@ package remediate
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,25 +75,79 @@ func (r Record) Change() string {
 	return ""
 }
 
-// Audit is an append-only JSON Lines log of every action, written and synced before the action is
-// taken: after a crash it says what was intended and what is known to have happened. It keeps the
-// records in memory for the status API (the log of a daemon is small: one line per action).
+// AuditStore is where an Audit keeps its records: a JSON Lines file (AuditFile) for a daemon
+// alone, or a store that several daemons share (the daemon's Redis stream in replicated mode),
+// so that the one that takes over reconciles what its predecessor left between intent and
+// outcome exactly as a restarted daemon reconciles its own file.
+type AuditStore interface {
+	// Append stores recs, in order, durably before returning; all of them or, on error, none
+	// that the caller may count on. An error wrapping ErrSuperseded means the writer may no
+	// longer act.
+	Append(ctx context.Context, recs []Record) error
+	// Load returns every record stored, oldest first.
+	Load(ctx context.Context) ([]Record, error)
+	Close() error
+}
+
+// AuditOptions configure NewAudit.
+type AuditOptions struct {
+	// Store keeps the records (required).
+	Store AuditStore
+	// Records are what Store holds at start, as read when it was opened.
+	Records []Record
+	// Copy, when set, is written each record after Store took it: the daemon's local audit.jsonl
+	// beside the shared stream. A record Store refused is not copied, so the copy never claims
+	// what the log of record does not.
+	Copy AuditStore
+	// OnCopyError hears of a failed copy; the record stands (Store has it).
+	OnCopyError func(error)
+}
+
+// Audit is an append-only log of every action, written before the action is taken: after a crash
+// (or a takeover) it says what was intended and what is known to have happened. It keeps the
+// records in memory for the status API (the log of a daemon is small: one record per action).
 type Audit struct {
 	mu   sync.Mutex
-	f    *os.File
+	o    AuditOptions
 	recs []Record
 }
 
 // NewMemoryAudit is an audit kept in memory only: for the simulator, where a run never restarts.
 func NewMemoryAudit() *Audit { return &Audit{} }
 
-// OpenAudit opens (creating it if needed) the log at path and reads its records. A last line cut
-// short by a crash is reported in the returned warning and dropped; any other bad line is an error
-// naming it, because the log is what prevents repeating an action.
+// NewAudit is an audit on o.Store, starting from o.Records.
+func NewAudit(o AuditOptions) (*Audit, error) {
+	if o.Store == nil {
+		return nil, errors.New("audit: Store is required")
+	}
+	return &Audit{o: o, recs: slices.Clone(o.Records)}, nil
+}
+
+// OpenAudit opens (creating it if needed) the log file at path and reads its records; see
+// OpenAuditFile for what it accepts.
 func OpenAudit(path string) (a *Audit, warning string, err error) {
+	f, recs, warning, err := OpenAuditFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	a, err = NewAudit(AuditOptions{Store: f, Records: recs})
+	return a, warning, err
+}
+
+// AuditFile is an AuditStore in a JSON Lines file, each append synced to disk.
+type AuditFile struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+// OpenAuditFile opens (creating it if needed) the log at path and reads its records. A last line
+// cut short by a crash is reported in the returned warning and dropped; any other bad line is an
+// error naming it, because the log is what prevents repeating an action.
+func OpenAuditFile(path string) (af *AuditFile, recs []Record, warning string, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, "", fmt.Errorf("audit log: %w", err)
+		return nil, nil, "", fmt.Errorf("audit log: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -101,10 +156,25 @@ func OpenAudit(path string) (a *Audit, warning string, err error) {
 	}()
 	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, "", fmt.Errorf("audit log %s: %w", path, err)
+		return nil, nil, "", fmt.Errorf("audit log %s: %w", path, err)
 	}
-	a = &Audit{f: f}
-	good := 0
+	recs, good, warning, err := parseAuditLines(path, data)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if good < len(data) {
+		if err := f.Truncate(int64(good)); err != nil {
+			return nil, nil, "", fmt.Errorf("audit log %s: %w", path, err)
+		}
+	}
+	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
+		return nil, nil, "", fmt.Errorf("audit log %s: %w", path, err)
+	}
+	return &AuditFile{path: path, f: f}, recs, warning, nil
+}
+
+// parseAuditLines reads a log's lines; good is the length of the part that holds whole records.
+func parseAuditLines(path string, data []byte) (recs []Record, good int, warning string, err error) {
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	for i, line := range lines {
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -120,24 +190,16 @@ func OpenAudit(path string) (a *Audit, warning string, err error) {
 			if err == nil {
 				err = errors.New("no kind")
 			}
-			return nil, "", fmt.Errorf("audit log %s: line %d: %w", path, i+1, err)
+			return nil, 0, "", fmt.Errorf("audit log %s: line %d: %w", path, i+1, err)
 		}
-		a.recs = append(a.recs, r)
+		recs = append(recs, r)
 		good += len(line)
 	}
-	if good < len(data) {
-		if err := f.Truncate(int64(good)); err != nil {
-			return nil, "", fmt.Errorf("audit log %s: %w", path, err)
-		}
-	}
-	if _, err := f.Seek(int64(good), io.SeekStart); err != nil {
-		return nil, "", fmt.Errorf("audit log %s: %w", path, err)
-	}
-	return a, warning, nil
+	return recs, good, warning, nil
 }
 
-// Append writes records and syncs them to disk before returning.
-func (a *Audit) Append(recs ...Record) error {
+// Append writes recs as JSON lines and syncs them to disk before returning.
+func (af *AuditFile) Append(_ context.Context, recs []Record) error {
 	var buf bytes.Buffer
 	w := bufio.NewWriter(&buf)
 	enc := json.NewEncoder(w)
@@ -148,17 +210,64 @@ func (a *Audit) Append(recs ...Record) error {
 		}
 	}
 	_ = w.Flush()
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	if _, err := af.f.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	if err := af.f.Sync(); err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	return nil
+}
+
+// Load reads the file again.
+func (af *AuditFile) Load(context.Context) ([]Record, error) {
+	af.mu.Lock()
+	defer af.mu.Unlock()
+	data, err := os.ReadFile(af.path)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	recs, _, _, err := parseAuditLines(af.path, data)
+	return recs, err
+}
+
+// Close closes the file.
+func (af *AuditFile) Close() error { return af.f.Close() }
+
+// Append stores records (and copies them) before returning. A record the store refuses is
+// neither kept nor copied: the error is the store's, ErrSuperseded included.
+func (a *Audit) Append(ctx context.Context, recs ...Record) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.f != nil {
-		if _, err := a.f.Write(buf.Bytes()); err != nil {
-			return fmt.Errorf("audit log: %w", err)
+	if a.o.Store != nil {
+		if err := a.o.Store.Append(ctx, recs); err != nil {
+			return err
 		}
-		if err := a.f.Sync(); err != nil {
-			return fmt.Errorf("audit log: %w", err)
+	}
+	if a.o.Copy != nil {
+		if err := a.o.Copy.Append(ctx, recs); err != nil && a.o.OnCopyError != nil {
+			a.o.OnCopyError(err)
 		}
 	}
 	a.recs = append(a.recs, recs...)
+	return nil
+}
+
+// Reload reads the records again from the store: a daemon taking over a shared log learns what
+// its predecessor wrote there.
+func (a *Audit) Reload(ctx context.Context) error {
+	if a.o.Store == nil {
+		return nil
+	}
+	recs, err := a.o.Store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.recs = recs
+	a.mu.Unlock()
 	return nil
 }
 
@@ -204,10 +313,13 @@ func (a *Audit) Pending() []Record {
 	return out
 }
 
-// Close closes the log file.
+// Close closes the store and the copy.
 func (a *Audit) Close() error {
-	if a.f == nil {
-		return nil
+	var errs []error
+	for _, s := range []AuditStore{a.o.Store, a.o.Copy} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
 	}
-	return a.f.Close()
+	return errors.Join(errs...)
 }

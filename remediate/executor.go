@@ -38,6 +38,13 @@ type LendingPlan struct {
 	Reasons []string `json:"-"`
 }
 
+// ErrSuperseded is what an actuator or an audit store wraps when this executor may no longer act:
+// another daemon has taken over (replicated mode), the gateway refused its term or the shared
+// audit log fenced its write. The executor then stops at once: no further action of the plan is
+// begun and nothing is retried; the intents left without an outcome are the successor's to
+// reconcile.
+var ErrSuperseded = errors.New("superseded: another daemon acts now")
+
 // Notifier hears about each recorded action; it must not block.
 type Notifier func(Record)
 
@@ -174,11 +181,13 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 	for i := range intents {
 		intents[i].Phase = phase
 	}
-	if err := e.o.Audit.Append(intents...); err != nil {
+	if err := e.o.Audit.Append(ctx, intents...); err != nil {
 		return fmt.Errorf("execute plan %d: %w (nothing done)", p.Seq, err)
 	}
 	if persist != nil {
-		if err := persist(); err != nil {
+		if err := persist(); errors.Is(err, ErrSuperseded) {
+			return fmt.Errorf("execute plan %d: %w (nothing done; the intents are the successor's to reconcile)", p.Seq, err)
+		} else if err != nil {
 			e.log.Error("saving the policy state failed; acting anyway, the audit log has the intent", "err", err)
 		}
 	}
@@ -203,9 +212,21 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 		}
 		if err := e.act(ctx, r, false); err != nil {
 			errs = append(errs, err)
+			if errors.Is(err, ErrSuperseded) {
+				return errors.Join(append(errs, e.abandon(p.Seq, len(intents)-i-1))...)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// abandon says that a superseded executor leaves left actions of plan seq unbegun.
+func (e *Executor) abandon(seq uint64, left int) error {
+	if left == 0 {
+		return nil
+	}
+	e.log.Warn("superseded: the rest of the plan is left to the daemon that acts now", "seq", seq, "actions", left)
+	return fmt.Errorf("execute plan %d: %d action(s) not begun: %w", seq, left, ErrSuperseded)
 }
 
 // act takes one recorded intent and records its outcome. An action once begun is carried to its
@@ -252,7 +273,13 @@ func (e *Executor) act(ctx context.Context, r Record, reconciled bool) error {
 		outcome = "reconciled"
 	}
 	e.actions.WithLabelValues(r.Kind, outcome).Inc()
-	if aerr := e.o.Audit.Append(out); aerr != nil {
+	if aerr := e.o.Audit.Append(ctx, out); errors.Is(aerr, ErrSuperseded) {
+		// Another daemon owns the log now and reconciles this intent itself: one outcome per
+		// intent, so this one is not written, nor retried, nor announced.
+		e.log.Warn("superseded: the action's outcome is left to the daemon that acts now", "seq", r.Seq, "kind", r.Kind,
+			"outcome", out.Phase, "err", aerr)
+		return fmt.Errorf("%s (plan %d): outcome %s not recorded: %w", r.Kind, r.Seq, out.Phase, errors.Join(aerr, err))
+	} else if aerr != nil {
 		e.log.Error("recording an action's outcome failed", "seq", r.Seq, "kind", r.Kind, "err", aerr)
 	}
 	e.notify(out)
@@ -297,7 +324,9 @@ func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) err
 			out := r
 			out.At, out.Phase, out.Reconciled = now, PhaseDone, true
 			out.Reasons = append(slices.Clone(r.Reasons), "found applied after a restart")
-			if err := e.o.Audit.Append(out); err != nil {
+			if err := e.o.Audit.Append(ctx, out); errors.Is(err, ErrSuperseded) {
+				return errors.Join(append(errs, err)...)
+			} else if err != nil {
 				errs = append(errs, err)
 			}
 			e.actions.WithLabelValues(r.Kind, "reconciled").Inc()
@@ -313,7 +342,9 @@ func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) err
 				out := r
 				out.At, out.Phase, out.Reconciled = now, PhaseDone, true
 				out.Reasons = append(slices.Clone(r.Reasons), "no longer queued after a restart: shed (or admitted) already")
-				if err := e.o.Audit.Append(out); err != nil {
+				if err := e.o.Audit.Append(ctx, out); errors.Is(err, ErrSuperseded) {
+					return errors.Join(append(errs, err)...)
+				} else if err != nil {
 					errs = append(errs, err)
 				}
 				e.actions.WithLabelValues(r.Kind, "reconciled").Inc()
@@ -324,13 +355,16 @@ func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) err
 		r.At = now
 		if err := e.act(ctx, r, true); err != nil {
 			errs = append(errs, err)
+			if errors.Is(err, ErrSuperseded) {
+				return errors.Join(errs...)
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
 func (e *Executor) record(r Record) error {
-	if err := e.o.Audit.Append(r); err != nil {
+	if err := e.o.Audit.Append(context.Background(), r); err != nil {
 		return err
 	}
 	e.notify(r)

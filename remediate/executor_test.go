@@ -202,7 +202,7 @@ func TestReconcileAfterCrash(t *testing.T) {
 			a, _, err := OpenAudit(path)
 			require.NoError(t, err)
 			p := budgetPlan(7, 1_000_000, 700_000)
-			require.NoError(t, a.Append(
+			require.NoError(t, a.Append(context.Background(),
 				Record{Seq: 7, At: t0, Kind: "budget", Phase: PhaseIntent, Budget: p.Budget},
 				Record{Seq: 7, At: t0, Kind: "shed", Phase: PhaseIntent, Shed: &ShedAction{IDs: []string{"s1"}}},
 			))
@@ -237,7 +237,7 @@ func TestReconcileAfterCrash(t *testing.T) {
 
 func TestReconcileGatewayUnread(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
-	require.NoError(t, a.Append(Record{Seq: 1, Kind: "budget", Phase: PhaseIntent, Budget: &BudgetChange{To: 5}}))
+	require.NoError(t, a.Append(context.Background(), Record{Seq: 1, Kind: "budget", Phase: PhaseIntent, Budget: &BudgetChange{To: 5}}))
 	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: &fakeGateway{t: t, audit: a}})
 	require.NoError(t, err)
 	require.ErrorContains(t, e.Reconcile(context.Background(), t0, Observed{}), "left pending")
@@ -276,7 +276,7 @@ func TestOpenAudit(t *testing.T) {
 				assert.Contains(t, warn, tc.wantWarn)
 			}
 			// appending after a cut line leaves a well-formed file
-			require.NoError(t, a.Append(Record{Seq: 9, Kind: "budget", Phase: PhaseDone}))
+			require.NoError(t, a.Append(context.Background(), Record{Seq: 9, Kind: "budget", Phase: PhaseDone}))
 			require.NoError(t, a.Close())
 			a2, warn2, err := OpenAudit(path)
 			require.NoError(t, err)

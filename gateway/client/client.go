@@ -12,6 +12,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -141,6 +143,45 @@ type APIError struct {
 	Type    string
 	Code    string
 	Param   string
+	// Reason is the gateway's machine-readable reason for the refusal: the body's "reason"
+	// (inside the error object or beside it), else the x-basin-reason header, else Code.
+	// ReasonStaleDaemonTerm on a 409 is ErrStaleTerm.
+	Reason string
+}
+
+// TermHeader carries the acting daemon's term on admin writes (replicated mode): the gateway
+// refuses a write whose term is lower than the highest it has accepted, so that a daemon that
+// lost its lease and does not know it yet cannot undo its successor's decisions.
+const TermHeader = "Basin-Daemon-Term"
+
+// ReasonStaleDaemonTerm is the reason of the gateway's 409 to a write whose term is stale.
+const ReasonStaleDaemonTerm = "stale_daemon_term"
+
+// ErrStaleTerm is what errors.Is finds in a write the gateway refused because a daemon with a
+// higher term has written since: the caller has been superseded and must stop acting.
+var ErrStaleTerm = errors.New("gateway refused a stale daemon term")
+
+// Is makes errors.Is(err, ErrStaleTerm) true for the gateway's 409 with ReasonStaleDaemonTerm.
+func (e *APIError) Is(target error) bool {
+	return target == ErrStaleTerm && e.Status == http.StatusConflict && e.Reason == ReasonStaleDaemonTerm
+}
+
+// termKey is the context key of WithTerm.
+type termKey struct{}
+
+// WithTerm returns a context whose admin writes carry term in TermHeader. Term 0 (and a context
+// never given one) sends no header, as a daemon without a store writes. It is per call rather
+// than a client option because the term belongs to the step that decided the write: a daemon
+// that lost its term mid-step and won a later one must not lend the new term to the old
+// step's writes.
+func WithTerm(ctx context.Context, term uint64) context.Context {
+	return context.WithValue(ctx, termKey{}, term)
+}
+
+// TermFrom is the term WithTerm put in ctx (0 when none).
+func TermFrom(ctx context.Context) uint64 {
+	t, _ := ctx.Value(termKey{}).(uint64)
+	return t
 }
 
 // Error gives the status and the gateway's own words, which already name the field.
@@ -236,6 +277,9 @@ func (c *Client) do(ctx context.Context, op, method, path string, in, out any) e
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if term := TermFrom(ctx); term != 0 && method != http.MethodGet {
+		req.Header.Set(TermHeader, strconv.FormatUint(term, 10))
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// net/http's errors name the URL, which holds no credentials (New refuses them).
@@ -269,7 +313,9 @@ func (c *Client) apiError(resp *http.Response) *APIError {
 			Type    string  `json:"type"`
 			Code    *string `json:"code"`
 			Param   *string `json:"param"`
+			Reason  string  `json:"reason"`
 		} `json:"error"`
+		Reason string `json:"reason"`
 	}
 	if err == nil && json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
 		e.Message, e.Type = body.Error.Message, body.Error.Type
@@ -279,6 +325,7 @@ func (c *Client) apiError(resp *http.Response) *APIError {
 		if body.Error.Param != nil {
 			e.Param = *body.Error.Param
 		}
+		e.Reason = cmp.Or(body.Error.Reason, body.Reason)
 	} else {
 		msg := strings.TrimSpace(string(b))
 		if len(msg) > 200 {
@@ -289,6 +336,7 @@ func (c *Client) apiError(resp *http.Response) *APIError {
 		}
 		e.Message = msg
 	}
+	e.Reason = cmp.Or(e.Reason, resp.Header.Get("x-basin-reason"), e.Code)
 	// Whatever answered might echo the request; the token must not travel on in the error.
 	e.Message = strings.ReplaceAll(e.Message, c.token, "[token]")
 	return e

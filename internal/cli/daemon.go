@@ -17,6 +17,7 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	speed := fs.Float64("clock-speed", 1, "the deployment's seconds per wall second: 1 for real engines; S to watch `basin sim serve --speed S` in its own time (tests)")
 	start := fs.String("clock-start", "", "with --clock-speed: when the simulated deployment started (RFC 3339), so that a restarted daemon keeps its time (default: now)")
+	instance := fs.String("instance", "", "with a store (store.url): this daemon's name in the lease and its status, over the file's instance key (default: host name and pid)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -48,12 +49,12 @@ func runDaemon(ctx context.Context, env Env, args []string) error {
 	if *dryRun {
 		cfg.DryRun = true
 	}
-	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registerer: reg, Gatherer: reg, Clock: clock})
+	d, err := daemon.New(cfg, daemon.Options{Logger: logger, Registerer: reg, Gatherer: reg, Clock: clock, Instance: *instance})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	logger.Info("basin daemon", "listen", cfg.Listen, "deployment", cfg.Deployment, "dry_run", cfg.DryRun, "data_dir", cfg.DataDir,
-		"clock_speed", *speed)
+		"clock_speed", *speed, "store", cfg.Store.Enabled())
 	return d.Run(ctx)
 }

@@ -117,6 +117,14 @@ type Status struct {
 	Gateway         *GatewayStatus     `json:"gateway,omitempty"`
 	StepError       string             `json:"step_error,omitempty"`
 	Pending         []remediate.Record `json:"pending_actions,omitempty"`
+	// Role, Term, Instance, RoleSince and RoleReason say this daemon's part with a store (all
+	// absent without one): acting or standby, the lease's term it acts under (while standby: the
+	// last it held or saw won), its name in the lease, and when and why its role last changed.
+	Role       string    `json:"role,omitempty"`
+	Term       uint64    `json:"term,omitempty"`
+	Instance   string    `json:"instance,omitempty"`
+	RoleSince  time.Time `json:"role_since,omitzero"`
+	RoleReason string    `json:"role_reason,omitempty"`
 }
 
 // PauseView is an active pause.
@@ -174,6 +182,15 @@ func (d *Daemon) StatusNow() Status {
 	s.Pending = d.audit.Pending()
 	s.Unseen = d.unseenNow()
 	s.Blind = len(s.Unseen) > 0
+	if d.ha != nil {
+		s.Role, s.Term, s.RoleSince, s.RoleReason = d.role()
+		s.Instance = d.ha.instance
+		if s.Role == RoleStandby {
+			// What a standby holds open are intents whose outcome the store refused it: the acting
+			// daemon's to reconcile, not this one's pending actions.
+			s.Pending = nil
+		}
+	}
 	return s
 }
 
@@ -219,6 +236,10 @@ func (d *Daemon) servePause(w http.ResponseWriter, r *http.Request) {
 		return
 	case strings.TrimSpace(req.Reason) == "":
 		writeErr(w, http.StatusBadRequest, "reason", "reason: required, say why basin is paused")
+		return
+	}
+	if _, acting := d.actingTerm(); !acting {
+		writeErr(w, http.StatusConflict, "", "this daemon is standby: pause the acting daemon (GET /api/v1/status says which role each has)")
 		return
 	}
 	now := d.clock.Now()

@@ -8,12 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/store"
 	"github.com/basin-dev/basin/internal/yamlconf"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
@@ -34,6 +36,10 @@ const (
 	// back by itself. The paper's deployment recovers from +33% and is trapped by +100%; a margin
 	// between the two warns while a spike the size of ordinary bursts can still be absorbed.
 	DefaultSpikeToleranceMargin = 0.5
+	// DefaultLeaseTTL is store.lease_ttl's default for the daemon: a crashed acting daemon is
+	// replaced within it. Longer than the gateway's (5s): the daemon acts every interval, not
+	// on every session, and a takeover reconciles the audit before it acts.
+	DefaultLeaseTTL = 15 * time.Second
 	// TokenEnv, GatewayTokenEnv, SlackTokenEnv and SlackWebhookEnv hold secrets when no file is
 	// configured.
 	TokenEnv        = "BASIN_DAEMON_TOKEN"
@@ -85,6 +91,13 @@ type Config struct {
 	Slack SlackConfig `yaml:"slack"`
 	// Cron schedules the daily summary and the knee re-estimation (robfig/cron specs with seconds).
 	Cron CronConfig `yaml:"cron"`
+	// Store is the Redis or Valkey server two daemons of one deployment share to run active and
+	// standby (docs/daemon.md, "Running two daemons (HA)"). Without store.url the daemon runs
+	// alone, exactly as without the block.
+	Store store.Config `yaml:"store"`
+	// Instance names this daemon in the store's lease and in its status (default: the host name
+	// and the process id); it needs store.url.
+	Instance string `yaml:"instance"`
 }
 
 // CollectorConfig is the scrape configuration (see package collector).
@@ -277,7 +290,30 @@ func (c *Config) validate(root *yaml.Node) error {
 			bad([]string{"cron", key}, "%q: %v (six fields with seconds, or @every 1h, @daily, …)", spec, err)
 		}
 	}
+	c.validateStore(root, bad)
 	return probs.Err()
+}
+
+// validateStore checks the store block and the instance name; with a store it fills the
+// defaults (the prefix from the deployment, the lease's TTL from DefaultLeaseTTL).
+func (c *Config) validateStore(root *yaml.Node, bad func([]string, string, ...any)) {
+	if !c.Store.Enabled() {
+		for _, p := range c.Store.Check() {
+			bad([]string{"store", p.Field}, "%s", p.Message)
+		}
+		if yamlconf.LineOf(root, "instance") != 0 {
+			bad([]string{"instance"}, "needs store.url: it names this daemon in the store's lease")
+		}
+		return
+	}
+	c.Store = c.Store.WithDefaults(c.Deployment, DefaultLeaseTTL)
+	c.Store.Prefix = strings.TrimSuffix(c.Store.Prefix, ":")
+	for _, p := range c.Store.Check() {
+		bad([]string{"store", p.Field}, "%s", p.Message)
+	}
+	if strings.ContainsFunc(c.Instance, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		bad([]string{"instance"}, "no whitespace or control characters, got %q", c.Instance)
+	}
 }
 
 // validateTargets checks each configured target here, where the YAML's lines are known, so an

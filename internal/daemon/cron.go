@@ -90,6 +90,9 @@ func (d *Daemon) Summary(now time.Time) notify.Summary {
 // DailySummary posts the summary to Slack and starts a new period.
 func (d *Daemon) DailySummary() {
 	now := d.clock.Now()
+	if _, acting := d.actingTerm(); !acting {
+		return // the acting daemon posts it; the standby's period runs on
+	}
 	s := d.Summary(now)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -72,6 +72,9 @@ type Options struct {
 	Gateway GatewayAPI
 	// HTTPClient scrapes and calls out (the collector's and the gateway client's own when nil).
 	HTTPClient *http.Client
+	// Instance names this daemon in the store's lease, over the configuration's instance key
+	// (`basin daemon --instance`); only with a store.
+	Instance string
 }
 
 // Daemon is one running basin daemon.
@@ -108,6 +111,13 @@ type Daemon struct {
 
 	metrics *metrics
 	gather  prometheus.Gatherer
+
+	// ha is the daemon's campaign for the lease and its term (nil without a store: it acts).
+	ha *ha
+	// savedAt is when the policy state this daemon holds was saved (its own, or the one it
+	// adopted on a takeover); a takeover adopts the shared state only when it is newer. The
+	// loop's (under loop).
+	savedAt time.Time
 
 	// gwLog rate-limits the log of an unreachable gateway admin API; Step owns it (under loop).
 	gwLog failureLog
@@ -156,13 +166,17 @@ type persisted struct {
 	// DryRun is whether the daemon that saved the file only recorded what it would do: then the
 	// policy's target and mode and the lending switch are decisions never applied, and a daemon
 	// that acts must not take them for the gateway's state (see restore).
-	DryRun      bool                  `json:"dry_run,omitempty"`
-	Policy      remediate.PolicyState `json:"policy"`
-	Lending     bool                  `json:"lending_enabled"`
-	LendingAt   time.Time             `json:"lending_since"`
-	Alerts      alerts.State          `json:"alerts"`
-	PausedUntil time.Time             `json:"paused_until,omitzero"`
-	PauseReason string                `json:"pause_reason,omitempty"`
+	DryRun bool                  `json:"dry_run,omitempty"`
+	Policy remediate.PolicyState `json:"policy"`
+	// PolicyAt is when the policy's state was last saved by a daemon that acted on it; a
+	// standby's saves keep it (with a store, a takeover adopts the shared state only when its
+	// PolicyAt is newer than the daemon's own).
+	PolicyAt    time.Time    `json:"policy_saved_at,omitzero"`
+	Lending     bool         `json:"lending_enabled"`
+	LendingAt   time.Time    `json:"lending_since"`
+	Alerts      alerts.State `json:"alerts"`
+	PausedUntil time.Time    `json:"paused_until,omitzero"`
+	PauseReason string       `json:"pause_reason,omitempty"`
 }
 
 const stateVersion = 1
@@ -250,6 +264,17 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		}
 		d.gw = c
 	}
+	if cfg.Store.Enabled() {
+		if err := d.newHA(o.Instance, reg); err != nil {
+			return nil, err
+		}
+		if d.gw != nil {
+			// Every write then carries the step's term and a 409 for a stale one ends it.
+			d.gw = termGateway{GatewayAPI: d.gw, d: d}
+		}
+	} else if o.Instance != "" {
+		return nil, errors.New("instance: needs store.url: it names this daemon in the store's lease")
+	}
 	if d.lend, err = lender.New(lender.Options{MaxFraction: cfg.Lending.MaxFraction, MinDwell: time.Duration(cfg.Lending.MinDwell)}); err != nil {
 		return nil, fmt.Errorf("lending: %w", err)
 	}
@@ -280,10 +305,13 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	defer func() {
 		if !built {
 			_ = d.unlock()
+			if d.ha != nil {
+				_ = d.ha.client.Close()
+			}
 		}
 	}()
 	var warn string
-	if d.audit, warn, err = remediate.OpenAudit(auditPath(cfg.DataDir)); err != nil {
+	if d.audit, warn, err = d.openAudit(); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -320,6 +348,9 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	}
 	if d.lendBE != nil {
 		ex.Lending = remediate.BackendLending{Backend: d.lendBE}
+		if d.ha != nil {
+			ex.Lending = termLending{Lending: ex.Lending, d: d}
+		}
 	}
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
 		return nil, err
@@ -341,6 +372,27 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	}
 	ok, built = true, true
 	return d, nil
+}
+
+// openAudit opens audit.jsonl in the data directory: the audit log itself, or with a store the
+// local copy of the shared stream P:daemon:audit, which is what a takeover reconciles.
+func (d *Daemon) openAudit() (*remediate.Audit, string, error) {
+	if d.ha == nil {
+		return remediate.OpenAudit(auditPath(d.cfg.DataDir))
+	}
+	f, recs, warn, err := remediate.OpenAuditFile(auditPath(d.cfg.DataDir))
+	if err != nil {
+		return nil, "", err
+	}
+	a, err := remediate.NewAudit(remediate.AuditOptions{Store: auditStream{d: d, key: d.cfg.Store.Prefix + ":daemon:audit"},
+		Records: recs, Copy: f, OnCopyError: func(err error) {
+			d.log.Error("the local copy of the audit missed a record the shared stream has", "err", err)
+		}})
+	if err != nil {
+		_ = f.Close()
+		return nil, "", err
+	}
+	return a, warn, nil
 }
 
 // newOutlets builds the webhook receiver and the Slack notifier.
@@ -436,11 +488,14 @@ func (d *Daemon) restore() error {
 	if err := d.rcv.Restore(p.Alerts); err != nil {
 		return fmt.Errorf("state file: alerts: %w", err)
 	}
-	if now := d.clock.Now(); p.PausedUntil.After(now) {
+	// With a store the daemon starts standby: a pause is the acting daemon's, and comes with the
+	// shared state on a takeover.
+	if now := d.clock.Now(); p.PausedUntil.After(now) && d.ha == nil {
 		if err := d.exec.Pause(now, p.PausedUntil, p.PauseReason+" (resumed after a restart)"); err != nil {
 			return err
 		}
 	}
+	d.savedAt = p.PolicyAt
 	d.log.Info("state restored", "detector", p.State, "since", p.Since, "mode", p.Policy.Mode, "target_tokens", p.Policy.Target)
 	return nil
 }
@@ -456,13 +511,19 @@ func (d *Daemon) save() error {
 	enabled, since := d.lend.State()
 	now := d.clock.Now()
 	_, until, why := d.exec.Paused(now)
-	p := persisted{Version: stateVersion, SavedAt: now, DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
+	if _, acting := d.actingTerm(); acting {
+		d.savedAt = now
+	}
+	p := persisted{Version: stateVersion, SavedAt: now, PolicyAt: d.savedAt, DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
 		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why}
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(statePath(d.cfg.DataDir), append(b, '\n'), 0o600)
+	if err := atomicfile.WriteFile(statePath(d.cfg.DataDir), append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return d.saveShared(b)
 }
 
 // Run serves the API and runs the loop until ctx ends. Before the first step it reconciles the
@@ -491,6 +552,11 @@ func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
 	if d.slack != nil {
 		wg.Go(func() { _ = d.slack.Run(ctx) })
 	}
+	var kick chan struct{}
+	if d.ha != nil {
+		kick = d.ha.kick
+		wg.Go(func() { _ = d.ha.camp.Run(ctx) })
+	}
 	stopCron, err := d.startCron()
 	if err != nil {
 		return err
@@ -504,9 +570,12 @@ func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
 			srvErr <- err
 		}
 	})
-	d.loop.Lock()
-	d.reconcile(ctx)
-	d.loop.Unlock()
+	if d.ha == nil {
+		// With a store the daemon starts standby; it reconciles when it takes over.
+		d.loop.Lock()
+		d.reconcile(ctx)
+		d.loop.Unlock()
+	}
 	t := time.NewTicker(d.clock.WallDuration(time.Duration(d.cfg.Interval)))
 	defer t.Stop()
 	var loopErr error
@@ -520,6 +589,10 @@ loop:
 			break loop
 		case <-t.C:
 			d.Step(ctx)
+		case <-kick:
+			d.loop.Lock()
+			d.takeOver(ctx)
+			d.loop.Unlock()
 		}
 	}
 	shut, c := context.WithTimeout(context.Background(), 5*time.Second)
@@ -536,7 +609,12 @@ loop:
 // Close releases the audit log and the data directory's lock. Serve closes it on return; a daemon
 // built with New and never served must be closed by its owner.
 func (d *Daemon) Close() error {
-	d.closeOnce.Do(func() { d.closeErr = errors.Join(d.audit.Close(), d.hist.close(), d.unlock()) })
+	d.closeOnce.Do(func() {
+		d.closeErr = errors.Join(d.audit.Close(), d.hist.close(), d.unlock())
+		if d.ha != nil {
+			d.closeErr = errors.Join(d.closeErr, d.ha.client.Close())
+		}
+	})
 	return d.closeErr
 }
 
@@ -579,13 +657,15 @@ func (d *Daemon) publishPolicy() {
 func (d *Daemon) Step(ctx context.Context) {
 	d.loop.Lock()
 	defer d.loop.Unlock()
+	d.takeOver(ctx)
+	term, acting := d.actingTerm()
 	snap := d.col.SnapshotAt(d.clock.Now())
 	now := snap.At
 	a := d.det.Step(snap)
 	if a.Blind == nil && a.HitEvidence.Enough && a.State != detector.Trapped && a.State != detector.Recovering {
 		d.passive.Observe(a.WorkingSetOverCache, a.HitRate)
 	}
-	if tr := a.Transition; tr != nil {
+	if tr := a.Transition; tr != nil && acting { // the standby watches too; one daemon posts
 		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
 		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,
 			From: string(tr.From), To: string(tr.To), WorkingSetOverCache: a.WorkingSetOverCache, KneeRatio: a.Knee.Ratio,
@@ -622,6 +702,18 @@ func (d *Daemon) Step(ctx context.Context) {
 	})
 	d.histLog.observe(d.log, d.clock.Now(), "history file", err, "path", d.hist.path)
 
+	if !acting {
+		// Standby: watching only, no plan; the detector's state is kept for a restart.
+		errMsg := ""
+		if err := d.save(); err != nil {
+			errMsg = "saving state: " + err.Error()
+		}
+		d.finishStep(a, nil, errMsg)
+		return
+	}
+	if d.ha != nil {
+		ctx = client.WithTerm(ctx, term) // every write of this step carries its term
+	}
 	if paused, _, _ := d.exec.Paused(now); paused {
 		// Observing only; the detector's state still moves and must survive a restart.
 		errMsg := ""

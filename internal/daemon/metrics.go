@@ -14,6 +14,7 @@ type metrics struct {
 	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
 	peak, dryRun, blind, gatewayUp, tolRatio, tolSessions, tolAt *prometheus.Desc
+	leader, term                                                 *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -48,6 +49,8 @@ func newMetrics(d *Daemon) *metrics {
 		blind: g("blind", "1 while the daemon cannot see a signal the detector needs or the gateway's admin API "+
 			"(GET /api/v1/status lists what): basin_state is then the state held, not a reading."),
 		gatewayUp: g("gateway_admin_up", "1 when the last read of the gateway's admin API succeeded (absent without a gateway)."),
+		leader:    g("daemon_leader", "With a store: 1 while this daemon acts (holds the lease and took over), 0 while standby (absent without a store)."),
+		term:      g("daemon_term", "With a store: the lease's term this daemon acts under, or while standby the last it held or saw won (absent without a store)."),
 		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_runs_total",
 			Help: "Cron job runs by job.", ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"job"}),
 		cronPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_panics_total",
@@ -76,6 +79,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.tolAt, 1+d.cfg.SpikeToleranceMargin)
 	m.cronRuns.Collect(ch)
 	m.cronPanics.Collect(ch)
+	if d.ha != nil {
+		role, term, _, _ := d.role()
+		gauge(m.leader, b2f(role == RoleActing))
+		gauge(m.term, float64(term))
+	}
 	if !ready {
 		return
 	}

@@ -330,7 +330,7 @@ func TestIntentWithoutSavedState(t *testing.T) {
 	a, warn, err := remediate.OpenAudit(auditPath(e.cfg.DataDir))
 	require.NoError(t, err)
 	require.Empty(t, warn)
-	require.NoError(t, a.Append(remediate.Record{Seq: st.Seq + 1, At: e.clock.Now(), Kind: "budget", Phase: remediate.PhaseIntent,
+	require.NoError(t, a.Append(context.Background(), remediate.Record{Seq: st.Seq + 1, At: e.clock.Now(), Kind: "budget", Phase: remediate.PhaseIntent,
 		State: string(detector.Trapped), Mode: remediate.Incident,
 		Budget:  &remediate.BudgetChange{From: testReference, To: testCut, Reference: testReference},
 		Reasons: []string{"incident: cut B (written by the test)"}}))

@@ -112,6 +112,8 @@ func TestPageInChromium(t *testing.T) {
 		{"acting and seeing", api{status: status(nil)}, func(t *testing.T, dom string) {
 			assert.True(t, chromiumtest.Hidden(dom, "dry-run"), "no dry-run banner while acting")
 			assert.True(t, chromiumtest.Hidden(dom, "blind"), "no blind line while every signal is seen")
+			assert.True(t, chromiumtest.Hidden(dom, "role"), "no role without a store")
+			assert.True(t, chromiumtest.Hidden(dom, "standby"))
 			assert.Equal(t, "healthy", chromiumtest.Attr(dom, "state", "data-state"))
 			text, _ := chromiumtest.Text(dom, "state")
 			assert.Equal(t, "healthy", text)
@@ -128,6 +130,23 @@ func TestPageInChromium(t *testing.T) {
 			assert.Regexp(t, `<title>basin — healthy \(dry run\)</title>`, dom)
 			text, _ = chromiumtest.Text(dom, "budget-note")
 			assert.Contains(t, text, "dry run: basin would hold B at 683K, not applied")
+		}},
+		{"standby (HA)", api{status: status(func(s, _, _ map[string]any) {
+			s["role"], s["term"], s["instance"] = "standby", 3, "daemon-1"
+		})}, func(t *testing.T, dom string) {
+			require.False(t, chromiumtest.Hidden(dom, "standby"), "the standby banner shows")
+			text, _ := chromiumtest.Text(dom, "standby")
+			assert.Contains(t, text, "standby: daemon-1 watches and takes no action")
+			text, _ = chromiumtest.Text(dom, "role")
+			assert.Equal(t, "standby · term 3 · daemon-1", text)
+			assert.Regexp(t, `<title>basin — healthy \(standby\)</title>`, dom)
+		}},
+		{"acting (HA)", api{status: status(func(s, _, _ map[string]any) {
+			s["role"], s["term"], s["instance"] = "acting", 4, "daemon-0"
+		})}, func(t *testing.T, dom string) {
+			assert.True(t, chromiumtest.Hidden(dom, "standby"))
+			text, _ := chromiumtest.Text(dom, "role")
+			assert.Equal(t, "acting · term 4 · daemon-0", text)
 		}},
 		{"blind: stale signals", api{status: status(func(_, a, _ map[string]any) {
 			a["blind"] = []string{"hit_rate stale", "cache_capacity_tokens missing", "working_set stale"}

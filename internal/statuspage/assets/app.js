@@ -154,6 +154,21 @@ function drawStatus(s) {
   const a = s.assessment || {};
   document.getElementById("deployment").textContent = s.deployment ? "— " + s.deployment : "";
   document.getElementById("dry-run").hidden = !s.dry_run;
+  // Two daemons on one store (HA): the standby watches and takes no action; say so as loudly as a
+  // dry run, and name the term on either.
+  const standby = s.role === "standby";
+  const sb = document.getElementById("standby");
+  sb.hidden = !standby;
+  sb.innerHTML = "";
+  if (standby) {
+    const strong = document.createElement("strong");
+    strong.textContent = "standby";
+    sb.append(strong, `: ${s.instance || "this daemon"} watches and takes no action; the daemon holding the lease acts` +
+      (s.term ? ` (last term seen ${s.term})` : "") + ".");
+  }
+  const role = document.getElementById("role");
+  role.hidden = !s.role;
+  role.textContent = s.role ? `${s.role}${s.term ? " · term " + s.term : ""}${s.instance ? " · " + s.instance : ""}` : "";
   const unseen = blindness(s);
   // A blind daemon holds the last state it saw; showing that state's colour would claim a reading
   // basin does not have (a green "healthy" with every target down), so the badge says "blind".
@@ -161,7 +176,7 @@ function drawStatus(s) {
   const st = document.getElementById("state");
   st.textContent = shown;
   st.dataset.state = unseen ? "blind" : (a.state || "");
-  document.title = "basin — " + shown + (s.dry_run ? " (dry run)" : "");
+  document.title = "basin — " + shown + (s.dry_run ? " (dry run)" : "") + (standby ? " (standby)" : "");
   document.getElementById("since").textContent = !unseen && a.since ? "since " + utc(a.since) : "";
   const bl = document.getElementById("blind");
   bl.hidden = !unseen;
