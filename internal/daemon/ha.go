@@ -108,8 +108,13 @@ func (d *Daemon) newHA(instance string, reg prometheus.Registerer) error {
 		_ = c.Close()
 		return fmt.Errorf("metrics: %w", err)
 	}
+	// The lease runs at the wall clock's rate whatever the daemon's clock: its TTL lapses in the
+	// store in real milliseconds. On an accelerated clock (the demo's, the e2e tests') the
+	// daemon's time would run the leader's deadline out S times too soon.
+	origin := d.clock.Now()
+	wallRate := func() time.Time { return origin.Add(d.clock.WallDuration(d.clock.Now().Sub(origin))) }
 	h.camp, err = lease.New(c, lease.Options{Prefix: cfg.Prefix + ":daemon", Owner: instance, TTL: time.Duration(cfg.LeaseTTL),
-		OnChange: d.onLease, Logger: d.log.With("component", "lease"), Registerer: reg, Now: d.clock.Now})
+		OnChange: d.onLease, Logger: d.log.With("component", "lease"), Registerer: reg, Now: wallRate})
 	if err != nil {
 		_ = c.Close()
 		return fmt.Errorf("store: %w", err)

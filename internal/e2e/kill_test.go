@@ -65,6 +65,7 @@ type adminStandIn struct {
 	ref     int64
 	applied []int64 // budgets applied, in order
 	seen    []int64 // budget requests received, in order
+	terms   []string // their Basin-Daemon-Term headers
 	hook    func(tokens int64) (apply bool)
 }
 
@@ -84,6 +85,7 @@ func (g *adminStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(body, &req)
 		g.seen = append(g.seen, req.Tokens)
+		g.terms = append(g.terms, r.Header.Get("Basin-Daemon-Term"))
 		if g.hook != nil && !g.hook(req.Tokens) {
 			return // killed before the gateway applied it: no answer
 		}

@@ -1,0 +1,190 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/internal/redistest"
+)
+
+// TestDaemonsOnAStore runs two `basin daemon` processes on one real redis-server in front of a
+// trapped deployment: one acts, the other waits (no request of its own reaches the gateway).
+// The acting one is SIGKILLed mid-incident, after its budget cut left but before the gateway
+// answered; the other takes over within the lease, reconciles the intent it finds in the shared
+// audit stream, and exactly one outcome is recorded for it.
+func TestDaemonsOnAStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds basin and runs two daemons and redis-server")
+	}
+	const cut = 700_000 // 0.7 × B_ref, as in TestDaemonKilledMidAction
+	const ttl = 2 * time.Second
+	srv := redistest.Start(t, "always")
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "basin")
+	run(t, root, 2*time.Minute, tool(t, "go"), "build", "-o", bin, "./cmd/basin")
+	ps := newProcs(t, dir)
+	started := time.Now()
+	engines := httptest.NewServer(trappedEngines{start: started, speed: 20})
+	t.Cleanup(engines.Close)
+	admin := &adminStandIn{budget: 1_000_000, ref: 1_000_000}
+	adminSrv := httptest.NewServer(admin)
+	t.Cleanup(adminSrv.Close)
+
+	var pts []detector.Point
+	for i := 1; i <= 12; i++ {
+		wc := 0.2 * float64(i)
+		hit := 0.95
+		if wc > 1.9 {
+			hit = 0.5
+		}
+		pts = append(pts, detector.Point{WorkingSetOverCache: wc, HitRate: hit, Sessions: 40 * wc, CompletionRatePerS: 0.08})
+	}
+	cal, err := detector.NewCalibration(pts, 30, time.Now(), "test")
+	require.NoError(t, err)
+	require.NoError(t, cal.Save(filepath.Join(dir, "calibration.json")))
+	writeTestFile(t, dir, "token", "daemon-token\n")
+	writeTestFile(t, dir, "admin-token", "admin-token\n")
+	listens := freeAddrs(t, 2)
+	names := []string{"a", "b"}
+	for i, n := range names {
+		writeTestFile(t, dir, "daemon-"+n+".yaml", fmt.Sprintf(`deployment: ha
+listen: %s
+token_file: token
+data_dir: data-%s
+interval: 5s
+calibration: calibration.json
+instance: %s
+store: {url: "redis://%s/0", lease_ttl: %s}
+collector:
+  targets:
+    - {name: prefill-0, url: "%[6]s/metrics/prefill-0", role: prefill, dialect: sglang}
+    - {name: decode-0, url: "%[6]s/metrics/decode-0", role: decode, dialect: sglang}
+    - {name: gateway, url: "%[6]s/metrics/gateway", role: gateway, dialect: basin-gateway}
+gateway: {admin_url: "%[7]s", token_file: admin-token}
+remediate: {disable_shedding: true}
+cron: {daily_summary: "-", knee_reestimate: "-"}
+`, listens[i], n, n, srv.Addr(), ttl, engines.URL, adminSrv.URL))
+	}
+	clock := []string{"--clock-speed", "20", "--clock-start", started.Format(time.RFC3339Nano)}
+	procsByName := map[string]*proc{}
+	for _, n := range names {
+		procsByName[n] = ps.start("daemon-"+n, bin, append([]string{"daemon", "--config", "daemon-" + n + ".yaml"}, clock...)...)
+	}
+	status := func(i int) (role string, term uint64, err error) {
+		var s struct {
+			Role string `json:"role"`
+			Term uint64 `json:"term"`
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err = getJSON(ctx, "http://"+listens[i]+"/api/v1/status", "", &s)
+		return s.Role, s.Term, err
+	}
+	var acting int
+	var actingTerm uint64
+	mustWaitFor(t, time.Now().Add(20*time.Second), "one daemon acting, the other standby", nil, func() (bool, string) {
+		r0, t0, e0 := status(0)
+		r1, t1, e1 := status(1)
+		switch {
+		case e0 != nil || e1 != nil:
+			return false, fmt.Sprint(e0, e1)
+		case r0 == "acting" && r1 == "standby":
+			acting, actingTerm = 0, t0
+			return true, ""
+		case r1 == "acting" && r0 == "standby":
+			acting, actingTerm = 1, t1
+			return true, ""
+		}
+		return false, r0 + "/" + r1
+	})
+	other := 1 - acting
+	t.Logf("%s acts in term %d, %s waits", names[acting], actingTerm, names[other])
+
+	// SIGKILL the acting daemon when its cut reaches the gateway, before the gateway applies it.
+	killed := make(chan struct{})
+	admin.mu.Lock()
+	admin.hook = func(tokens int64) bool {
+		select {
+		case <-killed:
+			return true // the successor's
+		default:
+		}
+		if tokens != cut {
+			return true
+		}
+		p := procsByName[names[acting]]
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		close(killed)
+		return false
+	}
+	admin.mu.Unlock()
+	select {
+	case <-killed:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the acting daemon never cut the budget; log:\n%s", tail(procsByName[names[acting]].log, 30))
+	}
+	killedAt := time.Now()
+
+	mustWaitFor(t, time.Now().Add(3*ttl+20*time.Second), names[other]+" acting", []*proc{procsByName[names[other]]}, func() (bool, string) {
+		r, term, err := status(other)
+		if err != nil {
+			return false, err.Error()
+		}
+		return r == "acting" && term > actingTerm, fmt.Sprintf("%s term %d", r, term)
+	})
+	t.Logf("%s took over %v after the kill", names[other], time.Since(killedAt).Round(10*time.Millisecond))
+
+	// The interrupted cut: exactly one outcome in the shared audit stream, applied once.
+	client := srv.Client(t)
+	streamOutcomes := func() (intents, outcomes int) {
+		msgs, err := client.XRange(t.Context(), "basin:ha:daemon:audit", "-", "+").Result()
+		require.NoError(t, err)
+		for _, m := range msgs {
+			var r struct {
+				Phase  string `json:"phase"`
+				Budget *struct {
+					To int64 `json:"to_tokens"`
+				} `json:"budget"`
+			}
+			raw, _ := m.Values["rec"].(string)
+			if json.Unmarshal([]byte(raw), &r) != nil || r.Budget == nil || r.Budget.To != cut {
+				continue
+			}
+			switch r.Phase {
+			case "intent":
+				intents++
+			case "done", "failed":
+				outcomes++
+			}
+		}
+		return intents, outcomes
+	}
+	mustWaitFor(t, time.Now().Add(30*time.Second), "the interrupted cut recorded", nil, func() (bool, string) {
+		_, o := streamOutcomes()
+		return o >= 1, strconv.Itoa(o) + " outcomes"
+	})
+	time.Sleep(2 * time.Second) // a few more steps: nothing may repeat
+	intents, outs := streamOutcomes()
+	assert.Equal(t, intents, outs, "exactly one outcome per intent in the shared audit stream")
+	assert.Equal(t, 1, admin.count(func(g *adminStandIn) []int64 { return g.applied }, cut), "the cut applied once")
+	admin.mu.Lock()
+	defer admin.mu.Unlock()
+	for i, term := range admin.terms {
+		assert.NotEmpty(t, term, "admin write %d carries the daemon's term", i)
+	}
+}
