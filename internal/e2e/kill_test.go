@@ -63,8 +63,8 @@ type adminStandIn struct {
 	mu      sync.Mutex
 	budget  int64
 	ref     int64
-	applied []int64 // budgets applied, in order
-	seen    []int64 // budget requests received, in order
+	applied []int64  // budgets applied, in order
+	seen    []int64  // budget requests received, in order
 	terms   []string // their Basin-Daemon-Term headers
 	hook    func(tokens int64) (apply bool)
 }
