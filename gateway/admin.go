@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
@@ -31,6 +32,12 @@ func (g *Gateway) adminRoutes() http.Handler {
 	mux.HandleFunc("POST /admin/shed", g.serveShed)
 	mux.HandleFunc("PUT /admin/affinity", g.serveAffinity)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{}))
+	// The deployment's admission series alone, from whichever replica leads: what the basin
+	// daemon's collector reads through one Service address when the gateway is replicated
+	// (each replica's own /metrics has them on the leader only, for Prometheus to sum).
+	admissionOnly := prometheus.NewRegistry()
+	admissionOnly.MustRegister(admission.NewCollector(g.core.Core, g.now, g.affinity.Load))
+	mux.Handle("GET "+AdmissionMetricsPath, promhttp.HandlerFor(admissionOnly, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -61,7 +68,9 @@ func (g *Gateway) adminRoutes() http.Handler {
 		}
 		if g.repl != nil {
 			w.Header().Set(ReplicaHeader, g.repl.id)
-			if strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath) && g.repl.forwardAdmin(w, r) {
+			forwarded := r.URL.Path == AdmissionMetricsPath ||
+				strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath)
+			if forwarded && g.repl.forwardAdmin(w, r) {
 				return
 			}
 		}
@@ -352,6 +361,11 @@ func jsonKind(goKind string) string {
 func badField(w http.ResponseWriter, param, msg string) {
 	httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, msg)
 }
+
+// AdmissionMetricsPath serves the admission core's basin_gateway_* series alone, in the
+// Prometheus text format, open like /metrics. Alone, it is the gateway's; replicated, every
+// replica answers with the leader's.
+const AdmissionMetricsPath = "/metrics/admission"
 
 // DaemonTermHeader carries the acting basin daemon's term (its lease's epoch) on its admin
 // writes. A daemon deposed by a successor — paused, partitioned, not yet aware — still sends

@@ -158,6 +158,15 @@ func TestReplicasShareOneBudget(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.Equal(t, int64(50000), leader.state().Budget)
 
+	// /metrics/admission on any replica is the leader's: what a daemon reads through a Service.
+	for _, h := range hs {
+		r := h.adminDo(http.MethodGet, AdmissionMetricsPath, "", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		assert.Contains(t, string(r.body), "basin_gateway_budget_tokens 50000")
+		assert.Contains(t, string(r.body), "basin_gateway_sessions_live ")
+		assert.NotContains(t, string(r.body), "go_goroutines")
+	}
+
 	// Only the leader exports the admission gauges; every replica its replication gauges.
 	for _, h := range hs {
 		n, err := testutil.GatherAndCount(h.reg, "basin_gateway_sessions_live")
