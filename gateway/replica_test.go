@@ -40,7 +40,7 @@ replication: {replica_id: %s, advertise_url: "http://%s", report_interval: 20ms%
 }
 
 // startReplicas starts n gateway replicas on one store.
-func startReplicas(t *testing.T, n int, addr, upstream, extra string) []*harness {
+func startReplicas(t testing.TB, n int, addr, upstream, extra string) []*harness {
 	t.Helper()
 	hs := make([]*harness, n)
 	for i := range hs {
@@ -61,7 +61,7 @@ func (h *harness) replication() adminapi.ReplicationView {
 }
 
 // leaderOf waits until exactly one replica leads and every other one knows it.
-func leaderOf(t *testing.T, hs []*harness) (leader *harness, followers []*harness) {
+func leaderOf(t testing.TB, hs []*harness) (leader *harness, followers []*harness) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
