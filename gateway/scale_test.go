@@ -162,4 +162,3 @@ func infoField(info, name string) float64 {
 	}
 	return 0
 }
-
