@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/internal/daemon"
 	"github.com/basin-dev/basin/internal/store"
@@ -616,4 +617,58 @@ func TestStoreConfigsOnARealServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gatewayTargets are the collector's targets with role gateway.
+func gatewayTargets(cfg *daemon.Config) []collector.Target {
+	var out []collector.Target
+	for _, tg := range cfg.Collector.Targets {
+		if tg.Role == collector.RoleGateway {
+			out = append(out, tg)
+		}
+	}
+	return out
+}
+
+// TestReplicatedDaemonReadsAdmissionMetrics: a replicated gateway's own /metrics carries the
+// admission series only on the leader, so a daemon reading one address (a Service, or one host)
+// would see them on some scrapes only, and one target per replica would be added up by the
+// collector. The replicated daemons read one target, AdmissionMetricsPath, which any replica
+// answers with the leader's: on Kubernetes through the gateways' admin Service, on the systemd
+// pair from the local replica.
+func TestReplicatedDaemonReadsAdmissionMetrics(t *testing.T) {
+	t.Run("kubernetes", func(t *testing.T) {
+		m := loadManifests(t, replicated)
+		cfg, _ := daemonConfig(t, m)
+		tgs := gatewayTargets(cfg)
+		require.Len(t, tgs, 1, "one gateway target: the collector sums gateway targets")
+		u, err := url.Parse(tgs[0].URL)
+		require.NoError(t, err)
+		assert.Equal(t, gateway.AdmissionMetricsPath, u.Path, "the gateway target's path")
+		assert.Equal(t, collector.DialectGateway, tgs[0].Dialect)
+		gw, _ := basinContainer(t, m, "basin-gateway")
+		requireServicePort(t, m, "collector.targets "+tgs[0].Name, tgs[0].URL, &gw.Spec.Template, "admin")
+	})
+	t.Run("systemd", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join(systemdDir, "replicated", "daemon.yaml"))
+		require.NoError(t, err)
+		cfg, _ := parseDaemonConfig(t, string(data))
+		gcfg, err := gateway.ParseConfig(mustRead(t, filepath.Join(systemdDir, "replicated", "gateway.yaml")))
+		require.NoError(t, err)
+		tgs := gatewayTargets(cfg)
+		require.Len(t, tgs, 1, "one gateway target: the collector sums gateway targets")
+		u, err := url.Parse(tgs[0].URL)
+		require.NoError(t, err)
+		assert.Equal(t, gateway.AdmissionMetricsPath, u.Path, "the gateway target's path")
+		_, adminPort, err := net.SplitHostPort(gcfg.AdminListen)
+		require.NoError(t, err)
+		assert.Equal(t, adminPort, u.Port(), "the gateway's admin listener")
+	})
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	require.NoError(t, err)
+	return data
 }
