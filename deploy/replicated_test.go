@@ -3,12 +3,14 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -26,6 +28,7 @@ import (
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/internal/daemon"
 	"github.com/basin-dev/basin/internal/store"
+	"github.com/basin-dev/basin/remediate/alerts"
 )
 
 // testPodIP stands for status.podIP when a test renders a pod's configuration.
@@ -711,4 +714,84 @@ func requireDaemonPodNames(t *testing.T, m manifests, w workload) *service {
 		assert.False(t, selects(sm.Spec.Selector.MatchLabels, svc.Metadata.Labels), "ServiceMonitor %s selects the headless Service %s", smName, name)
 	}
 	return svc
+}
+
+// alertmanagerFile is the example Alertmanager configuration for replicated mode.
+const alertmanagerFile = "alertmanager/replicated.yml"
+
+// amConfig is the part of an Alertmanager configuration the test reads.
+type amConfig struct {
+	Receivers []amReceiver `yaml:"receivers"`
+}
+
+type amReceiver struct {
+	Name           string `yaml:"name"`
+	WebhookConfigs []struct {
+		URL          string `yaml:"url"`
+		SendResolved bool   `yaml:"send_resolved"`
+		HTTPConfig   struct {
+			Authorization struct {
+				CredentialsFile string `yaml:"credentials_file"`
+			} `yaml:"authorization"`
+		} `yaml:"http_config"`
+	} `yaml:"webhook_configs"`
+}
+
+// TestAlertmanagerNotifiesEveryDaemon: only the acting daemon enters incident mode from an alert,
+// and a notification through the daemons' Service reaches one of the two, possibly the standby.
+// The example Alertmanager configuration's basin receiver has one webhook per daemon pod, by its
+// stable name (<statefulset>-<ordinal>.<headless service>), on the webhook's path, with the
+// daemon token, and routes each alert the daemon's alerts.matchers select to it (amtool).
+func TestAlertmanagerNotifiesEveryDaemon(t *testing.T) {
+	m := loadManifests(t, replicated)
+	w, c := basinContainer(t, m, "basin-daemon")
+	headless := requireDaemonPodNames(t, m, w)
+	var port int
+	for _, p := range headless.Spec.Ports {
+		if p.TargetPort == "http" {
+			port = p.Port
+		}
+	}
+	var want []string
+	for i := range w.replicas {
+		want = append(want, fmt.Sprintf("http://%s-%d.%s.%s.svc.cluster.local:%d%s",
+			w.name, i, headless.Metadata.Name, headless.Metadata.Namespace, port, alerts.Path))
+	}
+	require.Len(t, want, 2)
+
+	data := mustRead(t, alertmanagerFile)
+	var am amConfig
+	require.NoError(t, yaml.Unmarshal(data, &am))
+	i := slices.IndexFunc(am.Receivers, func(r amReceiver) bool { return r.Name == "basin" })
+	require.True(t, i >= 0, "a receiver named basin")
+	var got []string
+	cfg, _ := daemonConfig(t, m)
+	tokenKey := requireSecretFile(t, m, &w.template.Spec, c, "token_file", cfg.TokenFile)
+	for _, wc := range am.Receivers[i].WebhookConfigs {
+		got = append(got, wc.URL)
+		assert.True(t, wc.SendResolved, "%s: send_resolved, or incident mode waits for the alert to expire", wc.URL)
+		assert.Equal(t, tokenKey, path.Base(wc.HTTPConfig.Authorization.CredentialsFile),
+			"%s: the daemon token (Secret key %s) as the bearer", wc.URL, tokenKey)
+	}
+	assert.ElementsMatch(t, want, got, "one webhook per daemon pod, by its name: not the Service, which reaches one of them")
+
+	amtool, err := exec.LookPath("amtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("amtool not on PATH under CI: .ci/run must install the Debian package prometheus-alertmanager")
+		}
+		t.Skip("amtool not on PATH: install prometheus-alertmanager to check the routes")
+	}
+	out, err := exec.Command(amtool, "check-config", alertmanagerFile).CombinedOutput()
+	require.NoError(t, err, "amtool check-config:\n%s", out)
+	require.NotEmpty(t, cfg.Alerts.Matchers, "alerts.matchers: the alerts routed to basin")
+	for _, mt := range cfg.Alerts.Matchers {
+		args := []string{"config", "routes", "test", "--config.file=" + alertmanagerFile, "alertname=" + mt.AlertName, "deployment=" + cfg.Deployment}
+		for k, v := range mt.Labels {
+			args = append(args, k+"="+v)
+		}
+		out, err := exec.Command(amtool, args...).Output()
+		require.NoError(t, err, "amtool %s", strings.Join(args, " "))
+		assert.Contains(t, strings.Split(strings.TrimSpace(string(out)), ","), "basin", "alert %s is routed to %s", mt.AlertName, out)
+	}
 }
