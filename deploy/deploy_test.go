@@ -265,8 +265,16 @@ type deployment struct {
 type statefulSet struct {
 	typeMeta `yaml:",inline"`
 	Spec     struct {
-		ServiceName          string                  `yaml:"serviceName"`
-		Replicas             *int                    `yaml:"replicas"`
+		ServiceName         string `yaml:"serviceName"`
+		Replicas            *int   `yaml:"replicas"`
+		PodManagementPolicy string `yaml:"podManagementPolicy"`
+		UpdateStrategy      struct {
+			Type          string `yaml:"type"`
+			RollingUpdate *struct {
+				Partition      *int `yaml:"partition"`
+				MaxUnavailable any  `yaml:"maxUnavailable"`
+			} `yaml:"rollingUpdate"`
+		} `yaml:"updateStrategy"`
 		Selector             labelSelector           `yaml:"selector"`
 		Template             podTemplate             `yaml:"template"`
 		VolumeClaimTemplates []persistentVolumeClaim `yaml:"volumeClaimTemplates"`
@@ -282,11 +290,18 @@ type podDisruptionBudget struct {
 	} `yaml:"spec"`
 }
 
-// workload is a Deployment or a StatefulSet: what Services, ServiceMonitors and budgets select.
+// workload is a Deployment or a StatefulSet: what Services, ServiceMonitors and budgets select,
+// and what runs a basin binary in either mode.
 type workload struct {
 	kind, name string
 	replicas   int
-	template   *podTemplate
+	// replicasField is spec.replicas as written (nil: left to the API server's default, 1).
+	replicasField *int
+	selector      labelSelector
+	template      *podTemplate
+	// deployment or statefulSet is the object itself, the other nil.
+	deployment  *deployment
+	statefulSet *statefulSet
 }
 
 type servicePort struct {
@@ -300,6 +315,7 @@ type service struct {
 	typeMeta `yaml:",inline"`
 	Spec     struct {
 		Type                     string            `yaml:"type"`
+		ClusterIP                string            `yaml:"clusterIP"`
 		PublishNotReadyAddresses bool              `yaml:"publishNotReadyAddresses"`
 		SessionAffinity          string            `yaml:"sessionAffinity"`
 		Selector                 map[string]string `yaml:"selector"`
@@ -528,12 +544,27 @@ func loadManifests(t *testing.T, md mode) manifests {
 func (m manifests) workloads() []workload {
 	var out []workload
 	for name, d := range m.deployments {
-		out = append(out, workload{"Deployment", name, replicasOf(d.Spec.Replicas), &d.Spec.Template})
+		out = append(out, workload{kind: "Deployment", name: name, replicas: replicasOf(d.Spec.Replicas),
+			replicasField: d.Spec.Replicas, selector: d.Spec.Selector, template: &d.Spec.Template, deployment: d})
 	}
 	for name, s := range m.statefulSets {
-		out = append(out, workload{"StatefulSet", name, replicasOf(s.Spec.Replicas), &s.Spec.Template})
+		out = append(out, workload{kind: "StatefulSet", name: name, replicas: replicasOf(s.Spec.Replicas),
+			replicasField: s.Spec.Replicas, selector: s.Spec.Selector, template: &s.Spec.Template, statefulSet: s})
 	}
 	return out
+}
+
+// workload returns the Deployment or StatefulSet called name (exactly one).
+func (m manifests) workload(t *testing.T, name string) workload {
+	t.Helper()
+	var out []workload
+	for _, w := range m.workloads() {
+		if w.name == name {
+			out = append(out, w)
+		}
+	}
+	require.Len(t, out, 1, "one Deployment or StatefulSet %s", name)
+	return out[0]
 }
 
 func replicasOf(r *int) int {
@@ -620,27 +651,27 @@ func TestStrictDecodingCatchesTypos(t *testing.T) {
 // configFile finds the file a container's `--config` names: in the ConfigMap mounted there, or,
 // when an init container writes it onto a shared emptyDir, as that init container renders it
 // (renderConfig).
-func configFile(t *testing.T, m manifests, d *deployment, c container) (subcommand, data string) {
+func configFile(t *testing.T, m manifests, w workload, c container) (subcommand, data string) {
 	t.Helper()
-	require.GreaterOrEqual(t, len(c.Args), 3, "%s: args", d.Metadata.Name)
+	require.GreaterOrEqual(t, len(c.Args), 3, "%s: args", w.name)
 	i := slices.Index(c.Args, "--config")
-	require.True(t, i >= 0 && i+1 < len(c.Args), "%s: args %q have no --config FILE", d.Metadata.Name, c.Args)
+	require.True(t, i >= 0 && i+1 < len(c.Args), "%s: args %q have no --config FILE", w.name, c.Args)
 	file := c.Args[i+1]
-	pod := &d.Spec.Template.Spec
+	pod := &w.template.Spec
 	mnt, v := mountOf(pod, c, file)
-	require.NotNil(t, v, "%s: %s is on no volume", d.Metadata.Name, file)
+	require.NotNil(t, v, "%s: %s is on no volume", w.name, file)
 	if v.EmptyDir != nil {
-		return c.Args[0], renderConfig(t, m, d, v.Name, file, mnt, testPodIP)
+		return c.Args[0], renderConfig(t, m, w, v.Name, file, mnt, testPodIP)
 	}
-	require.NotNil(t, v.ConfigMap, "%s: %s is not on a ConfigMap volume", d.Metadata.Name, file)
-	return c.Args[0], configMapFile(t, m, d, v, mnt, file)
+	require.NotNil(t, v.ConfigMap, "%s: %s is not on a ConfigMap volume", w.name, file)
+	return c.Args[0], configMapFile(t, m, w.name, v, mnt, file)
 }
 
 // configMapFile is the content of file, which lies on the ConfigMap volume v mounted at mnt.
-func configMapFile(t *testing.T, m manifests, d *deployment, v *volume, mnt volumeMount, file string) string {
+func configMapFile(t *testing.T, m manifests, workloadName string, v *volume, mnt volumeMount, file string) string {
 	t.Helper()
 	cm, ok := m.configMaps[v.ConfigMap.Name]
-	require.True(t, ok, "%s: ConfigMap %q is not defined", d.Metadata.Name, v.ConfigMap.Name)
+	require.True(t, ok, "%s: ConfigMap %q is not defined", workloadName, v.ConfigMap.Name)
 	key := strings.TrimPrefix(file, strings.TrimSuffix(mnt.MountPath, "/")+"/")
 	if mnt.SubPath != "" {
 		key = mnt.SubPath
@@ -651,7 +682,7 @@ func configMapFile(t *testing.T, m manifests, d *deployment, v *volume, mnt volu
 		}
 	}
 	data, ok := cm.Data[key]
-	require.True(t, ok, "%s: ConfigMap %q has no key %q for %s", d.Metadata.Name, cm.Metadata.Name, key, file)
+	require.True(t, ok, "%s: ConfigMap %q has no key %q for %s", workloadName, cm.Metadata.Name, key, file)
 	return data
 }
 
@@ -751,13 +782,12 @@ func requireServicePort(t *testing.T, m manifests, field, rawURL string, w *podT
 	}), "%s %s: not Service %s's port for %q", field, rawURL, s.Metadata.Name, portName)
 }
 
-// basinContainer is the one container of a basin Deployment.
-func basinContainer(t *testing.T, m manifests, name string) (*deployment, container) {
+// basinContainer is the one container of a basin Deployment or StatefulSet.
+func basinContainer(t *testing.T, m manifests, name string) (workload, container) {
 	t.Helper()
-	d, ok := m.deployments[name]
-	require.True(t, ok, "Deployment %s", name)
-	require.Len(t, d.Spec.Template.Spec.Containers, 1)
-	return d, d.Spec.Template.Spec.Containers[0]
+	w := m.workload(t, name)
+	require.Len(t, w.template.Spec.Containers, 1)
+	return w, w.template.Spec.Containers[0]
 }
 
 // gatewayConfig returns the gateway's embedded configuration, through the gateway's parser.
@@ -781,15 +811,21 @@ func daemonConfig(t *testing.T, m manifests) (*daemon.Config, store.Config) {
 
 func TestDeployments(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m manifests) {
-		require.Len(t, m.deployments, 2, "the gateway and the daemon")
+		basins := 0
+		for _, w := range m.workloads() {
+			if isBasin(w.template.Spec.Containers[0]) {
+				basins++
+			}
+		}
+		require.Equal(t, 2, basins, "the gateway and the daemon")
 		for _, tc := range []struct{ name, subcommand string }{
 			{"basin-gateway", "gateway"},
 			{"basin-daemon", "daemon"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				d, c := basinContainer(t, m, tc.name)
-				pod := &d.Spec.Template.Spec
-				assert.True(t, selects(d.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels), "selector must match the pod labels")
+				pod := &d.template.Spec
+				assert.True(t, selects(d.selector.MatchLabels, d.template.Metadata.Labels), "selector must match the pod labels")
 				sub, data := configFile(t, m, d, c)
 				assert.Equal(t, tc.subcommand, sub, "args[0]")
 				for _, ct := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
@@ -804,7 +840,7 @@ func TestDeployments(t *testing.T) {
 						assert.True(t, ok, "probe port %q is not a container port", p.HTTPGet.Port)
 					}
 				}
-				require.NotNil(t, d.Spec.Replicas, "replicas: the default is 1, but say it")
+				require.NotNil(t, d.replicasField, "replicas: the default is 1, but say it")
 				switch tc.subcommand {
 				case "gateway":
 					cfg, err := gateway.ParseConfig([]byte(data))
@@ -838,9 +874,8 @@ func TestDeployments(t *testing.T) {
 					}
 					// The daemon addresses the gateway through its admin Service: in replicated mode
 					// a follower forwards /admin/* to the leader.
-					gw, ok := m.deployments["basin-gateway"]
-					require.True(t, ok)
-					requireServicePort(t, m, "gateway.admin_url", cfg.Gateway.AdminURL, &gw.Spec.Template, "admin")
+					gw := m.workload(t, "basin-gateway")
+					requireServicePort(t, m, "gateway.admin_url", cfg.Gateway.AdminURL, gw.template, "admin")
 				}
 			})
 		}

@@ -2,13 +2,16 @@
 // systemd units for `basin gateway` and `basin daemon` with the drop-ins and configurations that
 // make them a store-backed pair on two hosts (systemd/), and Kubernetes manifests for the single
 // mode (one gateway, one daemon) and the replicated mode (a Redis/Valkey store, three gateways,
-// two daemons) with their Prometheus Operator ServiceMonitors and PrometheusRule (kubernetes/).
+// two daemons) with their Prometheus Operator ServiceMonitors and PrometheusRule (kubernetes/),
+// and the Alertmanager route that notifies both replicated daemons (alertmanager/).
 //
 // The package has no code. Its tests parse every manifest strictly, per mode, run the embedded
 // gateway and daemon configurations through the binaries' own config parsers, check that the
 // workloads, Services, Secret keys, volumes, disruption budgets and ServiceMonitors refer to one
 // another correctly, that the probes name the gateway's real handlers, that the store keeps an
 // append-only file and evicts nothing, that the PrometheusRule carries exactly the groups of
-// rules/basin.rules.yml, and that the units start the right subcommand (and pass
+// rules/basin.rules.yml, that the replicated daemons read the gateway's admission series from
+// one address any replica answers and that Alertmanager notifies each daemon pod by name (amtool
+// where it is installed), and that the units start the right subcommand (and pass
 // systemd-analyze verify where it is installed). When to run which mode is docs/scaling.md.
 package deploy

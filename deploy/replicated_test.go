@@ -3,12 +3,14 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -22,9 +24,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/internal/daemon"
 	"github.com/basin-dev/basin/internal/store"
+	"github.com/basin-dev/basin/remediate/alerts"
 )
 
 // testPodIP stands for status.podIP when a test renders a pod's configuration.
@@ -114,16 +118,16 @@ func TestDaemonParserKnowsStore(t *testing.T) {
 // renderConfig runs the init container that writes file onto the emptyDir volume volName, in a
 // temporary directory standing for its mounts and with status.podIP = podIP, and returns what it
 // wrote. The script is the manifest's own, run by the local sh: only the mount paths change.
-func renderConfig(t *testing.T, m manifests, d *deployment, volName, file string, mnt volumeMount, podIP string) string {
+func renderConfig(t *testing.T, m manifests, d workload, volName, file string, mnt volumeMount, podIP string) string {
 	t.Helper()
-	pod := &d.Spec.Template.Spec
+	pod := &d.template.Spec
 	var init *container
 	for i, c := range pod.InitContainers {
 		if slices.ContainsFunc(c.VolumeMounts, func(vm volumeMount) bool { return vm.Name == volName && !vm.ReadOnly }) {
 			init = &pod.InitContainers[i]
 		}
 	}
-	require.NotNil(t, init, "%s: %s is on emptyDir %q, which no init container writes", d.Metadata.Name, file, volName)
+	require.NotNil(t, init, "%s: %s is on emptyDir %q, which no init container writes", d.name, file, volName)
 	argv := append(slices.Clone(init.Command), init.Args...)
 	require.Len(t, argv, 3, "%s: want sh -c SCRIPT, got %q", init.Name, argv)
 	require.Equal(t, []string{"sh", "-c"}, argv[:2], "%s", init.Name)
@@ -174,7 +178,7 @@ func renderConfig(t *testing.T, m manifests, d *deployment, volName, file string
 func TestReplicatedGatewayConfig(t *testing.T) {
 	m := loadManifests(t, replicated)
 	d, c := basinContainer(t, m, "basin-gateway")
-	pod := &d.Spec.Template.Spec
+	pod := &d.template.Spec
 	adminPort, ok := c.port("admin")
 	require.True(t, ok)
 	i := slices.Index(c.Args, "--config")
@@ -261,32 +265,48 @@ func requireSpreadOverNodes(t *testing.T, tmpl *podTemplate) {
 	}), "a term on kubernetes.io/hostname selecting the replicas themselves")
 }
 
-// TestReplicatedTopology: three gateways and two daemons, rolled one pod at a time, spread over
-// nodes, with disruption budgets a drain can satisfy.
+// TestReplicatedTopology: three gateways (a Deployment) and two daemons (a StatefulSet, for
+// their per-pod names: requireDaemonPodNames), rolled one pod at a time, spread over nodes, with
+// disruption budgets a drain can satisfy.
 func TestReplicatedTopology(t *testing.T) {
 	m := loadManifests(t, replicated)
 	for _, tc := range []struct {
-		name                         string
+		name, kind                   string
 		replicas                     int
 		minAvailable, maxUnavailable int // 0: not set
 	}{
-		{"basin-gateway", 3, 2, 0},
-		{"basin-daemon", 2, 0, 1},
+		{"basin-gateway", "Deployment", 3, 2, 0},
+		{"basin-daemon", "StatefulSet", 2, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, _ := basinContainer(t, m, tc.name)
-			require.NotNil(t, d.Spec.Replicas)
-			assert.Equal(t, tc.replicas, *d.Spec.Replicas, "replicas")
-			assert.Equal(t, "RollingUpdate", d.Spec.Strategy.Type)
-			require.NotNil(t, d.Spec.Strategy.RollingUpdate, "rollingUpdate")
-			assert.Equal(t, 1, intOrString(t, "maxUnavailable", d.Spec.Strategy.RollingUpdate.MaxUnavailable))
-			requireSpreadOverNodes(t, &d.Spec.Template)
-			b := budgetFor(t, m, &d.Spec.Template)
+			w, _ := basinContainer(t, m, tc.name)
+			require.Equal(t, tc.kind, w.kind)
+			require.NotNil(t, w.replicasField)
+			assert.Equal(t, tc.replicas, *w.replicasField, "replicas")
+			switch w.kind {
+			case "Deployment":
+				d := w.deployment
+				assert.Equal(t, "RollingUpdate", d.Spec.Strategy.Type)
+				require.NotNil(t, d.Spec.Strategy.RollingUpdate, "rollingUpdate")
+				assert.Equal(t, 1, intOrString(t, "maxUnavailable", d.Spec.Strategy.RollingUpdate.MaxUnavailable))
+			case "StatefulSet":
+				s := w.statefulSet
+				// OrderedReady would hold the second daemon until the first is Ready, and a
+				// blind daemon is not.
+				assert.Equal(t, "Parallel", s.Spec.PodManagementPolicy, "podManagementPolicy")
+				assert.Contains(t, []string{"", "RollingUpdate"}, s.Spec.UpdateStrategy.Type, "updateStrategy: one pod at a time")
+				if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+					assert.Nil(t, ru.Partition, "a partition would leave pods on the old revision")
+				}
+				requireDaemonPodNames(t, m, w)
+			}
+			requireSpreadOverNodes(t, w.template)
+			b := budgetFor(t, m, w.template)
 			if tc.minAvailable > 0 {
 				assert.Nil(t, b.Spec.MaxUnavailable)
 				got := intOrString(t, "minAvailable", b.Spec.MinAvailable)
 				assert.Equal(t, tc.minAvailable, got, "minAvailable")
-				assert.Less(t, got, *d.Spec.Replicas, "minAvailable must leave a drain one pod to evict")
+				assert.Less(t, got, w.replicas, "minAvailable must leave a drain one pod to evict")
 			} else {
 				assert.Nil(t, b.Spec.MinAvailable)
 				assert.Equal(t, tc.maxUnavailable, intOrString(t, "maxUnavailable", b.Spec.MaxUnavailable), "maxUnavailable")
@@ -330,8 +350,8 @@ func TestReplicatedStoreBlocks(t *testing.T) {
 	}
 	gd, gc := basinContainer(t, m, "basin-gateway")
 	dd, dc := basinContainer(t, m, "basin-daemon")
-	gkey := requireSecretFile(t, m, &gd.Spec.Template.Spec, gc, "store.password_file", gw.Store.PasswordFile)
-	dkey := requireSecretFile(t, m, &dd.Spec.Template.Spec, dc, "store.password_file", ds.PasswordFile)
+	gkey := requireSecretFile(t, m, &gd.template.Spec, gc, "store.password_file", gw.Store.PasswordFile)
+	dkey := requireSecretFile(t, m, &dd.template.Spec, dc, "store.password_file", ds.PasswordFile)
 	assert.Equal(t, gkey, dkey, "the same password")
 
 	// The URL is the store's Service, on its redis port, and the server's password is that key.
@@ -388,9 +408,7 @@ func TestStoreIsDurable(t *testing.T) {
 	mnt, v := mountOf(pod, c, conf)
 	require.NotNil(t, v)
 	require.NotNil(t, v.ConfigMap, "%s from a ConfigMap", conf)
-	var d deployment // configMapFile reads only its name
-	d.Metadata.Name = st.Metadata.Name
-	dirs := redisConf(t, configMapFile(t, m, &d, v, mnt, conf))
+	dirs := redisConf(t, configMapFile(t, m, st.Metadata.Name, v, mnt, conf))
 	for k, want := range map[string][]string{
 		"appendonly":       {"yes"},
 		"appendfsync":      {"everysec"},
@@ -558,12 +576,10 @@ func TestStoreConfigsOnARealServer(t *testing.T) {
 	c := st.Spec.Template.Spec.Containers[0]
 	mnt, v := mountOf(&st.Spec.Template.Spec, c, c.Args[0])
 	require.NotNil(t, v)
-	var d deployment
-	d.Metadata.Name = st.Metadata.Name
 	systemdConf, err := os.ReadFile(filepath.Join(systemdDir, "replicated", "redis-basin.conf"))
 	require.NoError(t, err)
 	for name, conf := range map[string]string{
-		"kubernetes": configMapFile(t, m, &d, v, mnt, c.Args[0]),
+		"kubernetes": configMapFile(t, m, st.Metadata.Name, v, mnt, c.Args[0]),
 		"systemd":    string(systemdConf),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -615,5 +631,167 @@ func TestStoreConfigsOnARealServer(t *testing.T) {
 				assert.Equal(t, want, got[k], "%s", k)
 			}
 		})
+	}
+}
+
+// gatewayTargets are the collector's targets with role gateway.
+func gatewayTargets(cfg *daemon.Config) []collector.Target {
+	var out []collector.Target
+	for _, tg := range cfg.Collector.Targets {
+		if tg.Role == collector.RoleGateway {
+			out = append(out, tg)
+		}
+	}
+	return out
+}
+
+// TestReplicatedDaemonReadsAdmissionMetrics: a replicated gateway's own /metrics carries the
+// admission series only on the leader, so a daemon reading one address (a Service, or one host)
+// would see them on some scrapes only, and one target per replica would be added up by the
+// collector. The replicated daemons read one target, AdmissionMetricsPath, which any replica
+// answers with the leader's: on Kubernetes through the gateways' admin Service, on the systemd
+// pair from the local replica.
+func TestReplicatedDaemonReadsAdmissionMetrics(t *testing.T) {
+	t.Run("kubernetes", func(t *testing.T) {
+		m := loadManifests(t, replicated)
+		cfg, _ := daemonConfig(t, m)
+		tgs := gatewayTargets(cfg)
+		require.Len(t, tgs, 1, "one gateway target: the collector sums gateway targets")
+		u, err := url.Parse(tgs[0].URL)
+		require.NoError(t, err)
+		assert.Equal(t, gateway.AdmissionMetricsPath, u.Path, "the gateway target's path")
+		assert.Equal(t, collector.DialectGateway, tgs[0].Dialect)
+		gw, _ := basinContainer(t, m, "basin-gateway")
+		requireServicePort(t, m, "collector.targets "+tgs[0].Name, tgs[0].URL, gw.template, "admin")
+	})
+	t.Run("systemd", func(t *testing.T) {
+		data, err := os.ReadFile(filepath.Join(systemdDir, "replicated", "daemon.yaml"))
+		require.NoError(t, err)
+		cfg, _ := parseDaemonConfig(t, string(data))
+		gcfg, err := gateway.ParseConfig(mustRead(t, filepath.Join(systemdDir, "replicated", "gateway.yaml")))
+		require.NoError(t, err)
+		tgs := gatewayTargets(cfg)
+		require.Len(t, tgs, 1, "one gateway target: the collector sums gateway targets")
+		u, err := url.Parse(tgs[0].URL)
+		require.NoError(t, err)
+		assert.Equal(t, gateway.AdmissionMetricsPath, u.Path, "the gateway target's path")
+		_, adminPort, err := net.SplitHostPort(gcfg.AdminListen)
+		require.NoError(t, err)
+		assert.Equal(t, adminPort, u.Port(), "the gateway's admin listener")
+	})
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	require.NoError(t, err)
+	return data
+}
+
+// requireDaemonPodNames checks the daemons' StatefulSet's governing Service: headless, so that
+// each pod has its DNS name (<pod>.<service>), selecting the daemons, with the webhook's port,
+// and publishing a blind (unready) daemon's name too. It returns the Service.
+func requireDaemonPodNames(t *testing.T, m manifests, w workload) *service {
+	t.Helper()
+	require.NotNil(t, w.statefulSet, "%s: a StatefulSet, for per-pod DNS names", w.name)
+	name := w.statefulSet.Spec.ServiceName
+	svc, ok := m.services[name]
+	require.True(t, ok, "serviceName %q is a Service", name)
+	assert.Equal(t, "None", svc.Spec.ClusterIP, "Service %s: headless (clusterIP: None), so each pod has its name", name)
+	assert.True(t, selects(svc.Spec.Selector, w.template.Metadata.Labels), "Service %s selects the daemons", name)
+	assert.True(t, svc.Spec.PublishNotReadyAddresses, "Service %s: publishNotReadyAddresses, so a blind daemon's name resolves", name)
+	c := w.template.Spec.Containers[0]
+	assert.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p servicePort) bool { return p.TargetPort == "http" }),
+		"Service %s: the daemon's http port", name)
+	_, ok = c.port("http")
+	assert.True(t, ok)
+	// The status page and the API stay behind a normal Service, which the ServiceMonitor scrapes;
+	// the headless one must not be selected too (every pod would be scraped twice).
+	normal, ok := m.services[w.name]
+	require.True(t, ok, "the daemons' Service %s", w.name)
+	assert.NotEqual(t, "None", normal.Spec.ClusterIP, "Service %s: a normal Service for the status page and the API", w.name)
+	for smName, sm := range m.serviceMonitors {
+		assert.False(t, selects(sm.Spec.Selector.MatchLabels, svc.Metadata.Labels), "ServiceMonitor %s selects the headless Service %s", smName, name)
+	}
+	return svc
+}
+
+// alertmanagerFile is the example Alertmanager configuration for replicated mode.
+const alertmanagerFile = "alertmanager/replicated.yml"
+
+// amConfig is the part of an Alertmanager configuration the test reads.
+type amConfig struct {
+	Receivers []amReceiver `yaml:"receivers"`
+}
+
+type amReceiver struct {
+	Name           string `yaml:"name"`
+	WebhookConfigs []struct {
+		URL          string `yaml:"url"`
+		SendResolved bool   `yaml:"send_resolved"`
+		HTTPConfig   struct {
+			Authorization struct {
+				CredentialsFile string `yaml:"credentials_file"`
+			} `yaml:"authorization"`
+		} `yaml:"http_config"`
+	} `yaml:"webhook_configs"`
+}
+
+// TestAlertmanagerNotifiesEveryDaemon: only the acting daemon enters incident mode from an alert,
+// and a notification through the daemons' Service reaches one of the two, possibly the standby.
+// The example Alertmanager configuration's basin receiver has one webhook per daemon pod, by its
+// stable name (<statefulset>-<ordinal>.<headless service>), on the webhook's path, with the
+// daemon token, and routes each alert the daemon's alerts.matchers select to it (amtool).
+func TestAlertmanagerNotifiesEveryDaemon(t *testing.T) {
+	m := loadManifests(t, replicated)
+	w, c := basinContainer(t, m, "basin-daemon")
+	headless := requireDaemonPodNames(t, m, w)
+	var port int
+	for _, p := range headless.Spec.Ports {
+		if p.TargetPort == "http" {
+			port = p.Port
+		}
+	}
+	var want []string
+	for i := range w.replicas {
+		want = append(want, fmt.Sprintf("http://%s-%d.%s.%s.svc.cluster.local:%d%s",
+			w.name, i, headless.Metadata.Name, headless.Metadata.Namespace, port, alerts.Path))
+	}
+	require.Len(t, want, 2)
+
+	data := mustRead(t, alertmanagerFile)
+	var am amConfig
+	require.NoError(t, yaml.Unmarshal(data, &am))
+	i := slices.IndexFunc(am.Receivers, func(r amReceiver) bool { return r.Name == "basin" })
+	require.True(t, i >= 0, "a receiver named basin")
+	var got []string
+	cfg, _ := daemonConfig(t, m)
+	tokenKey := requireSecretFile(t, m, &w.template.Spec, c, "token_file", cfg.TokenFile)
+	for _, wc := range am.Receivers[i].WebhookConfigs {
+		got = append(got, wc.URL)
+		assert.True(t, wc.SendResolved, "%s: send_resolved, or incident mode waits for the alert to expire", wc.URL)
+		assert.Equal(t, tokenKey, path.Base(wc.HTTPConfig.Authorization.CredentialsFile),
+			"%s: the daemon token (Secret key %s) as the bearer", wc.URL, tokenKey)
+	}
+	assert.ElementsMatch(t, want, got, "one webhook per daemon pod, by its name: not the Service, which reaches one of them")
+
+	amtool, err := exec.LookPath("amtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("amtool not on PATH under CI: .ci/run must install the Debian package prometheus-alertmanager")
+		}
+		t.Skip("amtool not on PATH: install prometheus-alertmanager to check the routes")
+	}
+	out, err := exec.Command(amtool, "check-config", alertmanagerFile).CombinedOutput()
+	require.NoError(t, err, "amtool check-config:\n%s", out)
+	require.NotEmpty(t, cfg.Alerts.Matchers, "alerts.matchers: the alerts routed to basin")
+	for _, mt := range cfg.Alerts.Matchers {
+		args := []string{"config", "routes", "test", "--config.file=" + alertmanagerFile, "alertname=" + mt.AlertName, "deployment=" + cfg.Deployment}
+		for k, v := range mt.Labels {
+			args = append(args, k+"="+v)
+		}
+		out, err := exec.Command(amtool, args...).Output()
+		require.NoError(t, err, "amtool %s", strings.Join(args, " "))
+		assert.Contains(t, strings.Split(strings.TrimSpace(string(out)), ","), "basin", "alert %s is routed to %s", mt.AlertName, out)
 	}
 }
