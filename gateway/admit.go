@@ -31,8 +31,13 @@ const lostEventWait = 10 * time.Second
 // client is gone).
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 	// A few rounds, because a session can become live (or end) between the checks; in practice
-	// the second round decides.
-	for range 4 {
+	// the second round decides. Replicated, every change of leader and every end of a degraded
+	// spell sends a held call round again, so it gets more.
+	rounds := 4
+	if g.repl != nil {
+		rounds = 32
+	}
+	for range rounds {
 		now := g.now()
 		if g.core.Begin(now, c.id, c.req.Prompt) {
 			return true
@@ -97,7 +102,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			if g.repl != nil {
 				g.repl.queued(c.id, d.Arrival)
 			}
-			g.log.Debug("session queued", "session", c.id, "tenant", c.tenant, "priority", d.Priority,
+			g.log.Info("session queued", "session", c.id, "tenant", c.tenant, "priority", d.Priority,
 				"arrival", d.Arrival, "predicted_peak_tokens", peak)
 			switch g.wait(w, r, c, wt) {
 			case waitAdmitted:

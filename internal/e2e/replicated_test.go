@@ -122,6 +122,9 @@ type agents struct {
 	connErrs  atomic.Int64 // calls that reached no replica (killed or stopped), sent again elsewhere
 	mu        sync.Mutex
 	violation []string // calls of admitted sessions that were refused
+	// resent are the sessions whose first call was sent again after its connection broke: a new
+	// request, whose place in time is the leader's memory of the session, not a held call's.
+	resent map[string]bool
 }
 
 func (a *agents) run(ctx context.Context, wg *sync.WaitGroup) {
@@ -140,16 +143,28 @@ func (a *agents) run(ctx context.Context, wg *sync.WaitGroup) {
 // session runs one session: its first call until admitted, then its other calls, each of
 // which must pass.
 func (a *agents) session(ctx context.Context, rng *rand.Rand, id string, calls int, body []byte) {
-	admitted := false
+	admitted, ending := false, false
 	for i := 0; i < calls && ctx.Err() == nil; {
 		hdr := http.Header{"Content-Type": {"application/json"}, "x-session-id": {id}}
 		if i == calls-1 {
 			hdr.Set("x-session-end", "true")
+			if !ending {
+				// Counted live from its first call's answer to its last call's sending: never more
+				// than the gateways hold live, however late this process runs (a session is
+				// admitted before its first answer, and ends after its last call is sent).
+				ending = true
+				a.live.Add(-1)
+			}
 		}
 		status, reason, retryAfter, replica, err := a.call(ctx, rng, hdr, body)
 		switch {
 		case err != nil:
 			a.connErrs.Add(1) // the load balancer sends it to another replica
+			if !admitted {
+				a.mu.Lock()
+				a.resent[id] = true
+				a.mu.Unlock()
+			}
 			time.Sleep(50 * time.Millisecond)
 			continue
 		case status == http.StatusOK:
@@ -159,9 +174,6 @@ func (a *agents) session(ctx context.Context, rng *rand.Rand, id string, calls i
 			}
 			admitted = true
 			i++
-			if i == calls {
-				a.live.Add(-1)
-			}
 			time.Sleep(time.Duration(50+rng.IntN(150)) * time.Millisecond) // the agent's tool runs
 			continue
 		case admitted:
@@ -216,6 +228,9 @@ func chatRequestBody() []byte {
 	return b
 }
 
+// movedArrival is a queued session seen with a new arrival.
+type movedArrival struct{ id, what string }
+
 // poller watches the leader's table: the budget held, and queued sessions' arrival times.
 type poller struct {
 	rs       *replicated
@@ -225,7 +240,7 @@ type poller struct {
 	mu       sync.Mutex
 	maxOver  int64 // largest reserved − B − outputs grown since admission, over polls
 	arrivals map[string]time.Time
-	moved    []string // queued sessions whose arrival changed
+	moved    []movedArrival // queued sessions whose arrival changed
 	maxLive  int
 	last     adminapi.StateView
 	overAt   string
@@ -273,7 +288,7 @@ func (p *poller) observe(st adminapi.StateView) {
 		if a, ok := p.arrivals[q.ID]; !ok {
 			p.arrivals[q.ID] = q.Arrival
 		} else if !a.Equal(q.Arrival) {
-			p.moved = append(p.moved, fmt.Sprintf("%s: %s → %s", q.ID, a.Format(time.RFC3339Nano), q.Arrival.Format(time.RFC3339Nano)))
+			p.moved = append(p.moved, movedArrival{q.ID, fmt.Sprintf("%s: %s → %s", q.ID, a.Format(time.RFC3339Nano), q.Arrival.Format(time.RFC3339Nano))})
 			p.arrivals[q.ID] = q.Arrival
 		}
 	}
@@ -344,7 +359,7 @@ replication:
 
 	ctx, stop := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
-	ag := &agents{rs: rs}
+	ag := &agents{rs: rs, resent: map[string]bool{}}
 	pl := &poller{rs: rs, ag: ag}
 	ag.run(ctx, &wg)
 	pl.run(ctx, &wg)
@@ -446,7 +461,18 @@ replication:
 		ag.completed.Load(), ag.calls.Load(), ag.retries.Load(), ag.connErrs.Load(), pl.polls.Load(), pl.maxLive, pl.maxTrue,
 		pl.maxOver, pl.overAt)
 	assert.Empty(t, ag.violation, "no call of an admitted session is refused")
-	assert.Empty(t, pl.moved, "queued sessions keep their arrival time")
+	var moved, resentMoved []string
+	for _, m := range pl.moved {
+		if ag.resent[m.id] {
+			resentMoved = append(resentMoved, m.what)
+		} else {
+			moved = append(moved, m.what)
+		}
+	}
+	assert.Empty(t, moved, "queued sessions keep their arrival time")
+	if len(resentMoved) > 0 {
+		t.Logf("sessions whose first call was sent again after its connection broke, with a new arrival: %v", resentMoved)
+	}
 	assert.Greater(t, pl.polls.Load(), int64(50))
 	// Failover bound (docs/scaling.md): while no leader is reachable, each replica may admit one
 	// session under the core's progress rule beyond its slice of the free budget; and an agent
