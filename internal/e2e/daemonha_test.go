@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/redistest"
 )
 
@@ -44,20 +43,7 @@ func TestDaemonsOnAStore(t *testing.T) {
 	adminSrv := httptest.NewServer(admin)
 	t.Cleanup(adminSrv.Close)
 
-	var pts []detector.Point
-	for i := 1; i <= 12; i++ {
-		wc := 0.2 * float64(i)
-		hit := 0.95
-		if wc > 1.9 {
-			hit = 0.5
-		}
-		pts = append(pts, detector.Point{WorkingSetOverCache: wc, HitRate: hit, Sessions: 40 * wc, CompletionRatePerS: 0.08})
-	}
-	cal, err := detector.NewCalibration(pts, 30, time.Now(), "test")
-	require.NoError(t, err)
-	require.NoError(t, cal.Save(filepath.Join(dir, "calibration.json")))
-	writeTestFile(t, dir, "token", "daemon-token\n")
-	writeTestFile(t, dir, "admin-token", "admin-token\n")
+	common := trappedDeployment(t, dir, engines.URL, adminSrv.URL)
 	listens := freeAddrs(t, 2)
 	names := []string{"a", "b"}
 	for i, n := range names {
@@ -65,19 +51,9 @@ func TestDaemonsOnAStore(t *testing.T) {
 listen: %s
 token_file: token
 data_dir: data-%s
-interval: 5s
-calibration: calibration.json
 instance: %s
 store: {url: "redis://%s/0", lease_ttl: %s}
-collector:
-  targets:
-    - {name: prefill-0, url: "%[6]s/metrics/prefill-0", role: prefill, dialect: sglang}
-    - {name: decode-0, url: "%[6]s/metrics/decode-0", role: decode, dialect: sglang}
-    - {name: gateway, url: "%[6]s/metrics/gateway", role: gateway, dialect: basin-gateway}
-gateway: {admin_url: "%[7]s", token_file: admin-token}
-remediate: {disable_shedding: true}
-cron: {daily_summary: "-", knee_reestimate: "-"}
-`, listens[i], n, n, srv.Addr(), ttl, engines.URL, adminSrv.URL))
+`, listens[i], n, n, srv.Addr(), ttl)+common)
 	}
 	clock := []string{"--clock-speed", "20", "--clock-start", started.Format(time.RFC3339Nano)}
 	procsByName := map[string]*proc{}

@@ -148,36 +148,9 @@ func TestDaemonKilledMidAction(t *testing.T) {
 			adminSrv := httptest.NewServer(admin)
 			t.Cleanup(adminSrv.Close)
 
-			var pts []detector.Point
-			for i := 1; i <= 12; i++ {
-				wc := 0.2 * float64(i)
-				hit := 0.95
-				if wc > 1.9 {
-					hit = 0.5
-				}
-				pts = append(pts, detector.Point{WorkingSetOverCache: wc, HitRate: hit, Sessions: 40 * wc, CompletionRatePerS: 0.08})
-			}
-			cal, err := detector.NewCalibration(pts, 30, time.Now(), "test")
-			require.NoError(t, err)
-			require.NoError(t, cal.Save(filepath.Join(dir, "calibration.json")))
-			require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("daemon-token\n"), 0o600))
-			require.NoError(t, os.WriteFile(filepath.Join(dir, "admin-token"), []byte("admin-token\n"), 0o600))
 			listen := freeAddrs(t, 1)[0]
-			cfg := fmt.Sprintf(`deployment: kill
-listen: %s
-token_file: token
-data_dir: data
-interval: 5s
-calibration: calibration.json
-collector:
-  targets:
-    - {name: prefill-0, url: "%[2]s/metrics/prefill-0", role: prefill, dialect: sglang}
-    - {name: decode-0, url: "%[2]s/metrics/decode-0", role: decode, dialect: sglang}
-    - {name: gateway, url: "%[2]s/metrics/gateway", role: gateway, dialect: basin-gateway}
-gateway: {admin_url: "%[3]s", token_file: admin-token}
-remediate: {disable_shedding: true}
-cron: {daily_summary: "-", knee_reestimate: "-"}
-`, listen, engines.URL, adminSrv.URL)
+			cfg := fmt.Sprintf("deployment: kill\nlisten: %s\ntoken_file: token\ndata_dir: data\n", listen) +
+				trappedDeployment(t, dir, engines.URL, adminSrv.URL)
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "daemon.yaml"), []byte(cfg), 0o600))
 
 			var first *proc
@@ -228,6 +201,38 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 			}
 		})
 	}
+}
+
+// trappedDeployment writes into dir what a daemon watching the trapped stand-in engines needs —
+// their calibration (the knee at 1.9 × C), the daemon's token and the gateway admin token — and
+// returns the daemon config's collector, gateway and remediation blocks for engines and admin.
+func trappedDeployment(t *testing.T, dir, engines, admin string) string {
+	t.Helper()
+	var pts []detector.Point
+	for i := 1; i <= 12; i++ {
+		wc := 0.2 * float64(i)
+		hit := 0.95
+		if wc > 1.9 {
+			hit = 0.5
+		}
+		pts = append(pts, detector.Point{WorkingSetOverCache: wc, HitRate: hit, Sessions: 40 * wc, CompletionRatePerS: 0.08})
+	}
+	cal, err := detector.NewCalibration(pts, 30, time.Now(), "test")
+	require.NoError(t, err)
+	require.NoError(t, cal.Save(filepath.Join(dir, "calibration.json")))
+	writeTestFile(t, dir, "token", "daemon-token\n")
+	writeTestFile(t, dir, "admin-token", "admin-token\n")
+	return fmt.Sprintf(`interval: 5s
+calibration: calibration.json
+collector:
+  targets:
+    - {name: prefill-0, url: "%[1]s/metrics/prefill-0", role: prefill, dialect: sglang}
+    - {name: decode-0, url: "%[1]s/metrics/decode-0", role: decode, dialect: sglang}
+    - {name: gateway, url: "%[1]s/metrics/gateway", role: gateway, dialect: basin-gateway}
+gateway: {admin_url: "%[2]s", token_file: admin-token}
+remediate: {disable_shedding: true}
+cron: {daily_summary: "-", knee_reestimate: "-"}
+`, engines, admin)
 }
 
 // outcomes counts the done or failed records of budget actions to tokens in an audit log.
