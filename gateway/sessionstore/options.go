@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/internal/lease"
 )
 
 // MaxChunk is the most sessions one script call of Save or of a group commit carries (and the
@@ -27,9 +27,6 @@ const DefaultWriteTimeout = 2 * time.Second
 // DefaultSaveParallelism is how many of a Save's chunks are in flight at once when
 // Options.SaveParallelism is zero.
 const DefaultSaveParallelism = 4
-
-// maxPrefixBytes bounds Options.Prefix, as the lease does: keys travel with every write.
-const maxPrefixBytes = 256
 
 // Options configure a Store. Zero fields take the defaults named on each; New and Validate
 // reject bad values with the field's name.
@@ -83,13 +80,8 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	o = o.withDefaults()
 	var errs []error
-	switch {
-	case o.Prefix == "":
-		errs = append(errs, errors.New("Prefix: required"))
-	case len(o.Prefix) > maxPrefixBytes:
-		errs = append(errs, fmt.Errorf("Prefix: at most %d bytes, got %d", maxPrefixBytes, len(o.Prefix)))
-	case strings.ContainsFunc(o.Prefix, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		errs = append(errs, fmt.Errorf("Prefix: no whitespace or control characters, got %q", o.Prefix))
+	if err := lease.CheckPrefix(o.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("Prefix: %w", err))
 	}
 	if o.WriteTimeout < 0 {
 		errs = append(errs, fmt.Errorf("WriteTimeout: must be ≥ 0, got %v", o.WriteTimeout))

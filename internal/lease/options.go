@@ -16,8 +16,8 @@ import (
 // one round trip of well under a millisecond.
 const DefaultTTL = 10 * time.Second
 
-// maxPrefixBytes bounds Options.Prefix: keys are sent on every renewal.
-const maxPrefixBytes = 256
+// MaxPrefixBytes bounds a key prefix (CheckPrefix): keys are sent on every renewal.
+const MaxPrefixBytes = 256
 
 // Options configure a Campaign. Zero fields take the defaults named on each; New and Validate
 // reject bad values with the field's name.
@@ -81,13 +81,8 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	o = o.withDefaults()
 	var errs []error
-	switch {
-	case o.Prefix == "":
-		errs = append(errs, errors.New("Prefix: required"))
-	case len(o.Prefix) > maxPrefixBytes:
-		errs = append(errs, fmt.Errorf("Prefix: at most %d bytes, got %d", maxPrefixBytes, len(o.Prefix)))
-	case strings.ContainsFunc(o.Prefix, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
-		errs = append(errs, fmt.Errorf("Prefix: no whitespace or control characters, got %q", o.Prefix))
+	if err := CheckPrefix(o.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("Prefix: %w", err))
 	}
 	if strings.TrimSpace(o.Owner) == "" {
 		errs = append(errs, errors.New("Owner: required"))
@@ -104,6 +99,21 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Margin: must be ≥ 0 and at most TTL − RenewInterval (%v), got %v", o.TTL-o.RenewInterval, o.Margin))
 	}
 	return errors.Join(errs...)
+}
+
+// CheckPrefix checks a key prefix in the store: not empty, at most MaxPrefixBytes (keys are
+// sent on every renewal), no whitespace or control characters. The session table and the
+// daemon's stream use the lease's prefix, so they check theirs with it.
+func CheckPrefix(p string) error {
+	switch {
+	case p == "":
+		return errors.New("required")
+	case len(p) > MaxPrefixBytes:
+		return fmt.Errorf("at most %d bytes, got %d", MaxPrefixBytes, len(p))
+	case strings.ContainsFunc(p, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return fmt.Errorf("no whitespace or control characters, got %q", p)
+	}
+	return nil
 }
 
 func (o Options) leaseKey() string { return o.Prefix + ":lease" }
