@@ -330,9 +330,7 @@ func replicatedGateways(t *testing.T, storeFaults bool) {
 	step := func(format string, a ...any) {
 		t.Logf("%6.1fs  %s", time.Since(began).Seconds(), fmt.Sprintf(format, a...))
 	}
-	dir := "/tmp/repl-debug"
-	os.RemoveAll(dir)
-	os.MkdirAll(dir, 0o755)
+	dir := keepDir(t)
 	basin := filepath.Join(dir, "basin")
 	goBin := tool(t, "go")
 	run(t, moduleRoot(t), 2*time.Minute, goBin, "build", "-o", basin, "./cmd/basin")
@@ -457,6 +455,20 @@ func storeOutage(t *testing.T, rs *replicated, f int, e2 uint64, takeoverBound t
 	_, e5, took := rs.leader(2*takeoverBound, -1)
 	step("Redis SIGKILLed and restarted from its file: epoch %d after %v", e5, took.Round(time.Millisecond))
 	assert.Greater(t, e5, e2, "the epoch survives a restart from the append-only file")
+}
+
+// keepDir is the test's directory: a temporary one, or E2E_KEEP_DIR when set, so that the
+// processes' logs outlive a run being debugged.
+func keepDir(t *testing.T) string {
+	dir := os.Getenv("E2E_KEEP_DIR")
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, t.Name())
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	t.Logf("keeping the processes' logs in %s", dir)
+	return dir
 }
 
 // finishReplicated waits for the sessions, stops the load and checks what the run saw.
