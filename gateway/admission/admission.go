@@ -85,6 +85,9 @@ type Options struct {
 	// DefaultStaleAfter; negative: never (the queue keeps the priority order). See the package
 	// documentation for why.
 	StaleAfter time.Duration
+	// LiveLog is how many recent changes of the live set the core keeps for LiveSince (0:
+	// none). A replicated gateway keeps them for its followers' copies of the live set.
+	LiveLog int
 }
 
 // Defaults.
@@ -146,6 +149,9 @@ func (o Options) Validate() error {
 	}
 	if o.TenantQuota < 0 {
 		errs = append(errs, fmt.Errorf("tenant_quota: must be ≥ 0, got %d", o.TenantQuota))
+	}
+	if o.LiveLog < 0 {
+		errs = append(errs, fmt.Errorf("live_log: must be ≥ 0, got %d", o.LiveLog))
 	}
 	for t, q := range o.Quotas {
 		if q < 0 {
@@ -297,6 +303,8 @@ type Core struct {
 		counters   Counters
 		// stale counts the queued sessions gone stale (Options.StaleAfter).
 		stale int
+		// liveLog is the recent changes of the live set (Options.LiveLog).
+		liveLog liveLog
 	}
 }
 
@@ -328,6 +336,7 @@ func New(o Options) (*Core, error) {
 	c.mu.retry = map[string]memo{}
 	c.mu.shed = map[string]time.Time{}
 	c.mu.tenants = map[string]int{}
+	c.mu.liveLog.keep = o.LiveLog
 	return c, nil
 }
 
@@ -450,6 +459,7 @@ func (c *Core) admitLocked(now time.Time, s *session) {
 	s.inFlight = 1 // the first call is what is being admitted
 	s.demandCache = c.demandLocked(s)
 	c.mu.live[s.id] = s
+	c.noteLocked(s.id, true)
 	c.mu.workingSet += s.context
 	c.mu.reserved += s.demandCache
 	c.mu.admits = append(c.mu.admits, now)
@@ -567,6 +577,7 @@ func (c *Core) End(now time.Time, id string) []Event {
 
 func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
 	delete(c.mu.live, s.id)
+	c.noteLocked(s.id, false)
 	c.mu.workingSet -= s.context
 	c.mu.reserved -= s.demandCache
 	c.mu.tenants[s.tenant]--

@@ -631,3 +631,49 @@ func TestCancelAllAdmitsNoOne(t *testing.T) {
 	assert.Equal(t, at(1), c.Arrive(at(5), req("q1", 60, 0)).Arrival, "each keeps its place in time")
 	check(t, c)
 }
+
+// TestLiveLog: the live log numbers every change of the live set (admission, merge, end), gives
+// the changes since a number while it reaches back that far, and says so when it does not.
+func TestLiveLog(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	c, err := New(Options{Budget: 1 << 40, LiveLog: 2})
+	require.NoError(t, err)
+	_, last, ok := c.LiveSince(0)
+	require.True(t, ok)
+	require.Zero(t, last)
+
+	c.Arrive(t0, Request{ID: "a", FirstPrompt: 10})
+	c.Arrive(t0, Request{ID: "b", FirstPrompt: 10})
+	ch, last, ok := c.LiveSince(0)
+	require.True(t, ok)
+	assert.Equal(t, []LiveChange{{"a", true}, {"b", true}}, ch)
+	assert.Equal(t, uint64(2), last)
+
+	c.End(t0, "a")
+	_, err = c.Merge(t0, State{Live: []LiveSession{{ID: "m", Context: 5}}})
+	require.NoError(t, err)
+	ch, last, ok = c.LiveSince(2)
+	require.True(t, ok)
+	assert.Equal(t, []LiveChange{{"a", false}, {"m", true}}, ch)
+	assert.Equal(t, uint64(4), last)
+
+	// Past twice its length the log is cut back to the last two: 0 is out of reach.
+	c.End(t0, "b")
+	_, last, ok = c.LiveSince(0)
+	assert.False(t, ok, "the log no longer reaches back to 0")
+	assert.Equal(t, uint64(5), last)
+	ch, _, ok = c.LiveSince(3)
+	require.True(t, ok)
+	assert.Equal(t, []LiveChange{{"m", true}, {"b", false}}, ch)
+	_, _, ok = c.LiveSince(9)
+	assert.False(t, ok, "a number from another core")
+	ids, last := c.LiveIDs()
+	assert.Equal(t, []string{"m"}, ids)
+	assert.Equal(t, uint64(5), last)
+
+	off, err := New(Options{Budget: 1})
+	require.NoError(t, err)
+	_, _, ok = off.LiveSince(0)
+	assert.False(t, ok, "no log kept by default")
+	assert.ErrorContains(t, Options{Budget: 1, LiveLog: -1}.Validate(), "live_log")
+}

@@ -220,6 +220,7 @@ func (c *Core) Restore(now time.Time, st State) error {
 		s.priority = c.priority(s.arrival, s.predicted)
 		s.demandCache = c.demandLocked(s)
 		c.mu.live[s.id] = s
+		c.noteLocked(s.id, true)
 		c.mu.workingSet += s.context
 		c.mu.reserved += s.demandCache
 		c.mu.tenants[s.tenant]++
@@ -304,6 +305,7 @@ func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
 		s.priority = c.priority(s.arrival, s.predicted)
 		s.demandCache = c.demandLocked(s)
 		c.mu.live[s.id] = s
+		c.noteLocked(s.id, true)
 		c.mu.workingSet += s.context
 		c.mu.reserved += s.demandCache
 		c.mu.tenants[s.tenant]++
