@@ -400,7 +400,17 @@ func (c *Config) admissionOptions() admission.Options {
 		TenantQuota:     a.TenantQuota,
 		Quotas:          a.Quotas,
 		IdleTimeout:     time.Duration(c.IdleTimeout),
+		LiveLog:         c.liveLog(),
 	}
+}
+
+// liveLog is how many changes of the live set a replicated gateway keeps for its followers:
+// a follower further behind (one just started, or cut off for longer) takes the set whole.
+func (c *Config) liveLog() int {
+	if !c.Store.Enabled() {
+		return 0
+	}
+	return 100_000
 }
 
 // validHeaderName reports whether s is an HTTP header field name (an RFC 9110 token).

@@ -91,11 +91,21 @@ func start(t testing.TB, cfg *Config, now func() time.Time) *harness {
 // admin URL is known before the gateway is built.
 func startOn(t testing.TB, cfg *Config, now func() time.Time, admin *httptest.Server) *harness {
 	t.Helper()
+	return startPrepared(t, cfg, now, admin, nil)
+}
+
+// startPrepared is startOn with prepare run on the gateway before it starts: a test's way to
+// put a fault between the gateway and what it depends on.
+func startPrepared(t testing.TB, cfg *Config, now func() time.Time, admin *httptest.Server, prepare func(*Gateway)) *harness {
+	t.Helper()
 	h := &harness{t: t, cfg: cfg, reg: prometheus.NewRegistry(), log: &syncBuffer{}}
 	g, err := New(Options{Config: cfg, Now: now, Registerer: h.reg,
 		Logger:          slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ShutdownTimeout: 3 * time.Second})
 	require.NoError(t, err)
+	if prepare != nil {
+		prepare(g)
+	}
 	h.g = g
 	h.ts = httptest.NewServer(g.Handler())
 	admin.Config.Handler = g.AdminHandler()

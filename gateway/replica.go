@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -135,6 +136,14 @@ type replica struct {
 		endedSinceSave []string
 		view           leaderView
 		seen           int // replicas with a recent heartbeat
+		// answered is when the leader last answered this replica (a report or a first call).
+		answered time.Time
+		// known is this replica's copy of the leader's live set.
+		known knownLive
+		// ended is, on the leader, when each session that recently ended (here, or reported
+		// ended by a replica) did: a report of the session as live that is older than its
+		// end does not bring it back (notEnded).
+		ended map[string]time.Time
 	}
 }
 
@@ -143,6 +152,7 @@ type replicaMetrics struct {
 	rpc              *prometheus.HistogramVec
 	rpcErrors        *prometheus.CounterVec
 	degradedAdmits   prometheus.Counter
+	knownPassed      prometheus.Counter
 	changes          prometheus.Counter
 }
 
@@ -159,10 +169,12 @@ func newReplicaMetrics(reg prometheus.Registerer) (replicaMetrics, error) {
 			Help: "Round trips to the admission leader that failed (unreachable, not the leader, or an error answer)."}, []string{"op"}),
 		degradedAdmits: prometheus.NewCounter(prometheus.CounterOpts{Name: "basin_gateway_replication_degraded_admissions_total",
 			Help: "Sessions this replica admitted against its local slice while degraded."}),
+		knownPassed: prometheus.NewCounter(prometheus.CounterOpts{Name: "basin_gateway_replication_known_live_passed_total",
+			Help: "Sessions this replica had not served whose calls it passed while no leader answered, because they were live at the leader at its last contact."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "basin_gateway_replication_leader_changes_total",
 			Help: "Times this replica became or stopped being the admission leader."}),
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.degraded, m.rpc, m.rpcErrors, m.degradedAdmits, m.changes} {
+	for _, c := range []prometheus.Collector{m.leader, m.degraded, m.rpc, m.rpcErrors, m.degradedAdmits, m.knownPassed, m.changes} {
 		if err := reg.Register(c); err != nil {
 			return m, err
 		}
@@ -187,6 +199,7 @@ func newReplica(g *Gateway, o Options, reg prometheus.Registerer) (*replica, err
 		http: &http.Client{Transport: newTransport()}, cfgAdmission: g.cfg.admissionOptions()}
 	r.mu.leaderGone = make(chan struct{})
 	r.mu.alone = map[string]struct{}{}
+	r.mu.ended = map[string]time.Time{}
 	prefix := g.cfg.Store.Prefix + ":gateway"
 	camp, err := lease.New(client, lease.Options{Prefix: prefix, Owner: cfg.ReplicaID + "/" + strconv.Itoa(os.Getpid()),
 		TTL: time.Duration(g.cfg.Store.LeaseTTL), Logger: g.log, Registerer: reg, Now: o.Now,
@@ -336,11 +349,6 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 		_ = r.lease.Release(lctx)
 		return
 	}
-	if err := r.table.SetLeader(lctx, epoch, sessionstore.LeaderInfo{ReplicaID: r.id, Epoch: epoch, AdminURL: r.advertise}); err != nil {
-		r.log.Error("announcing the leader; giving the lease up", "epoch", epoch, "err", err)
-		_ = r.lease.Release(lctx)
-		return
-	}
 	// What this replica had not yet reported to the old leader applies here: a session that
 	// ended on this replica while the old leader was unreachable would otherwise be live in
 	// the table it loaded.
@@ -360,6 +368,15 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 	r.metrics.leader.Set(1)
 	r.setDegraded("")
 	g.deliver(evs)
+	// Announced only once it admits: a follower that reads the announcement and asks at once
+	// must not be told "not the leader" by the leader it was sent to.
+	if err := r.table.SetLeader(lctx, epoch, sessionstore.LeaderInfo{ReplicaID: r.id, Epoch: epoch, AdminURL: r.advertise}); err != nil {
+		r.log.Error("announcing the leader; giving the lease up", "epoch", epoch, "err", err)
+		r.stepDown("could not announce itself as the leader")
+		r.askAgain(requeued)
+		_ = r.lease.Release(lctx)
+		return
+	}
 	r.askAgain(requeued)
 	snap := g.core.Snapshot(now, false)
 	r.log.Info("admission leader", "epoch", epoch, "live_sessions", snap.Live, "working_set_tokens", snap.WorkingSet,
@@ -369,10 +386,12 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 // stepDown stops leading: queued first calls held here — this replica's own and the followers'
 // — are sent back to ask the new leader, which knows their arrival from the persisted table.
 func (r *replica) stepDown(why string) {
-	if r.leading.Swap(0) == 0 {
+	epoch := r.leading.Swap(0)
+	if epoch == 0 {
 		return
 	}
 	r.metrics.leader.Set(0)
+	r.knowOwn(epoch)
 	r.log.Warn("no longer the admission leader", "reason", why)
 	r.viewOwn() // the slice, should it be degraded next, is cut from this table, not an old answer
 	r.mu.Lock()
@@ -426,6 +445,7 @@ func (r *replica) tick(ctx context.Context) {
 	}
 	if epoch, ok := r.isLeading(); ok {
 		r.viewOwn()
+		r.forgetEnds(now)
 		sctx, scancel := context.WithTimeout(ctx, 10*r.opTimeout)
 		err := r.save(sctx, epoch)
 		scancel()
@@ -436,18 +456,42 @@ func (r *replica) tick(ctx context.Context) {
 		}
 		return
 	}
+	// A follower whose leader answers is not degraded by the store alone: the leader decides
+	// until its lease lapses, and then says it no longer leads. Marking it degraded here, and
+	// clearing that at the next answer, would make it flap between the leader's budget and
+	// its own slice, and send its queued calls round again at every flap.
+	storeDown := func(err error) {
+		if !r.leaderAnsweredWithin(time.Duration(r.g.cfg.Store.LeaseTTL)) {
+			r.setDegraded("store unreachable: " + err.Error())
+		}
+	}
 	if storeErr != nil {
-		r.setDegraded("store unreachable: " + storeErr.Error())
+		storeDown(storeErr)
 	}
 	li, err := r.table.Leader(tctx)
 	switch {
 	case errors.Is(err, sessionstore.ErrNoLeader):
 		r.setDegraded("no admission leader")
 	case err != nil:
-		r.setDegraded("store unreachable: " + err.Error())
+		storeDown(err)
 	default:
 		r.setLeader(li)
 	}
+}
+
+// answeredByLeader records that the leader answered this replica: it is reachable.
+func (r *replica) answeredByLeader() {
+	r.mu.Lock()
+	r.mu.answered = time.Now()
+	r.mu.Unlock()
+	r.setDegraded("")
+}
+
+// leaderAnsweredWithin reports whether the leader answered this replica within d.
+func (r *replica) leaderAnsweredWithin(d time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.mu.answered.IsZero() && time.Since(r.mu.answered) < d
 }
 
 // meta is what the table keeps beside the sessions.
@@ -560,6 +604,9 @@ func (r *replica) saveNow(what string) {
 func (r *replica) save(ctx context.Context, epoch uint64) error {
 	r.mu.Lock()
 	covered := len(r.mu.endedSinceSave)
+	// On the leader, alone holds the admissions it could not write (persistAdmit): once a
+	// save has written them, no successor needs them reported.
+	unwritten := slices.Collect(maps.Keys(r.mu.alone))
 	r.mu.Unlock()
 	err := r.table.Save(ctx, epoch, r.g.core.Export(r.g.now()), r.meta())
 	if err == nil {
@@ -567,9 +614,44 @@ func (r *replica) save(ctx context.Context, epoch uint64) error {
 		if covered <= len(r.mu.endedSinceSave) {
 			r.mu.endedSinceSave = r.mu.endedSinceSave[covered:]
 		}
+		for _, id := range unwritten {
+			delete(r.mu.alone, id)
+		}
 		r.mu.Unlock()
 	}
 	return err
+}
+
+// endedAt records, on the leader, that session id ended at t.
+func (r *replica) endedAt(id string, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if prev, ok := r.mu.ended[id]; !ok || t.After(prev) {
+		r.mu.ended[id] = t
+	}
+}
+
+// notEnded is the sessions a replica reported as live less those that ended after their
+// admission there: a replica that admitted or served a session while cut off can report it
+// after another replica reported its end, and taking it as live again would hold its budget
+// until its idle timeout. A session admitted after an end of the same id is a new one and
+// stays.
+func (r *replica) notEnded(sessions []admission.LiveSession) []admission.LiveSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(sessions), func(ls admission.LiveSession) bool {
+		at, ok := r.mu.ended[ls.ID]
+		return ok && !at.Before(ls.Admitted)
+	})
+}
+
+// forgetEnds drops the ends older than the idle timeout: a session reported live with no call
+// since then is ended by the idle sweep anyway.
+func (r *replica) forgetEnds(now time.Time) {
+	cutoff := now.Add(-time.Duration(r.g.cfg.IdleTimeout))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	maps.DeleteFunc(r.mu.ended, func(_ string, at time.Time) bool { return at.Before(cutoff) })
 }
 
 // ended deletes a session that ended on the leader from the table without waiting for the next
@@ -580,6 +662,7 @@ func (r *replica) ended(id string) {
 	if !ok {
 		return
 	}
+	r.endedAt(id, r.g.now())
 	r.mu.Lock()
 	r.mu.endedSinceSave = append(r.mu.endedSinceSave, id)
 	r.mu.Unlock()

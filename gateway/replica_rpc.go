@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,6 +63,9 @@ type reportOp struct {
 	Op     string `json:"op"` // begin, finish, end
 	ID     string `json:"id"`
 	Tokens int64  `json:"tokens,omitempty"`
+	// At is when an end happened: the leader refuses to take the session as live from a
+	// report of a session admitted before it (endedAt).
+	At time.Time `json:"at,omitzero"`
 }
 
 const (
@@ -76,6 +80,23 @@ type reportRequest struct {
 	Replica  string                  `json:"replica"`
 	Ops      []reportOp              `json:"ops,omitempty"`
 	Sessions []admission.LiveSession `json:"sessions,omitempty"`
+	// Known is how far this replica's copy of the leader's live set goes.
+	Known livePosition `json:"known"`
+}
+
+// livePosition is a point in a leader's live log: its epoch and the number of its last change.
+type livePosition struct {
+	Epoch uint64 `json:"epoch,omitempty"`
+	Seq   uint64 `json:"seq,omitempty"`
+}
+
+// liveUpdate brings a follower's copy of the live set to the leader's position To: the changes
+// since the follower's position, or, with Whole, the set itself in Live (Changes empty).
+type liveUpdate struct {
+	To      livePosition           `json:"to"`
+	Whole   bool                   `json:"whole,omitempty"`
+	Live    []string               `json:"live,omitempty"`
+	Changes []admission.LiveChange `json:"changes,omitempty"`
 }
 
 // reportAnswer: the sessions reported that the leader does not know as live (ended there, idle),
@@ -84,6 +105,7 @@ type reportAnswer struct {
 	Epoch   uint64     `json:"epoch"`
 	Unknown []string   `json:"unknown,omitempty"`
 	View    leaderView `json:"view"`
+	Live    liveUpdate `json:"live"`
 }
 
 // remoteResult is how a follower's attempt to admit through the leader ended.
@@ -105,9 +127,12 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 		r.notLeader(w)
 		return remoteAnswered
 	}
-	// Until a leader answers, for up to two leases: a handover takes one at most.
-	deadline := time.Now().Add(2 * time.Duration(r.g.cfg.Store.LeaseTTL))
+	// asked is the epoch of a leader that said it no longer leads; the store names the next
+	// one within a lease of that answer (a handover takes one at most), so the wait for it is
+	// two leases from the answer, not from the call's arrival: a call the old leader held for
+	// a long time still gets its turn at the next one, with its place in time.
 	var asked uint64
+	var deadline time.Time
 	for {
 		li, gone, ok := r.currentLeader()
 		if ok && li.Epoch == asked {
@@ -127,8 +152,7 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 			}
 		}
 		if !ok {
-			r.setDegraded("no admission leader known")
-			return remoteLocal
+			return r.decideHere(c, "no admission leader known")
 		}
 		ans, status, err := r.arrive(req.Context(), gone, li.AdminURL, c)
 		switch {
@@ -137,15 +161,16 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 		case errors.Is(err, errLeaderChanged):
 			continue
 		case status == http.StatusMisdirectedRequest:
-			asked = li.Epoch
+			if asked != li.Epoch {
+				asked, deadline = li.Epoch, time.Now().Add(2*time.Duration(r.g.cfg.Store.LeaseTTL))
+			}
 			r.refreshLeader(req.Context())
 			continue
 		case err != nil:
 			r.metrics.rpcErrors.WithLabelValues("arrive").Inc()
-			r.setDegraded(fmt.Sprintf("admission leader %s unreachable: %v", li.ReplicaID, err))
-			return remoteLocal
+			return r.decideHere(c, fmt.Sprintf("admission leader %s unreachable: %v", li.ReplicaID, err))
 		}
-		r.setDegraded("")
+		r.answeredByLeader()
 		if !ans.Admitted {
 			relay(w, ans)
 			return remoteAnswered
@@ -154,6 +179,17 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 		c.first = ans.First
 		return remoteAdmitted
 	}
+}
+
+// decideHere is a follower's first call when no leader can decide: the replica is degraded,
+// and the call passes if its session was live at the leader at the last contact, or is decided
+// by the local core.
+func (r *replica) decideHere(c *call, why string) remoteResult {
+	r.setDegraded(why)
+	if r.passKnown(c) {
+		return remoteAdmitted
+	}
+	return remoteLocal
 }
 
 var errLeaderChanged = errors.New("the admission leader changed")
@@ -308,12 +344,12 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if c.first && !in.Anonymous {
-		if err := r.persistAdmit(req.Context(), epoch, ls); err != nil {
-			// Not durable, so not admitted: a successor would not know it.
-			g.deliver(g.core.Core.End(g.now(), c.id))
-			r.notLeader(w)
-			return
-		}
+		// A write that timed out may still have been applied: a stopped store runs what waits
+		// in its sockets when it resumes. So a failed persist does not undo the admission (an
+		// end here could reach the next leader after the table it loaded has the session live,
+		// and cut it under its client): the session stays admitted, as a first call on this
+		// replica does, and is written with the next save or reported to the next leader.
+		_ = r.persistAdmit(req.Context(), epoch, ls)
 	}
 	httpjson.Write(w, http.StatusOK, arriveAnswer{Admitted: true, First: c.first, Session: &ls})
 }
@@ -365,14 +401,20 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 	g := r.g
 	now := g.now()
 	var evs []admission.Event
-	if len(in.Sessions) > 0 {
-		merged, err := g.core.Merge(now, admission.State{Live: in.Sessions})
+	for _, op := range in.Ops {
+		if op.Op == repEnd {
+			r.endedAt(op.ID, cmp.Or(op.At, now))
+		}
+	}
+	if sessions := r.notEnded(in.Sessions); len(sessions) > 0 {
+		merged, err := g.core.Merge(now, admission.State{Live: sessions})
 		if err != nil {
 			httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "sessions", err.Error())
 			return
 		}
 		evs = append(evs, merged...)
-		r.log.Info("sessions reported by a replica", "from", in.Replica, "sessions", len(in.Sessions))
+		r.log.Info("sessions reported by a replica", "from", in.Replica, "sessions", len(sessions),
+			"ended_here_already", len(in.Sessions)-len(sessions))
 	}
 	ans := reportAnswer{Epoch: epoch}
 	for _, op := range in.Ops {
@@ -388,6 +430,7 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	g.deliver(evs)
+	ans.Live = r.liveUpdate(epoch, in.Known)
 	snap := g.core.Snapshot(now, false)
 	r.mu.Lock()
 	seen := r.mu.seen
@@ -395,6 +438,18 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 	ans.View = leaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
 		Reserved: snap.Reserved, Replicas: seen}
 	httpjson.Write(w, http.StatusOK, ans)
+}
+
+// liveUpdate is what brings a follower at position from to this leader's live set.
+func (r *replica) liveUpdate(epoch uint64, from livePosition) liveUpdate {
+	core := r.g.core.Core
+	if from.Epoch == epoch {
+		if changes, last, ok := core.LiveSince(from.Seq); ok {
+			return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Changes: changes}
+		}
+	}
+	ids, last := core.LiveIDs()
+	return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Whole: true, Live: ids}
 }
 
 // report queues one call event for the leader, when this replica follows.
@@ -408,7 +463,11 @@ func (r *replica) report(op, id string, tokens int64) {
 		r.mu.ops = r.mu.ops[len(r.mu.ops)/2:]
 		r.mu.synced = 0 // what was dropped is resent whole
 	}
-	r.mu.ops = append(r.mu.ops, reportOp{Op: op, ID: id, Tokens: tokens})
+	rop := reportOp{Op: op, ID: id, Tokens: tokens}
+	if op == repEnd {
+		rop.At = r.g.now()
+	}
+	r.mu.ops = append(r.mu.ops, rop)
 	if op == repEnd {
 		select {
 		case r.flush <- struct{}{}:
@@ -477,7 +536,10 @@ func (r *replica) sendReport(ctx context.Context) {
 	defer cancel()
 	var ans reportAnswer
 	start := time.Now()
-	status, err := r.post(rctx, li.AdminURL+reportPath, reportRequest{Replica: r.id, Ops: ops, Sessions: sessions}, &ans)
+	r.mu.Lock()
+	known := r.mu.known.at
+	r.mu.Unlock()
+	status, err := r.post(rctx, li.AdminURL+reportPath, reportRequest{Replica: r.id, Ops: ops, Sessions: sessions, Known: known}, &ans)
 	r.metrics.rpc.WithLabelValues("report").Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.metrics.rpcErrors.WithLabelValues("report").Inc()
@@ -515,8 +577,9 @@ func (r *replica) sendReport(ctx context.Context) {
 	if ans.View.Replicas > 0 {
 		r.mu.seen = max(r.mu.seen, ans.View.Replicas)
 	}
+	r.mu.known.apply(known, ans.Live)
 	r.mu.Unlock()
-	r.setDegraded("")
+	r.answeredByLeader()
 	now := g.now()
 	for _, id := range ans.Unknown {
 		g.deliver(g.core.Core.End(now, id))
@@ -566,7 +629,8 @@ func (r *replica) view() *adminapi.ReplicationView {
 	defer r.mu.Unlock()
 	v := &adminapi.ReplicationView{ReplicaID: r.id, Leading: leading, Epoch: epoch, Leader: r.mu.leader.ReplicaID,
 		LeaderEpoch: r.mu.leader.Epoch, Degraded: r.mu.degraded != "", DegradedReason: r.mu.degraded,
-		DegradedAdmission: r.cfg.DegradedAdmission, ReplicasSeen: r.mu.seen, PendingReports: len(r.mu.ops)}
+		DegradedAdmission: r.cfg.DegradedAdmission, ReplicasSeen: r.mu.seen, PendingReports: len(r.mu.ops),
+		KnownLive: len(r.mu.known.ids), KnownEpoch: r.mu.known.at.Epoch}
 	if leading {
 		v.Leader, v.LeaderEpoch = r.id, epoch
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
+	"github.com/basin-dev/basin/gateway/admission"
 )
 
 // replicaConfig is a replicated-mode configuration in front of upstream, sharing the store at
@@ -278,6 +281,83 @@ func TestDegradedWithoutTheStore(t *testing.T) {
 	}
 }
 
+// TestKnownLiveSessionsPassWhileDegraded: every follower keeps a copy of the leader's live set,
+// so a live session's call on a replica that never served it still passes when no leader
+// answers, where a new session is refused (degraded_admission: refuse).
+func TestKnownLiveSessionsPassWhileDegraded(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	hs := startReplicas(t, 3, mr.Addr(), up.URL, ", degraded_admission: "+DegradedRefuse)
+	leader, fs := leaderOf(t, hs)
+	require.Equal(t, http.StatusOK, fs[0].chat("a", 5, nil).status)
+	waitFor(t, "the other follower's copy has a", func() bool { return fs[1].replication().KnownLive == 1 })
+
+	mr.Close()
+	waitFor(t, "the leader stepped down", func() bool { return !leader.replication().Leading })
+	r := fs[1].chat("a", 5, nil)
+	require.Equal(t, http.StatusOK, r.status, "a live session's call passes on a replica that never served it: %s", r)
+	assert.True(t, fs[1].replication().Degraded)
+	assert.Equal(t, 1.0, testutil.ToFloat64(fs[1].g.repl.metrics.knownPassed))
+	r = fs[1].chat("new", 5, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, r.status, "a new session is refused while degraded: %s", r)
+	// The old leader's copy is its own table.
+	assert.Equal(t, 1, leader.replication().KnownLive)
+}
+
+// failingAdmits is the session table with every Admit failing, as when the store stops
+// answering while the leader still holds its lease (a write that timed out may yet be applied).
+type failingAdmits struct {
+	sessionTable
+	tried atomic.Int64
+}
+
+func (f *failingAdmits) Admit(context.Context, uint64, admission.LiveSession) error {
+	f.tried.Add(1)
+	return errors.New("i/o timeout")
+}
+
+// TestUnpersistedAdmissionStands: a first call a follower asks the leader for is admitted even
+// when the leader cannot persist the admission. Undoing it would send the follower to wait for
+// a leader change that never comes (and then admit alone against its slice), and could cut a
+// session under its client if the write was applied after all. The session is written with the
+// leader's next save, so a successor has it.
+func TestUnpersistedAdmissionStands(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	tables := make([]*failingAdmits, 2)
+	hs := make([]*harness, 2)
+	for i := range hs {
+		admin := httptest.NewUnstartedServer(nil)
+		hs[i] = startPrepared(t, replicaConfig(t, fmt.Sprintf("gw-%d", i), mr.Addr(), admin, up.URL, ""), nil, admin,
+			func(g *Gateway) {
+				tables[i] = &failingAdmits{sessionTable: g.repl.table}
+				g.repl.table = tables[i]
+			})
+	}
+	leader, fs := leaderOf(t, hs)
+	f := fs[0]
+
+	start := time.Now()
+	r := f.chat("a", 5, nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Less(t, time.Since(start), time.Second, "admitted at once, not after waiting out a leader change")
+	var tried int64
+	for _, tb := range tables {
+		tried += tb.tried.Load()
+	}
+	assert.Equal(t, int64(1), tried, "the leader tried to persist the admission")
+	v := f.replication()
+	assert.False(t, v.Degraded, "%+v", v)
+	assert.Equal(t, 0.0, testutil.ToFloat64(f.g.repl.metrics.degradedAdmits), "admitted by the leader, not alone")
+	assert.Equal(t, 1, leader.state().Live)
+
+	// The next save writes it: the successor loads it live.
+	waitFor(t, "a saved", func() bool { return mr.Exists("test:gateway:sessions") })
+	require.NoError(t, leader.stop())
+	next, _ := leaderOf(t, fs)
+	assert.Equal(t, 1, next.state().Live, "the successor has the session")
+}
+
 // TestReplicaRPCNeedsTheToken: the replicas' protocol is on the admin listener, behind the admin
 // token.
 func TestReplicaRPCNeedsTheToken(t *testing.T) {
@@ -291,4 +371,25 @@ func TestReplicaRPCNeedsTheToken(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, p)
 	}
+}
+
+// TestReportedLiveAfterItsEnd: the leader does not take a session as live from a report older
+// than the session's end (a replica cut off while it ended elsewhere), and does take a session
+// admitted after an end of the same id.
+func TestReportedLiveAfterItsEnd(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	r := &replica{}
+	r.mu.ended = map[string]time.Time{}
+	r.endedAt("ended-after", t0.Add(time.Second))
+	r.endedAt("ended-before", t0.Add(-time.Second))
+	r.endedAt("ended-at", t0)
+	r.endedAt("ended-at", t0.Add(-time.Minute)) // an older report of the same end changes nothing
+	in := []admission.LiveSession{{ID: "ended-after", Admitted: t0}, {ID: "ended-before", Admitted: t0},
+		{ID: "ended-at", Admitted: t0}, {ID: "never-ended", Admitted: t0}}
+	var kept []string
+	for _, ls := range r.notEnded(in) {
+		kept = append(kept, ls.ID)
+	}
+	assert.Equal(t, []string{"ended-before", "never-ended"}, kept)
+	assert.Len(t, in, 4, "the report is not changed")
 }

@@ -45,6 +45,10 @@ type ReplicationView struct {
 	ReplicasSeen int `json:"replicas_seen"`
 	// PendingReports counts call events waiting to be sent to the leader.
 	PendingReports int `json:"pending_reports"`
+	// KnownLive counts the sessions in this follower's copy of the leader's live set, whose
+	// calls pass while no leader answers; KnownEpoch is the leader epoch the copy is from.
+	KnownLive  int    `json:"known_live_sessions"`
+	KnownEpoch uint64 `json:"known_epoch,omitempty"`
 }
 
 // AffinityView is the sticky decode routing switch.
