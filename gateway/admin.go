@@ -31,6 +31,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 	mux.HandleFunc("PUT /admin/budget", g.serveBudget)
 	mux.HandleFunc("POST /admin/shed", g.serveShed)
 	mux.HandleFunc("PUT /admin/affinity", g.serveAffinity)
+	mux.HandleFunc("PUT /admin/daemon-term", g.serveDaemonTerm)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{}))
 	// The deployment's admission series alone, from whichever replica leads: what the basin
 	// daemon's collector reads through one Service address when the gateway is replicated
@@ -49,6 +50,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		})
 		mux.HandleFunc("POST "+arrivePath, g.repl.serveArrive)
 		mux.HandleFunc("POST "+reportPath, g.repl.serveReport)
+		mux.HandleFunc("POST "+chainPath, g.repl.serveChain)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {
@@ -403,6 +405,19 @@ func (g *Gateway) checkDaemonTerm(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// serveDaemonTerm answers PUT /admin/daemon-term, a daemon's claim of its term as it takes
+// over: checkDaemonTerm has raised the gateway's term (or refused a stale one) before this runs,
+// so from now on a deposed daemon's late write is refused, not only after its successor's first
+// action. The write changes nothing else.
+func (g *Gateway) serveDaemonTerm(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(DaemonTermHeader) == "" {
+		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", DaemonTermHeader,
+			fmt.Sprintf("header %s: required: the term a daemon claims", DaemonTermHeader))
+		return
+	}
+	httpjson.Write(w, http.StatusOK, adminapi.DaemonTerm{DaemonTerm: g.daemonTerm.Load()})
 }
 
 // raiseDaemonTerm keeps the highest term seen; it reports whether t raised it.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 )
@@ -28,8 +29,10 @@ const chainPrefix = "chain-"
 // itself, and its prompt estimate grown by the context of the response it continues. A call the
 // server does not keep (store: false) ends no chain a later call could continue; one continuing
 // a response the gateway does not know (kept before a restart, or by another replica) is keyed
-// by that response id, so the rest of its chain still stays together.
-func (g *Gateway) chain(c *call) {
+// by that response id, so the rest of its chain still stays together. Replicated, a response
+// another replica answered is looked up at the admission leader, which every replica tells of
+// the responses it answers (see replica_chain.go).
+func (g *Gateway) chain(ctx context.Context, c *call) {
 	prev := c.req.PreviousResponseID
 	var link chainLink
 	known := false
@@ -37,6 +40,9 @@ func (g *Gateway) chain(c *call) {
 		g.mu.Lock()
 		link, known = g.mu.chains[prev]
 		g.mu.Unlock()
+		if !known && c.id == "" && g.repl != nil {
+			link, known = g.repl.lookupChain(ctx, prev)
+		}
 	}
 	if known {
 		c.req.Prompt += link.context
@@ -65,11 +71,13 @@ func (g *Gateway) chain(c *call) {
 // A session that ended meanwhile keeps nothing.
 func (g *Gateway) chained(session, responseID string, context int64) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	si, ok := g.mu.sessions[session]
-	if !ok {
-		return
+	if ok {
+		si.responses = append(si.responses, responseID)
+		g.mu.chains[responseID] = chainLink{session: session, context: context}
 	}
-	si.responses = append(si.responses, responseID)
-	g.mu.chains[responseID] = chainLink{session: session, context: context}
+	g.mu.Unlock()
+	if ok && g.repl != nil {
+		g.repl.reportChain(session, responseID, context)
+	}
 }

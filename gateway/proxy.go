@@ -137,7 +137,7 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 		c.id, source = g.sessionIDSource(r.Header, c.req)
 		if ep == agentcall.Responses {
 			named := c.id != ""
-			g.chain(c)
+			g.chain(r.Context(), c)
 			if !named && c.id != "" {
 				source = "previous_response_id"
 			}

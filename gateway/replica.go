@@ -163,7 +163,7 @@ func newReplicaMetrics(reg prometheus.Registerer) (replicaMetrics, error) {
 		degraded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "basin_gateway_replication_degraded",
 			Help: "1 while this replica cannot reach the admission leader or the store: live calls pass, new sessions use the local slice (or are refused)."}),
 		rpc: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "basin_gateway_replication_rpc_seconds",
-			Help:    "Round trips to the admission leader: a first call's admission (queueing included) and the batched reports.",
+			Help:    "Round trips to the admission leader: a first call's admission (queueing included), the batched reports, and the look-up of a Responses chain's response.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 18)}, []string{"op"}),
 		rpcErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_gateway_replication_rpc_errors_total",
 			Help: "Round trips to the admission leader that failed (unreachable, not the leader, or an error answer)."}, []string{"op"}),
@@ -179,7 +179,7 @@ func newReplicaMetrics(reg prometheus.Registerer) (replicaMetrics, error) {
 			return m, err
 		}
 	}
-	for _, op := range []string{"arrive", "report"} {
+	for _, op := range []string{"arrive", "report", "chain"} {
 		m.rpcErrors.WithLabelValues(op)
 	}
 	return m, nil

@@ -27,6 +27,7 @@ import (
 const (
 	arrivePath = "/admin/replication/arrive"
 	reportPath = "/admin/replication/report"
+	chainPath  = "/admin/replication/chain"
 	// replicationPath is this replica's own view of replicated mode (never forwarded).
 	replicationPath = "/admin/replication"
 )
@@ -60,9 +61,12 @@ type arriveAnswer struct {
 
 // reportOp is one call event a follower reports.
 type reportOp struct {
-	Op     string `json:"op"` // begin, finish, end
+	Op     string `json:"op"` // begin, finish, end, chain
 	ID     string `json:"id"`
 	Tokens int64  `json:"tokens,omitempty"`
+	// Response is a chain op's response id: the session ID continues as a call naming it as
+	// its previous_response_id, with Tokens of context.
+	Response string `json:"response,omitempty"`
 	// At is when an end happened: the leader refuses to take the session as live from a
 	// report of a session admitted before it (endedAt).
 	At time.Time `json:"at,omitzero"`
@@ -72,6 +76,7 @@ const (
 	repBegin  = "begin"
 	repFinish = "finish"
 	repEnd    = "end"
+	repChain  = "chain"
 )
 
 // reportRequest is a follower's batch: its calls' events since the last report and the sessions
@@ -427,6 +432,8 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 			evs = append(evs, g.core.Core.Finish(now, op.ID, op.Tokens)...)
 		case repEnd:
 			evs = append(evs, g.core.Core.End(now, op.ID)...)
+		case repChain:
+			g.linkChain(op.ID, op.Response, op.Tokens)
 		}
 	}
 	g.deliver(evs)
@@ -521,11 +528,17 @@ func (r *replica) sendReport(ctx context.Context) {
 	r.mu.Lock()
 	ops := r.mu.ops
 	r.mu.ops = nil
+	newLeader := r.mu.synced != li.Epoch
 	sent := make([]string, 0, len(r.mu.alone))
 	for id := range r.mu.alone {
 		sent = append(sent, id)
 	}
 	r.mu.Unlock()
+	if newLeader {
+		// A leader that did not hear of this replica's chains (a new one, or one that lost
+		// reports) learns them again: the links of the sessions live here.
+		ops = append(ops, g.chainLinks()...)
+	}
 	var sessions []admission.LiveSession
 	for _, id := range sent {
 		if ls, live := g.core.LiveSession(id); live {
@@ -545,10 +558,10 @@ func (r *replica) sendReport(ctx context.Context) {
 		r.metrics.rpcErrors.WithLabelValues("report").Inc()
 		// Ends and finishes are sent again (applying one twice changes nothing); begins are
 		// not, since the leader may have counted them before the answer was lost. Live
-		// sessions go whole to whichever leader answers next.
+		// sessions, and their chains' links, go whole to whichever leader answers next.
 		var again []reportOp
 		for _, op := range ops {
-			if op.Op != repBegin {
+			if op.Op != repBegin && op.Op != repChain {
 				again = append(again, op)
 			}
 		}

@@ -364,7 +364,7 @@ func TestReplicaRPCNeedsTheToken(t *testing.T) {
 	mr := miniredis.RunT(t)
 	hs := startReplicas(t, 1, mr.Addr(), "http://127.0.0.1:1", "")
 	leaderOf(t, hs)
-	for _, p := range []string{arrivePath, reportPath} {
+	for _, p := range []string{arrivePath, reportPath, chainPath} {
 		resp, err := http.Post(hs[0].admin.URL+p, "application/json", strings.NewReader(`{"id":"x"}`))
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -392,4 +392,53 @@ func TestReportedLiveAfterItsEnd(t *testing.T) {
 	}
 	assert.Equal(t, []string{"ended-before", "never-ended"}, kept)
 	assert.Len(t, in, 4, "the report is not changed")
+}
+
+// TestResponsesChainAcrossReplicas: a Responses chain that names no session is one session
+// whichever replica each of its calls reaches, and stays one across a change of leader: the
+// replicas tell the leader of the responses they answer, and ask it for those they did not.
+func TestResponsesChainAcrossReplicas(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := chainUpstream(t)
+	hs := startReplicas(t, 3, mr.Addr(), up.URL, "")
+	leader, fs := leaderOf(t, hs)
+	r := leader.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":1000000,"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	send := func(h *harness, body string) {
+		t.Helper()
+		r, err := h.do(context.Background(), http.MethodPost, "/v1/responses", nil, body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+	}
+	sessions := func(l *harness) []string {
+		var ids []string
+		for _, s := range l.state().Sessions {
+			ids = append(ids, s.ID)
+		}
+		return ids
+	}
+	send(fs[0], `{"model":"m","input":"start"}`)                                   // resp_1, on a follower
+	send(fs[1], `{"model":"m","input":"go on","previous_response_id":"resp_1"}`)   // resp_2, on the other
+	send(leader, `{"model":"m","input":"and on","previous_response_id":"resp_2"}`) // resp_3, on the leader
+	send(fs[0], `{"model":"m","input":"more","previous_response_id":"resp_3"}`)    // resp_4
+	first := sessions(leader)
+	require.Len(t, first, 1, "four chained calls on three replicas are one session")
+	assert.Equal(t, uint64(1), leader.state().Counters.AdmittedAtOnce)
+
+	// A new leader learns the links from its followers: a response the other follower answered
+	// (fs[0]: resp_4, fs[1]: resp_2) continues on the new leader, which did not answer it.
+	require.NoError(t, leader.stop())
+	next, _ := leaderOf(t, fs)
+	resp := "resp_2"
+	if next == fs[1] {
+		resp = "resp_4"
+	}
+	waitFor(t, "the new leader knows "+resp, func() bool {
+		next.g.mu.Lock()
+		defer next.g.mu.Unlock()
+		_, ok := next.g.mu.chains[resp]
+		return ok
+	})
+	send(next, `{"model":"m","input":"and more","previous_response_id":"`+resp+`"}`)
+	assert.Equal(t, first, sessions(next), "still one session after the handover")
 }

@@ -121,7 +121,7 @@ func TestAPreviousResponseChainIsOneSession(t *testing.T) {
 	// The chain's prompt estimate is its context so far plus the new input.
 	var c call
 	c.req, _ = agentcall.Read(agentcall.Responses, []byte(`{"input":"abcd","previous_response_id":"resp_3"}`))
-	h.g.chain(&c)
+	h.g.chain(context.Background(), &c)
 	assert.Equal(t, int64(3010+1+agentcall.PerMessageTokens), c.req.Prompt)
 	assert.True(t, strings.HasPrefix(c.id, chainPrefix), "%q", c.id)
 

@@ -43,10 +43,35 @@ func TestDaemonTermFencesAdminWrites(t *testing.T) {
 	assert.Equal(t, http.StatusOK, put("", "6000").status, "an operator's write has no term")
 	assert.Equal(t, http.StatusOK, put("4", "6500").status, "the same term")
 	assert.Equal(t, http.StatusBadRequest, put("four", "1").status)
+
+	// A daemon taking over claims its term before any action: the deposed one is refused at
+	// once. The claim changes nothing else, and needs a term.
+	claim := func(term string) response {
+		req, err := http.NewRequest(http.MethodPut, h.admin.URL+"/admin/daemon-term", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		if term != "" {
+			req.Header.Set(DaemonTermHeader, term)
+		}
+		resp, err := h.admin.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{status: resp.StatusCode, body: b}
+	}
+	r = claim("5")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.JSONEq(t, `{"daemon_term":5}`, string(r.body))
+	assert.Equal(t, http.StatusConflict, put("4", "6600").status, "the predecessor is refused before the successor's first action")
+	assert.Equal(t, int64(6500), h.state().Budget)
+	assert.Equal(t, http.StatusConflict, claim("4").status, "a stale claim")
+	assert.Equal(t, http.StatusBadRequest, claim("").status, "a claim without a term")
+	assert.Equal(t, uint64(5), h.state().DaemonTerm)
 	require.NoError(t, h.stop())
 
 	h2 := start(t, cfg, nil)
-	assert.Equal(t, uint64(4), h2.state().DaemonTerm, "kept across a restart")
+	assert.Equal(t, uint64(5), h2.state().DaemonTerm, "kept across a restart")
 	req, err := http.NewRequest(http.MethodPost, h2.admin.URL+"/admin/shed", strings.NewReader(`{"count":1,"reason":"x"}`))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+testToken)

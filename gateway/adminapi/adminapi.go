@@ -63,6 +63,11 @@ type UpstreamView struct {
 	Sessions int    `json:"sessions"`
 }
 
+// DaemonTerm answers PUT /admin/daemon-term: the highest daemon term the gateway has accepted.
+type DaemonTerm struct {
+	DaemonTerm uint64 `json:"daemon_term"`
+}
+
 // BudgetRequest is the body of PUT /admin/budget. Tokens is a pointer so that a missing value is
 // refused naming the field rather than read as zero; a nil ReferenceTokens leaves the reference
 // budget as it is.

@@ -252,6 +252,20 @@ func (c *Client) SetAffinity(ctx context.Context, enabled bool, reason string) e
 	return c.do(ctx, "set affinity", http.MethodPut, "affinity", adminapi.AffinityRequest{Enabled: &enabled, Reason: reason}, nil)
 }
 
+// ClaimTerm tells the gateway of the term in ctx (WithTerm) as a daemon takes over, so that a
+// deposed daemon's late write is refused from now on rather than after this one's first action.
+// A stale term is ErrStaleTerm, as on any write. It returns the gateway's term.
+func (c *Client) ClaimTerm(ctx context.Context) (uint64, error) {
+	if TermFrom(ctx) == 0 {
+		return 0, errors.New("claim term: no term in the context (WithTerm)")
+	}
+	var r adminapi.DaemonTerm
+	if err := c.do(ctx, "claim term", http.MethodPut, "daemon-term", nil, &r); err != nil {
+		return 0, err
+	}
+	return r.DaemonTerm, nil
+}
+
 // do makes one call to /admin/<path> and decodes a 2xx answer into out (when not nil). Every error
 // is prefixed with op.
 func (c *Client) do(ctx context.Context, op, method, path string, in, out any) error {

@@ -64,8 +64,15 @@ func TestWritesCarryTheTerm(t *testing.T) {
 			_, err = c.Shed(ctx, []string{"s1"}, 0, "test")
 			require.NoError(t, err)
 			require.NoError(t, c.SetAffinity(ctx, true, "test"))
-			assert.Equal(t, map[string]string{"GET /admin/state": "", "PUT /admin/budget": tc.want,
-				"POST /admin/shed": tc.want, "PUT /admin/affinity": tc.want}, s.seen)
+			want := map[string]string{"GET /admin/state": "", "PUT /admin/budget": tc.want,
+				"POST /admin/shed": tc.want, "PUT /admin/affinity": tc.want}
+			if _, err := c.ClaimTerm(ctx); tc.term == 0 {
+				assert.ErrorContains(t, err, "no term", "a claim needs a term")
+			} else {
+				require.NoError(t, err)
+				want["PUT /admin/daemon-term"] = tc.want
+			}
+			assert.Equal(t, want, s.seen)
 		})
 	}
 }

@@ -250,7 +250,17 @@ func (d *Daemon) takeOver(ctx context.Context) {
 		d.publishPolicy()
 	}
 	h.log.Info("acting", "term", won, "instance", h.instance, "shared_state", found, "pending_intents", len(d.audit.Pending()))
-	d.reconcile(client.WithTerm(ctx, won))
+	tctx := client.WithTerm(ctx, won)
+	if tg, ok := d.gw.(termGateway); ok {
+		// Fencing starts now: a predecessor that resumes (paused, partitioned) and sends a
+		// write it had decided is refused even before this daemon's first action.
+		if err := tg.ClaimTerm(tctx); errors.Is(err, remediate.ErrSuperseded) {
+			return
+		} else if err != nil {
+			h.log.Warn("taking over: the gateway did not hear of the new term; its first write will carry it", "term", won, "err", err)
+		}
+	}
+	d.reconcile(tctx)
 }
 
 // loadShared reads the acting daemon's last state, P:daemon:state.
@@ -405,6 +415,26 @@ func (g termGateway) stale(term uint64, err error) error {
 		return fmt.Errorf("%w: %w", remediate.ErrSuperseded, err)
 	}
 	return err
+}
+
+// termClaimer is a gateway that can be told of a new term before any action (gateway/client).
+type termClaimer interface {
+	ClaimTerm(ctx context.Context) (uint64, error)
+}
+
+// ClaimTerm tells the gateway of the acting term as the daemon takes over, when the gateway
+// client can; a stale term steps the daemon down.
+func (g termGateway) ClaimTerm(ctx context.Context) error {
+	term, err := g.guard(ctx)
+	if err != nil {
+		return err
+	}
+	tc, ok := g.GatewayAPI.(termClaimer)
+	if !ok {
+		return nil
+	}
+	_, err = tc.ClaimTerm(ctx)
+	return g.stale(term, err)
 }
 
 func (g termGateway) SetBudget(ctx context.Context, tokens, reference int64, reason string) (adminapi.BudgetResult, error) {

@@ -361,6 +361,7 @@ func TestHAStaleTermStepsDown(t *testing.T) {
 	}
 	require.Equal(t, RoleActing, d.StatusNow().Role)
 	gw.mu.Lock()
+	assert.Equal(t, "PUT /admin/daemon-term 1", gw.terms[0], "the term claimed as the daemon took over, before any action")
 	gw.floor, gw.terms = 2, nil
 	gw.mu.Unlock()
 	p.collapse()
@@ -386,6 +387,29 @@ func TestHAStaleTermStepsDown(t *testing.T) {
 	}
 	assert.Equal(t, 1, failed, "the failed outcome is recorded: %+v", p.stream())
 	assert.Empty(t, outcomesMissing(p.stream()))
+}
+
+// TestHAStaleClaimStepsDown: a daemon that takes over while the gateway already holds a later
+// term (a successor it does not know of) is refused its claim and stands by before any action.
+func TestHAStaleClaimStepsDown(t *testing.T) {
+	m := miniredis.RunT(t)
+	gw := &staleGateway{fake: newFakeGateway(testReference), floor: 9}
+	ts := httptest.NewServer(gw)
+	t.Cleanup(ts.Close)
+	t.Setenv(GatewayTokenEnv, "gateway-test-token")
+	e := newEnv(t, fmt.Sprintf("store:\n  url: redis://%s/0\ninstance: a\n", m.Addr()))
+	e.cfg.Gateway.AdminURL = ts.URL
+	reg := prometheus.NewRegistry()
+	d, err := New(e.cfg, Options{Clock: e.deploymentClock(), Logger: testLogger(t), Registerer: reg, Gatherer: reg})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	p := &haPair{t: t, m: m, clock: e.clock, gw: gw.fake, envs: []*env{e}, ds: []*Daemon{d}}
+	p.step(0)
+	assert.Equal(t, RoleStandby, d.StatusNow().Role)
+	assert.Equal(t, 1.0, counter(t, d, "basin_daemon_step_downs_total", "stale_term"))
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	assert.Equal(t, []string{"PUT /admin/daemon-term 1"}, gw.terms, "the claim, and no action after its 409")
 }
 
 // outcomesMissing lists the intents without an outcome.

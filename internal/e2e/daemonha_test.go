@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -44,49 +45,9 @@ func TestDaemonsOnAStore(t *testing.T) {
 	t.Cleanup(adminSrv.Close)
 
 	common := trappedDeployment(t, dir, engines.URL, adminSrv.URL)
-	listens := freeAddrs(t, 2)
-	names := []string{"a", "b"}
-	for i, n := range names {
-		writeTestFile(t, dir, "daemon-"+n+".yaml", fmt.Sprintf(`deployment: ha
-listen: %s
-token_file: token
-data_dir: data-%s
-instance: %s
-store: {url: "redis://%s/0", lease_ttl: %s}
-`, listens[i], n, n, srv.Addr(), ttl)+common)
-	}
-	clock := []string{"--clock-speed", "20", "--clock-start", started.Format(time.RFC3339Nano)}
-	procsByName := map[string]*proc{}
-	for _, n := range names {
-		procsByName[n] = ps.start("daemon-"+n, bin, append([]string{"daemon", "--config", "daemon-" + n + ".yaml"}, clock...)...)
-	}
-	status := func(i int) (role string, term uint64, err error) {
-		var s struct {
-			Role string `json:"role"`
-			Term uint64 `json:"term"`
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		err = getJSON(ctx, "http://"+listens[i]+"/api/v1/status", "", &s)
-		return s.Role, s.Term, err
-	}
-	var acting int
-	var actingTerm uint64
-	mustWaitFor(t, time.Now().Add(20*time.Second), "one daemon acting, the other standby", nil, func() (bool, string) {
-		r0, t0, e0 := status(0)
-		r1, t1, e1 := status(1)
-		switch {
-		case e0 != nil || e1 != nil:
-			return false, fmt.Sprint(e0, e1)
-		case r0 == "acting" && r1 == "standby":
-			acting, actingTerm = 0, t0
-			return true, ""
-		case r1 == "acting" && r0 == "standby":
-			acting, actingTerm = 1, t1
-			return true, ""
-		}
-		return false, r0 + "/" + r1
-	})
+	dp := startDaemonPair(t, ps, bin, dir, common, srv.Addr(), ttl, started)
+	names, procsByName, status := dp.names, dp.procs, dp.status
+	acting, actingTerm := dp.acting, dp.actingTerm
 	other := 1 - acting
 	t.Logf("%s acts in term %d, %s waits", names[acting], actingTerm, names[other])
 
@@ -128,27 +89,7 @@ store: {url: "redis://%s/0", lease_ttl: %s}
 	// The interrupted cut: exactly one outcome in the shared audit stream, applied once.
 	client := srv.Client(t)
 	streamOutcomes := func() (intents, outcomes int) {
-		msgs, err := client.XRange(t.Context(), "basin:ha:daemon:audit", "-", "+").Result()
-		require.NoError(t, err)
-		for _, m := range msgs {
-			var r struct {
-				Phase  string `json:"phase"`
-				Budget *struct {
-					To int64 `json:"to_tokens"`
-				} `json:"budget"`
-			}
-			raw, _ := m.Values["rec"].(string)
-			if json.Unmarshal([]byte(raw), &r) != nil || r.Budget == nil || r.Budget.To != cut {
-				continue
-			}
-			switch r.Phase {
-			case "intent":
-				intents++
-			case "done", "failed":
-				outcomes++
-			}
-		}
-		return intents, outcomes
+		return budgetAudit(t, client, func(to int64) bool { return to == cut })
 	}
 	mustWaitFor(t, time.Now().Add(30*time.Second), "the interrupted cut recorded", nil, func() (bool, string) {
 		_, o := streamOutcomes()
@@ -163,4 +104,89 @@ store: {url: "redis://%s/0", lease_ttl: %s}
 	for i, term := range admin.terms {
 		assert.NotEmpty(t, term, "admin write %d carries the daemon's term", i)
 	}
+}
+
+// daemonPair is two `basin daemon` processes, a and b, on one store: one acting, one standby.
+type daemonPair struct {
+	names      []string
+	listens    []string
+	procs      map[string]*proc
+	acting     int
+	actingTerm uint64
+	// status reads daemon i's role and term from its API.
+	status func(i int) (role string, term uint64, err error)
+}
+
+// startDaemonPair writes the two daemons' configurations (deployment "ha", common appended)
+// into dir, the directory ps starts its processes in, starts them on the store at redisAddr with their clocks 20× from started, and
+// waits until one acts and the other stands by.
+func startDaemonPair(t *testing.T, ps *procs, bin, dir, common, redisAddr string, ttl time.Duration, started time.Time) *daemonPair {
+	t.Helper()
+	dp := &daemonPair{names: []string{"a", "b"}, listens: freeAddrs(t, 2), procs: map[string]*proc{}}
+	for i, n := range dp.names {
+		writeTestFile(t, dir, "daemon-"+n+".yaml", fmt.Sprintf(`deployment: ha
+listen: %s
+token_file: token
+data_dir: data-%s
+instance: %s
+store: {url: "redis://%s/0", lease_ttl: %s}
+`, dp.listens[i], n, n, redisAddr, ttl)+common)
+	}
+	clock := []string{"--clock-speed", "20", "--clock-start", started.Format(time.RFC3339Nano)}
+	for _, n := range dp.names {
+		dp.procs[n] = ps.start("daemon-"+n, bin, append([]string{"daemon", "--config", "daemon-" + n + ".yaml"}, clock...)...)
+	}
+	dp.status = func(i int) (role string, term uint64, err error) {
+		var s struct {
+			Role string `json:"role"`
+			Term uint64 `json:"term"`
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		err = getJSON(ctx, "http://"+dp.listens[i]+"/api/v1/status", "", &s)
+		return s.Role, s.Term, err
+	}
+	mustWaitFor(t, time.Now().Add(20*time.Second), "one daemon acting, the other standby", nil, func() (bool, string) {
+		r0, t0, e0 := dp.status(0)
+		r1, t1, e1 := dp.status(1)
+		switch {
+		case e0 != nil || e1 != nil:
+			return false, fmt.Sprint(e0, e1)
+		case r0 == "acting" && r1 == "standby":
+			dp.acting, dp.actingTerm = 0, t0
+			return true, ""
+		case r1 == "acting" && r0 == "standby":
+			dp.acting, dp.actingTerm = 1, t1
+			return true, ""
+		}
+		return false, r0 + "/" + r1
+	})
+	return dp
+}
+
+// budgetAudit counts the intents and the outcomes (done or failed) of the budget actions whose
+// target match accepts, in the daemons' shared audit stream.
+func budgetAudit(t *testing.T, client *redis.Client, match func(to int64) bool) (intents, outcomes int) {
+	t.Helper()
+	msgs, err := client.XRange(t.Context(), "basin:ha:daemon:audit", "-", "+").Result()
+	require.NoError(t, err)
+	for _, m := range msgs {
+		var r struct {
+			Phase  string `json:"phase"`
+			Budget *struct {
+				To int64 `json:"to_tokens"`
+			} `json:"budget"`
+		}
+		raw, _ := m.Values["rec"].(string)
+		if json.Unmarshal([]byte(raw), &r) != nil || r.Budget == nil || !match(r.Budget.To) {
+			continue
+		}
+		switch r.Phase {
+		case "intent":
+			intents++
+		case "done", "failed":
+			outcomes++
+		}
+	}
+	return intents, outcomes
 }

@@ -95,6 +95,8 @@ func (g *adminStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.ref = req.Reference
 		}
 		fmt.Fprintf(w, `{"before":{"budget_tokens":%d},"after":{"budget_tokens":%d},"admitted":[]}`, before, g.budget)
+	case r.Method == http.MethodPut && r.URL.Path == "/admin/daemon-term":
+		fmt.Fprintf(w, `{"daemon_term":%s}`, r.Header.Get("Basin-Daemon-Term")) // a takeover's claim
 	default:
 		http.NotFound(w, r)
 	}

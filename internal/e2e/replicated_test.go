@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/internal/redistest"
 )
@@ -320,6 +322,9 @@ func (p *poller) observe(st adminapi.StateView) {
 // restarts Redis from its file. No admitted session is refused; the budget holds at every poll
 // of the leader's table (within the documented failover bound); queued sessions keep their
 // arrival time; a new leader takes over within a lease plus its load time; epochs never go back.
+// Then two daemons on the same store act on the replicas through a follower: the acting one is
+// SIGKILLed mid-incident, the other takes over, every intent has exactly one outcome, and the
+// gateways refuse the dead daemon's term (daemonsOnTheReplicas).
 func TestReplicatedGateways(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end: builds basin and runs three gateways, the simulator and redis-server for about a minute")
@@ -428,6 +433,98 @@ replication:
 
 	storeOutage(t, rs, f, e2, takeoverBound, step)
 	finishReplicated(t, rs, ag, pl, stop, &wg, step)
+	daemonsOnTheReplicas(t, rs, dir, basin, step)
+}
+
+// daemonsOnTheReplicas runs two daemons on the store in front of the replicas, once the load is
+// over (their budget cuts would change the budget the load is checked against): one acts, the
+// other waits. The acting one is SIGKILLed mid-incident, as soon as its first budget action is
+// recorded as an intent. The other takes over within the lease, every intent in the shared
+// audit stream has exactly one outcome, and the gateways — reached through a follower, which
+// forwards to the leader, as a daemon reaches them through a Service — refuse a write carrying
+// the dead daemon's term once its successor has written (409 stale_daemon_term).
+func daemonsOnTheReplicas(t *testing.T, rs *replicated, dir, basin string, step func(string, ...any)) {
+	const ttl = 2 * time.Second
+	ddir := filepath.Join(dir, "daemons")
+	require.NoError(t, os.MkdirAll(ddir, 0o755))
+	ps := newProcs(t, ddir)
+	started := time.Now()
+	engines := httptest.NewServer(trappedEngines{start: started, speed: 20})
+	t.Cleanup(engines.Close)
+	l, _, _ := rs.leader(5*time.Second, -1)
+	follower := rs.gws[(l+1)%len(rs.gws)]
+	// The budget of the trapped deployment the daemons see (as TestDaemonsOnAStore's): their
+	// incident cut, to 0.7 × B_ref, is then a cut. An operator's write, without a term.
+	status, body := rs.adminWrite(follower, `{"tokens":1000000,"reference_tokens":1000000,"reason":"the trapped deployment's budget"}`, "")
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	common := trappedDeployment(t, ddir, engines.URL, "http://"+follower.admin)
+	writeTestFile(t, ddir, "admin-token", rs.token+"\n")
+	dp := startDaemonPair(t, ps, basin, ddir, common, rs.redis.Addr(), ttl, started)
+	acting := dp.procs[dp.names[dp.acting]]
+	other := 1 - dp.acting
+	step("daemon %s acts in term %d, %s waits; their admin URL is %s's", dp.names[dp.acting], dp.actingTerm, dp.names[other], follower.name)
+
+	client := rs.redis.Client(t)
+	all := func(int64) bool { return true }
+	const cut = 700_000
+	mustWaitFor(t, time.Now().Add(45*time.Second), "the acting daemon's budget cut", []*proc{acting}, func() (bool, string) {
+		i, o := budgetAudit(t, client, func(to int64) bool { return to == cut })
+		return i > 0, fmt.Sprintf("%d intents, %d outcomes", i, o)
+	})
+	require.NoError(t, syscall.Kill(-acting.cmd.Process.Pid, syscall.SIGKILL))
+	<-acting.done
+	killedAt := time.Now()
+	var term uint64
+	mustWaitFor(t, time.Now().Add(3*ttl+20*time.Second), dp.names[other]+" acting", []*proc{dp.procs[dp.names[other]]}, func() (bool, string) {
+		r, tm, err := dp.status(other)
+		if err != nil {
+			return false, err.Error()
+		}
+		term = tm
+		return r == "acting" && tm > dp.actingTerm, fmt.Sprintf("%s term %d", r, tm)
+	})
+	step("acting daemon SIGKILLed mid-incident: %s acts in term %d after %v", dp.names[other], term, time.Since(killedAt).Round(10*time.Millisecond))
+
+	mustWaitFor(t, time.Now().Add(30*time.Second), "every budget intent recorded with its outcome", nil, func() (bool, string) {
+		i, o := budgetAudit(t, client, all)
+		return o >= i, fmt.Sprintf("%d intents, %d outcomes", i, o)
+	})
+	time.Sleep(2 * time.Second) // a few more steps: nothing may repeat
+	intents, outs := budgetAudit(t, client, all)
+	assert.Equal(t, intents, outs, "exactly one outcome per intent in the shared audit stream")
+
+	// The successor's writes raised the gateways' daemon term: the dead daemon's is refused.
+	mustWaitFor(t, time.Now().Add(30*time.Second), "the successor's term at the gateway", nil, func() (bool, string) {
+		var st adminapi.StateView
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if err := getJSON(ctx, "http://"+follower.admin+"/admin/state", rs.token, &st); err != nil {
+			return false, err.Error()
+		}
+		return st.DaemonTerm > dp.actingTerm, fmt.Sprintf("daemon term %d", st.DaemonTerm)
+	})
+	status, body = rs.adminWrite(follower, `{"tokens":1000,"reason":"a deposed daemon's late write"}`,
+		strconv.FormatUint(dp.actingTerm, 10))
+	assert.Equal(t, http.StatusConflict, status, "%s", body)
+	assert.Contains(t, body, "stale_daemon_term")
+	step("%d budget intents, %d outcomes; a write with the dead daemon's term %d through %s: %d", intents, outs, dp.actingTerm,
+		follower.name, status)
+}
+
+// adminWrite puts a budget through replica g's admin API, with a daemon term when term is set.
+func (rs *replicated) adminWrite(g *replicaProc, budget, term string) (int, string) {
+	rs.t.Helper()
+	req, err := http.NewRequestWithContext(rs.t.Context(), http.MethodPut, "http://"+g.admin+"/admin/budget", strings.NewReader(budget))
+	require.NoError(rs.t, err)
+	req.Header.Set("Authorization", "Bearer "+rs.token)
+	if term != "" {
+		req.Header.Set(gateway.DaemonTermHeader, term)
+	}
+	resp, err := rs.client.Do(req)
+	require.NoError(rs.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // storeOutage SIGSTOPs Redis for a lease, then SIGKILLs it and restarts it from its file.

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/basin-dev/basin/internal/httpjson"
+)
+
+// Responses chains in replicated mode. A call that names no session but continues a response
+// (previous_response_id) joins the session of that response; with replicas, the response may
+// have been answered by another one. So every replica tells the leader of the responses it
+// answers (a chain op in its report, sent at once), and a replica that does not know a response
+// asks the leader (one RPC, only for a call that names no session). A new leader learns the
+// links again from its followers' first reports. While no leader answers, a call continuing a
+// response this replica did not answer is keyed by that response id, as a single gateway keys
+// one it does not know after a restart: the rest of its chain still stays together.
+
+// chainRequest asks the leader for the session of a response.
+type chainRequest struct {
+	Response string `json:"response"`
+}
+
+// chainAnswer is the leader's answer: the session and its context, when it knows the response.
+type chainAnswer struct {
+	Known   bool   `json:"known"`
+	Session string `json:"session,omitempty"`
+	Context int64  `json:"context_tokens,omitempty"`
+}
+
+// reportChain tells the leader, when this replica follows, that session continues as a call
+// naming responseID, and sends the report now: the agent's next call may reach another replica
+// as soon as it has the response.
+func (r *replica) reportChain(session, responseID string, context int64) {
+	if _, ok := r.isLeading(); ok {
+		return
+	}
+	r.mu.Lock()
+	r.mu.ops = append(r.mu.ops, reportOp{Op: repChain, ID: session, Response: responseID, Tokens: context})
+	r.mu.Unlock()
+	select {
+	case r.flush <- struct{}{}:
+	default:
+	}
+}
+
+// lookupChain asks the leader for the session of a response this replica does not know.
+func (r *replica) lookupChain(ctx context.Context, responseID string) (chainLink, bool) {
+	if _, ok := r.isLeading(); ok {
+		return chainLink{}, false // the leader's own map was asked already
+	}
+	li, _, ok := r.currentLeader()
+	if !ok {
+		return chainLink{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
+	defer cancel()
+	var ans chainAnswer
+	start := time.Now()
+	_, err := r.post(ctx, li.AdminURL+chainPath, chainRequest{Response: responseID}, &ans)
+	r.metrics.rpc.WithLabelValues("chain").Observe(time.Since(start).Seconds())
+	if err != nil {
+		r.metrics.rpcErrors.WithLabelValues("chain").Inc()
+		r.log.Debug("looking a response up at the leader", "response", responseID, "err", err)
+		return chainLink{}, false
+	}
+	if !ans.Known || ans.Session == "" {
+		return chainLink{}, false
+	}
+	return chainLink{session: ans.Session, context: ans.Context}, true
+}
+
+// serveChain is the leader's side of lookupChain.
+func (r *replica) serveChain(w http.ResponseWriter, req *http.Request) {
+	if _, ok := r.isLeading(); !ok {
+		r.notLeader(w)
+		return
+	}
+	var in chainRequest
+	if err := json.NewDecoder(io.LimitReader(req.Body, 64<<10)).Decode(&in); err != nil || in.Response == "" {
+		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "response",
+			fmt.Sprintf("chain: want a JSON body with response: %v", err))
+		return
+	}
+	g := r.g
+	g.mu.Lock()
+	link, ok := g.mu.chains[in.Response]
+	g.mu.Unlock()
+	httpjson.Write(w, http.StatusOK, chainAnswer{Known: ok, Session: link.session, Context: link.context})
+}
+
+// linkChain records, on the leader, a response a replica answered for a live session. A
+// session that is not live (ended meanwhile) keeps nothing, as on the replica itself.
+func (g *Gateway) linkChain(session, responseID string, context int64) {
+	if session == "" || responseID == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.core.Live(session) {
+		return
+	}
+	if l, ok := g.mu.chains[responseID]; ok && l.session == session {
+		g.mu.chains[responseID] = chainLink{session: session, context: max(l.context, context)}
+		return // told again (a new leader's resync)
+	}
+	si, ok := g.mu.sessions[session]
+	if !ok {
+		si = &sessionInfo{upstream: g.pickUpstream(session)}
+		g.addSessionLocked(session, si)
+	}
+	si.responses = append(si.responses, responseID)
+	g.mu.chains[responseID] = chainLink{session: session, context: context}
+}
+
+// chainLinks are the chain ops for every response a live session here may be continued from.
+func (g *Gateway) chainLinks() []reportOp {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ops []reportOp
+	for id, si := range g.mu.sessions {
+		for _, resp := range si.responses {
+			if l, ok := g.mu.chains[resp]; ok {
+				ops = append(ops, reportOp{Op: repChain, ID: id, Response: resp, Tokens: l.context})
+			}
+		}
+	}
+	return ops
+}
