@@ -45,6 +45,9 @@ type arriveRequest struct {
 	// Arrival is when the call reached the follower: a call held there while the leader
 	// changed keeps its place in time at the next leader.
 	Arrival time.Time `json:"arrival"`
+	// Held is how long the follower has held the call, on its monotonic clock: the leader
+	// takes now − Held as the arrival, which no skew between the replicas' clocks moves.
+	Held time.Duration `json:"held_ns,omitempty"`
 }
 
 // arriveAnswer is the leader's answer: admitted (the session, live in the leader's core with
@@ -199,6 +202,10 @@ func (r *replica) decideHere(c *call, why string) remoteResult {
 
 var errLeaderChanged = errors.New("the admission leader changed")
 
+// maxClockSkew is how far a follower's clock may be from the leader's for its timestamps to be
+// taken as they are: replicas on NTP-synchronised hosts agree to milliseconds.
+const maxClockSkew = time.Second
+
 // arrive is the RPC: held by the leader while the session is queued (up to its
 // max_queue_wait), cut short when this replica learns of a new leader.
 func (r *replica) arrive(ctx context.Context, gone <-chan struct{}, base string, c *call) (arriveAnswer, int, error) {
@@ -214,7 +221,7 @@ func (r *replica) arrive(ctx context.Context, gone <-chan struct{}, base string,
 	tctx, cancel := context.WithTimeout(ctx, time.Duration(r.g.cfg.MaxQueueWait)+10*r.opTimeout)
 	defer cancel()
 	body := arriveRequest{Replica: r.id, ID: c.id, Tenant: c.tenant, Anonymous: c.anonymous, Shape: c.req.Shape,
-		Prompt: c.req.Prompt, Task: c.req.Task, TaskChars: c.req.TaskChars, Arrival: c.arrival}
+		Prompt: c.req.Prompt, Task: c.req.Task, TaskChars: c.req.TaskChars, Arrival: c.arrival, Held: time.Since(c.arrival)}
 	var ans arriveAnswer
 	start := time.Now()
 	status, err := r.post(tctx, base+arrivePath, body, &ans)
@@ -318,15 +325,25 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	g := r.g
-	// The follower's clock, within reason: a replica's skew cannot put a session ahead of
-	// sessions that arrived well before it.
+	// The call's place in time, however many leaders it waited through. The follower's own
+	// timestamp while its clock agrees with this one to within maxClockSkew (so every leader
+	// sees the same instant); else how long it has held the call, on its monotonic clock, which
+	// no skew moves. A follower that sends no duration gives its timestamp alone, taken within
+	// reason: its skew cannot put a session ahead of sessions that arrived well before it.
 	now := g.now()
 	arrival := in.Arrival
-	if oldest := now.Add(-time.Duration(g.cfg.MaxQueueWait) - 2*time.Duration(g.cfg.Store.LeaseTTL)); arrival.Before(oldest) {
-		arrival = oldest
-	}
-	if arrival.After(now) {
-		arrival = now
+	if in.Held > 0 {
+		byHeld := now.Add(-min(in.Held, admission.DefaultRetryMemory))
+		if d := arrival.Sub(byHeld); d < -maxClockSkew || d > maxClockSkew {
+			arrival = byHeld
+		}
+	} else {
+		if oldest := now.Add(-time.Duration(g.cfg.MaxQueueWait) - 2*time.Duration(g.cfg.Store.LeaseTTL)); arrival.Before(oldest) {
+			arrival = oldest
+		}
+		if arrival.After(now) {
+			arrival = now
+		}
 	}
 	c := &call{id: in.ID, tenant: in.Tenant, arrival: arrival, anonymous: in.Anonymous, forwarded: true,
 		req: agentcall.Call{Shape: in.Shape, Prompt: max(1, in.Prompt), Task: in.Task, TaskChars: in.TaskChars}}

@@ -442,3 +442,53 @@ func TestResponsesChainAcrossReplicas(t *testing.T) {
 	send(next, `{"model":"m","input":"and more","previous_response_id":"`+resp+`"}`)
 	assert.Equal(t, first, sessions(next), "still one session after the handover")
 }
+
+// TestArrivalSurvivesClockSkew: the leader places a follower's held call by how long the
+// follower has held it when the follower's clock disagrees with its own, and by the follower's
+// timestamp when they agree; a follower that sends no duration is taken within reason.
+func TestArrivalSurvivesClockSkew(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	hs := startReplicas(t, 2, mr.Addr(), up.URL, "")
+	leader, fs := leaderOf(t, hs)
+	require.Equal(t, http.StatusOK, fs[0].chat("a", 5, nil).status) // the budget is full
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		arrival time.Time
+		held    time.Duration
+		want    time.Time
+	}{
+		{"clocks agree: the timestamp", now.Add(-2500 * time.Millisecond), 2 * time.Second, now.Add(-2500 * time.Millisecond)},
+		{"the follower's clock an hour slow: the held time", now.Add(-time.Hour), 3 * time.Second, now.Add(-3 * time.Second)},
+		{"an hour fast", now.Add(time.Hour), 3 * time.Second, now.Add(-3 * time.Second)},
+		{"no held time: clamped", now.Add(-time.Hour), 0, now.Add(-5*time.Second - 2*time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			id := strings.ReplaceAll(tc.name, " ", "-")
+			body, err := json.Marshal(arriveRequest{Replica: "test", ID: id, Prompt: 5, Arrival: tc.arrival, Held: tc.held})
+			require.NoError(t, err)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, leader.admin.URL+arrivePath, strings.NewReader(string(body)))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			go func() {
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}()
+			var got time.Time
+			waitFor(t, "queued at the leader", func() bool {
+				for _, q := range leader.state().Queue {
+					if q.ID == id {
+						got = q.Arrival
+						return true
+					}
+				}
+				return false
+			})
+			assert.WithinDuration(t, tc.want, got, 200*time.Millisecond)
+		})
+	}
+}
