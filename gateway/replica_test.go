@@ -417,10 +417,25 @@ func TestResponsesChainAcrossReplicas(t *testing.T) {
 		}
 		return ids
 	}
-	send(fs[0], `{"model":"m","input":"start"}`)                                   // resp_1, on a follower
-	send(fs[1], `{"model":"m","input":"go on","previous_response_id":"resp_1"}`)   // resp_2, on the other
+	// The answer's link is recorded as its call finishes, after the client has the bytes (as
+	// on a single gateway, where the test settles too): wait for the leader to know it.
+	linked := func(l *harness, resp string) {
+		t.Helper()
+		waitFor(t, "the leader knows "+resp, func() bool {
+			l.g.mu.Lock()
+			defer l.g.mu.Unlock()
+			_, ok := l.g.mu.chains[resp]
+			return ok
+		})
+	}
+	send(fs[0], `{"model":"m","input":"start"}`) // resp_1, on a follower
+	linked(leader, "resp_1")
+	send(fs[1], `{"model":"m","input":"go on","previous_response_id":"resp_1"}`) // resp_2, on the other
+	linked(leader, "resp_2")
 	send(leader, `{"model":"m","input":"and on","previous_response_id":"resp_2"}`) // resp_3, on the leader
-	send(fs[0], `{"model":"m","input":"more","previous_response_id":"resp_3"}`)    // resp_4
+	linked(leader, "resp_3")
+	send(fs[0], `{"model":"m","input":"more","previous_response_id":"resp_3"}`) // resp_4
+	linked(leader, "resp_4")
 	first := sessions(leader)
 	require.Len(t, first, 1, "four chained calls on three replicas are one session")
 	assert.Equal(t, uint64(1), leader.state().Counters.AdmittedAtOnce)
@@ -433,12 +448,7 @@ func TestResponsesChainAcrossReplicas(t *testing.T) {
 	if next == fs[1] {
 		resp = "resp_4"
 	}
-	waitFor(t, "the new leader knows "+resp, func() bool {
-		next.g.mu.Lock()
-		defer next.g.mu.Unlock()
-		_, ok := next.g.mu.chains[resp]
-		return ok
-	})
+	linked(next, resp)
 	send(next, `{"model":"m","input":"and more","previous_response_id":"`+resp+`"}`)
 	assert.Equal(t, first, sessions(next), "still one session after the handover")
 }
