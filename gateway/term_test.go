@@ -18,9 +18,8 @@ func TestDaemonTermFencesAdminWrites(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "state.json")
 	cfg := baseConfig(t, []string{"http://127.0.0.1:1"}, func(c *Config) { c.StateFile = stateFile })
 	h := start(t, cfg, nil)
-	put := func(term, tokens string) response {
-		req, err := http.NewRequest(http.MethodPut, h.admin.URL+"/admin/budget",
-			strings.NewReader(`{"tokens":`+tokens+`,"reason":"test"}`))
+	write := func(path, term, body string) response {
+		req, err := http.NewRequest(http.MethodPut, h.admin.URL+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		if term != "" {
@@ -32,6 +31,9 @@ func TestDaemonTermFencesAdminWrites(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		return response{status: resp.StatusCode, body: b}
+	}
+	put := func(term, tokens string) response {
+		return write("/admin/budget", term, `{"tokens":`+tokens+`,"reason":"test"}`)
 	}
 	require.Equal(t, http.StatusOK, put("4", "5000").status)
 	assert.Equal(t, uint64(4), h.state().DaemonTerm)
@@ -46,20 +48,7 @@ func TestDaemonTermFencesAdminWrites(t *testing.T) {
 
 	// A daemon taking over claims its term before any action: the deposed one is refused at
 	// once. The claim changes nothing else, and needs a term.
-	claim := func(term string) response {
-		req, err := http.NewRequest(http.MethodPut, h.admin.URL+"/admin/daemon-term", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		if term != "" {
-			req.Header.Set(DaemonTermHeader, term)
-		}
-		resp, err := h.admin.Client().Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return response{status: resp.StatusCode, body: b}
-	}
+	claim := func(term string) response { return write("/admin/daemon-term", term, "") }
 	r = claim("5")
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	assert.JSONEq(t, `{"daemon_term":5}`, string(r.body))

@@ -311,6 +311,24 @@ func TestHALateOutcomeIsFenced(t *testing.T) {
 	assert.Equal(t, 1, callsTo(p.gw.Budgets(), testCut))
 }
 
+// daemonBehindStaleGateway is one daemon on a store, acting on a staleGateway over HTTP through
+// the real gateway client, which refuses terms under floor.
+func daemonBehindStaleGateway(t *testing.T, floor uint64) (*staleGateway, *Daemon, *haPair) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	gw := &staleGateway{fake: newFakeGateway(testReference), floor: floor}
+	ts := httptest.NewServer(gw)
+	t.Cleanup(ts.Close)
+	t.Setenv(GatewayTokenEnv, "gateway-test-token")
+	e := newEnv(t, fmt.Sprintf("store:\n  url: redis://%s/0\ninstance: a\n", m.Addr()))
+	e.cfg.Gateway.AdminURL = ts.URL
+	reg := prometheus.NewRegistry()
+	d, err := New(e.cfg, Options{Clock: e.deploymentClock(), Logger: testLogger(t), Registerer: reg, Gatherer: reg})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	return gw, d, &haPair{t: t, m: m, clock: e.clock, gw: gw.fake, envs: []*env{e}, ds: []*Daemon{d}}
+}
+
 // staleGateway is a gateway admin API over HTTP that refuses writes whose Basin-Daemon-Term is
 // under floor with the contract's 409, and records the terms it was sent.
 type staleGateway struct {
@@ -344,18 +362,7 @@ func (g *staleGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 409 stale_daemon_term it steps down at once — the rest of the plan is not begun — and records
 // the failed outcome (the store's epoch has not moved here, so the write is accepted).
 func TestHAStaleTermStepsDown(t *testing.T) {
-	m := miniredis.RunT(t)
-	gw := &staleGateway{fake: newFakeGateway(testReference)}
-	ts := httptest.NewServer(gw)
-	t.Cleanup(ts.Close)
-	t.Setenv(GatewayTokenEnv, "gateway-test-token")
-	e := newEnv(t, fmt.Sprintf("store:\n  url: redis://%s/0\ninstance: a\n", m.Addr()))
-	e.cfg.Gateway.AdminURL = ts.URL
-	reg := prometheus.NewRegistry()
-	d, err := New(e.cfg, Options{Clock: e.deploymentClock(), Logger: testLogger(t), Registerer: reg, Gatherer: reg})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	p := &haPair{t: t, m: m, clock: e.clock, gw: gw.fake, envs: []*env{e}, ds: []*Daemon{d}}
+	gw, d, p := daemonBehindStaleGateway(t, 0)
 	for range 4 {
 		p.step(0)
 	}
@@ -392,18 +399,7 @@ func TestHAStaleTermStepsDown(t *testing.T) {
 // TestHAStaleClaimStepsDown: a daemon that takes over while the gateway already holds a later
 // term (a successor it does not know of) is refused its claim and stands by before any action.
 func TestHAStaleClaimStepsDown(t *testing.T) {
-	m := miniredis.RunT(t)
-	gw := &staleGateway{fake: newFakeGateway(testReference), floor: 9}
-	ts := httptest.NewServer(gw)
-	t.Cleanup(ts.Close)
-	t.Setenv(GatewayTokenEnv, "gateway-test-token")
-	e := newEnv(t, fmt.Sprintf("store:\n  url: redis://%s/0\ninstance: a\n", m.Addr()))
-	e.cfg.Gateway.AdminURL = ts.URL
-	reg := prometheus.NewRegistry()
-	d, err := New(e.cfg, Options{Clock: e.deploymentClock(), Logger: testLogger(t), Registerer: reg, Gatherer: reg})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	p := &haPair{t: t, m: m, clock: e.clock, gw: gw.fake, envs: []*env{e}, ds: []*Daemon{d}}
+	gw, d, p := daemonBehindStaleGateway(t, 9)
 	p.step(0)
 	assert.Equal(t, RoleStandby, d.StatusNow().Role)
 	assert.Equal(t, 1.0, counter(t, d, "basin_daemon_step_downs_total", "stale_term"))
