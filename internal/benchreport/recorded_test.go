@@ -53,6 +53,8 @@ func recorded(t *testing.T) (r *Report, raw map[*Invocation][]byte) {
 		Collector: iv("collector.txt", "-bench", "^Benchmark(Snapshot64x2000|RawParse64x2000|SnapshotFullParse64x2000)$",
 			"-benchmem", "-benchtime", "5x", "-count", "2", "./collector/"),
 		Detector: iv("detector.txt", "-bench", "^BenchmarkStep$", "-benchmem", "-count", "2", "./detector/"),
+		Replicated: iv("replicated.txt", "-bench", "^BenchmarkReplicatedScale$", "-benchmem", "-benchtime", "1x", "-count", "1",
+			"./gateway/"),
 		Spike100: cmp("compare-spike.json", "paper-1p3d-h200-spike"),
 		Spike300: cmp("compare-spike300.json", "paper-1p3d-h200-spike300"),
 	}, raw

@@ -36,6 +36,7 @@ const (
 	benchRawParse      = "BenchmarkRawParse64x2000"
 	benchFullParse     = "BenchmarkSnapshotFullParse64x2000"
 	benchDetectorStep  = "BenchmarkStep"
+	benchReplicated    = "BenchmarkReplicatedScale"
 )
 
 // namedBenchmarks maps each named benchmark to the package directory that declares it.
@@ -48,7 +49,7 @@ var namedBenchmarks = map[string]string{
 	benchGatherPrefill: "sim/enginemetrics", benchGatherDecode: "sim/enginemetrics",
 	benchParseGenerate: "sim/serve",
 	benchSnapshot:      "collector", benchRawParse: "collector", benchFullParse: "collector",
-	benchDetectorStep: "detector",
+	benchDetectorStep: "detector", benchReplicated: "gateway",
 }
 
 // Invocation is one `go test -bench` run: every ratio in the report is between two benchmarks of
@@ -106,6 +107,9 @@ type Report struct {
 	Count   int
 
 	Gateway, AgentCall, AdmissionPredictor, Daemon, Sim, Serve, Collector, Detector *Invocation
+	// Replicated is the replicated mode's scale run: one run (-benchtime 1x -count 1), a
+	// minute against a real redis-server.
+	Replicated *Invocation
 	// Spike100 and Spike300 are the +100% and +300% policy comparisons.
 	Spike100, Spike300 *Compare
 }
@@ -130,6 +134,7 @@ func Render(w io.Writer, r *Report) error {
 	b.WriteString(" Under each table are the exact\ncommands it comes from, with their wall time.\n\n")
 
 	gatewaySection(&b, r)
+	replicatedSection(&b, r)
 	daemonSection(&b, r)
 	simSection(&b, r)
 	policySection(&b, r)
@@ -256,6 +261,59 @@ func gatewaySection(b *strings.Builder, r *Report) {
 	commands(b, gw, ap)
 	b.WriteString("The gateway's cost over a bare proxy is the session bookkeeping and one pass over each streamed\n")
 	b.WriteString("event to find the usage chunk (it never changes the bytes).\n\n")
+}
+
+// replicatedSection is the replicated mode's scale run beside the single gateway's admission
+// decision: what the round trip to the leader and the durable write of an admission cost.
+func replicatedSection(b *strings.Builder, r *Report) {
+	b.WriteString("## Gateway, replicated mode\n\n")
+	b.WriteString("Three replicas in one process on a real `redis-server` (`appendfsync everysec`), the leader's table\n")
+	b.WriteString("preloaded with 100,000 live sessions, then 10,000 new sessions a minute for 20 s against a fake\n")
+	b.WriteString("upstream answering at once ([scaling.md](scaling.md)). One run: it takes half a minute, and it needs\n")
+	b.WriteString("`redis-server` on the PATH (without it, the rows say the benchmark did not run).\n\n")
+	t := newTable()
+	rp := r.Replicated
+	const name = benchReplicated
+	t.claim(rp, name)
+	for _, row := range []struct{ what, unit string }{
+		{"a new session's first call through a follower (one round trip to the leader, the admission persisted)", "first_call_via_a_follower"},
+		{"a new session's first call through the leader", "first_call_via_the_leader"},
+		{"a live session's call through a follower", "live_call_via_a_follower"},
+	} {
+		p50, ok1 := stat(rp, name, "µs-p50-"+row.unit)
+		p99, ok2 := stat(rp, name, "µs-p99-"+row.unit)
+		if !ok1 || !ok2 {
+			t.row(row.what, missing(rp), "")
+			continue
+		}
+		// µs → ns, the unit timeStatText reads.
+		t.row(row.what, "p50 "+timeStatText(scaled(p50, 1e3), true)+", p99 "+timeStatText(scaled(p99, 1e3), false), "")
+	}
+	if s, ok := stat(rp, name, "ms-handover"); ok {
+		t.row("a stopping leader hands the table over to a successor (a crashed one: its lease TTL, 5 s here, plus this)",
+			timeStatText(scaled(s, 1e6), true), "")
+	} else {
+		t.row("a stopping leader hands the table over to a successor", missing(rp), "")
+	}
+	if s, ok := stat(rp, name, "MiB-redis"); ok {
+		t.row("the store's memory with the table in it (about 103,000 sessions)", plainStat(s, "MiB"), "")
+	} else {
+		t.row("the store's memory with the table in it", missing(rp), "")
+	}
+	if s, ok := stat(r.AdmissionPredictor, benchArrive, "ns/op"); ok {
+		t.row("for comparison, a single gateway's admission decision with 10,000 sessions queued (above)", timeStatText(s, false), "")
+	}
+	t.write(b)
+	commands(b, rp)
+}
+
+// scaled is s in a unit f times smaller (µs → ns: 1e3).
+func scaled(s Stat, f float64) Stat {
+	v := make([]float64, len(s.Values))
+	for i, x := range s.Values {
+		v[i] = x * f
+	}
+	return Stat{Values: v, Median: s.Median * f, Min: s.Min * f, Max: s.Max * f}
 }
 
 func daemonSection(b *strings.Builder, r *Report) {

@@ -79,6 +79,8 @@ func Run(o Options) error {
 		{&r.Serve, bench("ParseGenerate", nil, "./sim/serve/")},
 		{&r.Collector, bench("^Benchmark(Snapshot64x2000|RawParse64x2000|SnapshotFullParse64x2000)$", []string{"-benchtime", "5x"}, "./collector/")},
 		{&r.Detector, bench("^BenchmarkStep$", nil, "./detector/")},
+		// One run whatever -count: a minute of load against a real redis-server.
+		{&r.Replicated, []string{"go", "test", "-run", "^$", "-bench", "^BenchmarkReplicatedScale$", "-benchmem", "-benchtime", "1x", "-count", "1", "./gateway/"}},
 	}
 	total := len(steps) + 2
 	for i, s := range steps {
