@@ -68,12 +68,15 @@ func (g *Gateway) chain(ctx context.Context, c *call) {
 }
 
 // chained remembers a Responses call's answer, so that a call continuing it joins its session.
-// A session that ended meanwhile keeps nothing.
+// A session that ended meanwhile keeps nothing. An answer remembered already (from its stream's
+// first event) takes the context it has once complete.
 func (g *Gateway) chained(session, responseID string, context int64) {
 	g.mu.Lock()
 	si, ok := g.mu.sessions[session]
 	if ok {
-		si.responses = append(si.responses, responseID)
+		if l, seen := g.mu.chains[responseID]; !seen || l.session != session {
+			si.responses = append(si.responses, responseID)
+		}
 		g.mu.chains[responseID] = chainLink{session: session, context: context}
 	}
 	g.mu.Unlock()

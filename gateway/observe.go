@@ -106,7 +106,10 @@ type observer struct {
 	api        agentcall.Shape
 	usage      *usage
 	responseID string
-	outChars   int64 // characters of generated text seen (content, reasoning, tool arguments)
+	// onID, when set, is called once with a Responses answer's id as soon as it is read: in a
+	// stream that is its first event, long before the answer is complete.
+	onID     func(id string)
+	outChars int64 // characters of generated text seen (content, reasoning, tool arguments)
 }
 
 func newObserver(w http.ResponseWriter, now func() time.Time) *observer {
@@ -239,6 +242,9 @@ func (o *observer) read(data []byte) {
 			o.responseID = v.Response.ID
 		case v.Object == "response" && v.ID != "":
 			o.responseID = v.ID
+		}
+		if o.responseID != "" && o.onID != nil {
+			o.onID(o.responseID)
 		}
 	}
 	for _, u := range []*usage{v.Usage, responseUsage(&v), messageUsage(&v)} {

@@ -197,6 +197,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body 
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	obs := newObserver(w, g.now)
 	obs.api = c.req.Shape
+	if c.chained {
+		// A streamed answer's id comes in its first event: the link is kept from then on (with
+		// the prompt as its context until the answer is complete), so a call continuing it on
+		// another replica finds it however soon its client sends it.
+		obs.onID = func(id string) { g.chained(c.id, id, c.req.Prompt) }
+	}
 
 	aborted := serveProxy(up.proxy, obs, out)
 	if aborted {

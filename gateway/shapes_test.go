@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -302,4 +303,49 @@ func TestChainsUnderRejectAnonymousAndLongIDs(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, r.status, "%s", r)
 	assert.Equal(t, "previous_response_id", deref(errorOf(t, r).Param))
 	assert.Empty(t, up.seen())
+}
+
+// TestAStreamedAnswerLinksAtItsFirstEvent: a streamed Responses answer's id is remembered as
+// its first event passes, with the prompt as the chain's context, so a call continuing it joins
+// the session however soon it is sent; once the answer is complete the link has its full
+// context.
+func TestAStreamedAnswerLinksAtItsFirstEvent(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	finish := func() { once.Do(func() { close(release) }) }
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_s1\",\"object\":\"response\",\"status\":\"in_progress\"}}\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		fmt.Fprint(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_s1\",\"object\":\"response\",\"status\":\"completed\",\"usage\":{\"input_tokens\":1000,\"output_tokens\":10}}}\n\n")
+	})
+	h := start(t, baseConfig(t, []string{up.URL}, nil), nil)
+	t.Cleanup(finish) // before the gateway's cleanup: a failing test does not leave the stream hanging
+	done := make(chan response, 1)
+	go func() {
+		r, err := h.do(context.Background(), http.MethodPost, "/v1/responses", nil, `{"model":"m","input":"start","stream":true}`)
+		assert.NoError(t, err)
+		done <- r
+	}()
+	link := func() (chainLink, bool) {
+		h.g.mu.Lock()
+		defer h.g.mu.Unlock()
+		l, ok := h.g.mu.chains["resp_s1"]
+		return l, ok
+	}
+	waitFor(t, "the link known while the answer streams", func() bool { _, ok := link(); return ok })
+	l, _ := link()
+	assert.True(t, strings.HasPrefix(l.session, chainPrefix), "%q", l.session)
+	assert.Less(t, l.context, int64(1000), "the prompt's estimate until the answer is complete")
+	finish()
+	r := <-done
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	h.settle()
+	l, _ = link()
+	assert.Equal(t, int64(1010), l.context, "the complete answer's context")
+	h.g.mu.Lock()
+	assert.Equal(t, []string{"resp_s1"}, h.g.mu.sessions[l.session].responses, "remembered once")
+	h.g.mu.Unlock()
 }
