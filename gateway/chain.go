@@ -74,13 +74,19 @@ func (g *Gateway) chained(session, responseID string, context int64) {
 	g.mu.Lock()
 	si, ok := g.mu.sessions[session]
 	if ok {
-		if l, seen := g.mu.chains[responseID]; !seen || l.session != session {
-			si.responses = append(si.responses, responseID)
-		}
-		g.mu.chains[responseID] = chainLink{session: session, context: context}
+		g.linkLocked(si, session, responseID, context)
 	}
 	g.mu.Unlock()
 	if ok && g.repl != nil {
 		g.repl.reportChain(session, responseID, context)
 	}
+}
+
+// linkLocked records that session si continues as a call naming responseID, with context
+// tokens (g.mu held). A response recorded already keeps its one place in si.responses.
+func (g *Gateway) linkLocked(si *sessionInfo, session, responseID string, context int64) {
+	if l, seen := g.mu.chains[responseID]; !seen || l.session != session {
+		si.responses = append(si.responses, responseID)
+	}
+	g.mu.chains[responseID] = chainLink{session: session, context: context}
 }

@@ -274,6 +274,7 @@ func messageUsage(v *usageCarrier) *usage {
 
 // finish reads a captured JSON body once it is complete.
 func (o *observer) finish() {
+	o.onID = nil // the caller records the complete answer's id itself
 	if o.mode != observeJSON || o.overflow || len(o.buf) == 0 {
 		return
 	}

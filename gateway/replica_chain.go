@@ -105,16 +105,14 @@ func (g *Gateway) linkChain(session, responseID string, context int64) {
 		return
 	}
 	if l, ok := g.mu.chains[responseID]; ok && l.session == session {
-		g.mu.chains[responseID] = chainLink{session: session, context: max(l.context, context)}
-		return // told again (a new leader's resync)
+		context = max(l.context, context) // told again (a new leader's resync)
 	}
 	si, ok := g.mu.sessions[session]
 	if !ok {
 		si = &sessionInfo{upstream: g.pickUpstream(session)}
 		g.addSessionLocked(session, si)
 	}
-	si.responses = append(si.responses, responseID)
-	g.mu.chains[responseID] = chainLink{session: session, context: context}
+	g.linkLocked(si, session, responseID, context)
 }
 
 // chainLinks are the chain ops for every response a live session here may be continued from.

@@ -337,13 +337,10 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 		if d := arrival.Sub(byHeld); d < -maxClockSkew || d > maxClockSkew {
 			arrival = byHeld
 		}
-	} else {
-		if oldest := now.Add(-time.Duration(g.cfg.MaxQueueWait) - 2*time.Duration(g.cfg.Store.LeaseTTL)); arrival.Before(oldest) {
-			arrival = oldest
-		}
-		if arrival.After(now) {
-			arrival = now
-		}
+	} else if oldest := now.Add(-time.Duration(g.cfg.MaxQueueWait) - 2*time.Duration(g.cfg.Store.LeaseTTL)); arrival.Before(oldest) {
+		arrival = oldest
+	} else if arrival.After(now) {
+		arrival = now
 	}
 	c := &call{id: in.ID, tenant: in.Tenant, arrival: arrival, anonymous: in.Anonymous, forwarded: true,
 		req: agentcall.Call{Shape: in.Shape, Prompt: max(1, in.Prompt), Task: in.Task, TaskChars: in.TaskChars}}
@@ -423,6 +420,7 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 	g := r.g
 	now := g.now()
 	var evs []admission.Event
+	// Ends first: a session this report both ends and carries as admitted alone is not merged.
 	for _, op := range in.Ops {
 		if op.Op == repEnd {
 			r.endedAt(op.ID, cmp.Or(op.At, now))
@@ -546,6 +544,7 @@ func (r *replica) sendReport(ctx context.Context) {
 	ops := r.mu.ops
 	r.mu.ops = nil
 	newLeader := r.mu.synced != li.Epoch
+	known := r.mu.known.at
 	sent := make([]string, 0, len(r.mu.alone))
 	for id := range r.mu.alone {
 		sent = append(sent, id)
@@ -566,9 +565,6 @@ func (r *replica) sendReport(ctx context.Context) {
 	defer cancel()
 	var ans reportAnswer
 	start := time.Now()
-	r.mu.Lock()
-	known := r.mu.known.at
-	r.mu.Unlock()
 	status, err := r.post(rctx, li.AdminURL+reportPath, reportRequest{Replica: r.id, Ops: ops, Sessions: sessions, Known: known}, &ans)
 	r.metrics.rpc.WithLabelValues("report").Observe(time.Since(start).Seconds())
 	if err != nil {
