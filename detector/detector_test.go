@@ -543,18 +543,18 @@ func TestOverloadPressure(t *testing.T) {
 	d := newDetector(t, o)
 	as := runScript(t, d, 0, 8*time.Minute, func(off time.Duration) sample {
 		switch {
-		case off >= 30*time.Second && off < 75*time.Second: // a 45 s burst: under the hold
+		case off >= 30*time.Second && off < 40*time.Second: // a 10 s burst: under the hold
 			return sample{wc: 0.6, hit: 0.96, arrival: 8}
 		case off >= 2*time.Minute && off < 5*time.Minute: // a spike: 6.6/min > 5.1/min
 			return sample{wc: 0.6, hit: 0.96, arrival: 6.6}
 		}
 		return sample{wc: 0.6, hit: 0.96}
 	})
-	assert.Equal(t, []string{"3m0s healthy→pressure", "5m15s pressure→healthy"}, transitions(as))
-	tr := as[(3*time.Minute)/step].Transition
+	assert.Equal(t, []string{"2m15s healthy→pressure", "5m15s pressure→healthy"}, transitions(as))
+	tr := as[(2*time.Minute+15*time.Second)/step].Transition
 	require.NotNil(t, tr)
 	assert.Equal(t, []string{"arrivals 6.60/min > peak completion rate 5.10/min (calibration): no equilibrium at this rate, " +
-		"the population grows towards the knee for 1m0s"}, tr.Reasons)
+		"the population grows towards the knee for 15s"}, tr.Reasons)
 	assert.Contains(t, as[(4*time.Minute)/step].Reasons, "arrivals 6.60/min > peak completion rate 5.10/min (calibration): no equilibrium at this rate, "+
 		"the population grows towards the knee for 2m0s", "pressure says what holds it")
 	assert.Contains(t, as[(5*time.Minute+15*time.Second)/step].Transition.Reasons[0], "arrivals 3.30/min ≤ peak completion rate 5.10/min")

@@ -331,4 +331,16 @@ func TestPageForMatchesTheRules(t *testing.T) {
 		}
 	}
 	assert.Equal(t, len(want), seen)
+	info := false
+	for _, g := range rg.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "BasinCacheKneeApproaching" {
+				d, err := time.ParseDuration(r.For)
+				require.NoError(t, err)
+				assert.Equal(t, harness.InfoFor, d, "BasinCacheKneeApproaching for: against harness.InfoFor")
+				info = true
+			}
+		}
+	}
+	assert.True(t, info, "BasinCacheKneeApproaching is in the rules")
 }

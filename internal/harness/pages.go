@@ -18,6 +18,35 @@ import (
 // BasinMetastableDrift for drifting, BasinTrapped for trapped (a rules test keeps them equal).
 var PageFor = map[detector.State]time.Duration{detector.Drifting: 5 * time.Minute, detector.Trapped: time.Minute}
 
+// InfoFor is the `for:` of BasinCacheKneeApproaching, the info-severity alert pressure raises (a
+// rules test keeps them equal): a pressure spell at least this long notifies, a shorter one is
+// only a state on the status page.
+const InfoFor = 2 * time.Minute
+
+// PressureSpells counts the run's spells in pressure held at least InfoFor: the notifications
+// pressure alone would have sent.
+func (r DetectionRun) PressureSpells() int {
+	if r.Obs == nil {
+		return 0
+	}
+	trs := r.Obs.Transitions
+	end := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
+	n := 0
+	for i, tr := range trs {
+		if tr.To != detector.Pressure {
+			continue
+		}
+		until := end
+		if i+1 < len(trs) {
+			until = trs[i+1].At
+		}
+		if until.Sub(tr.At) >= InfoFor {
+			n++
+		}
+	}
+	return n
+}
+
 // PageMin is the first minute one of basin's paging alerts fires in the run: the end of the first
 // stretch of its state's PageFor spent in drifting or in trapped without leaving it (a move from
 // drifting to trapped starts the trapped alert's own wait). Nil when none fires.
@@ -57,7 +86,7 @@ func (r DetectionRun) UtilisationFalsePage() bool {
 // scenario, next to the detector's internal drifting-or-trapped count, and the issue's targets:
 // none in the healthy presets, at most one in the healthy and +33% runs together.
 func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
-	type agg struct{ runs, calm, pages, util, states, collapsedPaged, collapsed int }
+	type agg struct{ runs, calm, pages, util, states, spells, collapsedPaged, collapsed int }
 	names, by := byScenario(runs, func(a *agg, r DetectionRun) {
 		a.runs++
 		if r.Collapsed {
@@ -67,6 +96,7 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 			}
 		} else {
 			a.calm++
+			a.spells += r.PressureSpells()
 		}
 		if r.FalsePage() {
 			a.pages++
@@ -84,14 +114,24 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 		"rule's `for: %gm`, or trapped held for `for: %gm` — in a run that did not collapse; pressure does not page. Utilisation "+
 		"alerts are counted the same way: any of the four above firing (held for %g min) in a run that did not "+
 		"collapse. *Drifting states* is the detector's internal count from the table above (drifting or trapped at "+
-		"any moment in a run that did not collapse).\n\n", PageFor[detector.Drifting].Minutes(),
-		PageFor[detector.Trapped].Minutes(), AlertFor.Minutes())
-	b.WriteString("| scenario | runs | not collapsed | false pages (basin) | false pages (utilisation) | drifting states | collapsed runs paged |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+		"any moment in a run that did not collapse). *Pressure spells* is what pressure costs instead: in the runs "+
+		"that did not collapse, spells in pressure held for BasinCacheKneeApproaching's `for: %gm`, each an "+
+		"info-severity notification, per hour of those runs.\n\n", PageFor[detector.Drifting].Minutes(),
+		PageFor[detector.Trapped].Minutes(), AlertFor.Minutes(), InfoFor.Minutes())
+	b.WriteString("| scenario | runs | not collapsed | false pages (basin) | false pages (utilisation) | drifting states | pressure spells (per hour) | collapsed runs paged |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	var calmHours float64
+	var calmSpells int
 	for _, n := range names {
 		a := by[n]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d of %d |\n", n, a.runs, a.calm, a.pages, a.util, a.states,
-			a.collapsedPaged, a.collapsed)
+		spells := "—"
+		if h := float64(a.calm) * durationOf(runs, n).Hours(); h > 0 {
+			spells = fmt.Sprintf("%d (%.1f)", a.spells, float64(a.spells)/h)
+			calmHours += h
+			calmSpells += a.spells
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %d of %d |\n", n, a.runs, a.calm, a.pages, a.util, a.states,
+			spells, a.collapsedPaged, a.collapsed)
 	}
 	var healthy []string
 	var calmRuns, calmPages, calmUtil int
@@ -110,6 +150,21 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 	fmt.Fprintf(&b, "\nAgainst the targets: false pages in the healthy presets: %s (target: 0 each, ≥ 20 seeds); in "+
 		"the healthy and +33%% runs together %d in %d (target ≤ 1; utilisation alerts: %d).\n",
 		strings.Join(healthy, ", "), calmPages, calmRuns, calmUtil)
+	if calmHours > 0 {
+		fmt.Fprintf(&b, "Pressure spells over all %.0f hours of runs that did not collapse: %d, %.1f an hour (no target: "+
+			"pressure pages no one; the detector's OverloadHold trades this number for lead, see detector.DefaultOverloadHold).\n",
+			calmHours, calmSpells, float64(calmSpells)/calmHours)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// durationOf is the length of the scenario's runs (every run of a scenario has the same).
+func durationOf(runs []DetectionRun, scenario string) time.Duration {
+	for _, r := range runs {
+		if r.Scenario == scenario {
+			return time.Duration(r.DurationMin * float64(time.Minute))
+		}
+	}
+	return 0
 }

@@ -58,9 +58,13 @@ func TestPagesMarkdown(t *testing.T) {
 	brief := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
 		{From: detector.Drifting, To: detector.Healthy, At: at(24)}}, UtilisationFirstMin: ptr(21),
 		FirstDriftingMin: ptr(20)}
-	quiet := &Observation{}
+	// Pressure held 2 min notifies (BasinCacheKneeApproaching's for:), held 1.9 min does not, and
+	// a spell that lasts to the end of the run counts when the end is 2 min away.
+	pressed := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Pressure, At: at(10)},
+		{From: detector.Pressure, To: detector.Healthy, At: at(12)}, {From: detector.Healthy, To: detector.Pressure, At: at(30)},
+		{From: detector.Pressure, To: detector.Healthy, At: at(31.9)}, {From: detector.Healthy, To: detector.Pressure, At: at(88)}}}
 	runs := []DetectionRun{
-		{Scenario: "a", Seed: 1, DurationMin: 90, Obs: quiet},
+		{Scenario: "a", Seed: 1, DurationMin: 90, Obs: pressed},
 		{Scenario: "a", Seed: 2, DurationMin: 90, Obs: brief},
 		{Scenario: "a-spike33", Seed: 1, DurationMin: 90, Obs: paged},
 		{Scenario: "a-spike", Seed: 1, DurationMin: 90, Obs: paged, Collapsed: true},
@@ -69,9 +73,11 @@ func TestPagesMarkdown(t *testing.T) {
 	require.NoError(t, PagesMarkdown(&b, runs))
 	out := b.String()
 	// a: the brief drift is a drifting state but no page; its utilisation alert is a false page.
-	assert.Contains(t, out, "| a | 2 | 2 | 0 | 1 | 1 | 0 of 0 |")
-	assert.Contains(t, out, "| a-spike33 | 1 | 1 | 1 | 0 | 1 | 0 of 0 |")
-	assert.Contains(t, out, "| a-spike | 1 | 0 | 0 | 0 | 0 | 1 of 1 |")
+	// Its two pressure spells over 3 hours are 0.7 an hour.
+	assert.Contains(t, out, "| a | 2 | 2 | 0 | 1 | 1 | 2 (0.7) | 0 of 0 |")
+	assert.Contains(t, out, "| a-spike33 | 1 | 1 | 1 | 0 | 1 | 0 (0.0) | 0 of 0 |")
+	assert.Contains(t, out, "| a-spike | 1 | 0 | 0 | 0 | 0 | — | 1 of 1 |", "no run that did not collapse: no hours to count")
+	assert.Contains(t, out, "did not collapse: 2, 0.4 an hour")
 	assert.Contains(t, out, "healthy presets: a 0 in 2")
 	assert.Contains(t, out, "together 1 in 3 (target ≤ 1; utilisation alerts: 1)")
 }
