@@ -166,6 +166,7 @@ func simMatrix(env Env, args []string) error {
 	workloads := fs.String("workloads", strings.Join(def.Workloads, ","), "workloads, comma-separated")
 	policies := fs.String("policies", strings.Join(def.Policies, ","), "policies run on every row (none is HiCache on host-tier rows)")
 	workers := fs.Int("workers", def.Workers, "runs at once (the output does not depend on it)")
+	longWindow := fs.Duration("long-window", def.LongWindow, "re-measure the rows where basin falls short of the best baseline on some seed over this longer window (0: do not)")
 	plotPrefix := fs.String("plot", "", "also write goodput-against-load plots to PREFIX-<workload>.svg (the Markdown links them by file name)")
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
 	asJSON := fs.Bool("json", false, "print every run as JSON")
@@ -188,7 +189,7 @@ func simMatrix(env Env, args []string) error {
 		spec.Tiers = append(spec.Tiers, harness.Tier(t))
 	}
 	spec.Deployments, spec.Workloads, spec.Policies = splitList(*deployments), splitList(*workloads), splitList(*policies)
-	spec.Workers = *workers
+	spec.Workers, spec.LongWindow = *workers, *longWindow
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -3,6 +3,7 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,7 +74,16 @@ type MatrixSpec struct {
 	Policies []string
 	// Workers is how many runs go at once (results do not depend on it).
 	Workers int
+	// LongWindow, when set, re-measures every row where basin falls short of the best baseline
+	// on some seed over this much longer a window (minutes 25 to 25 + LongWindow): basin and
+	// the baselines, same seeds. A shortfall of a session or two an hour in the one-hour window
+	// can be the start of a backlog a baseline has not yet paid for (DefaultLongWindow).
+	LongWindow time.Duration
 }
+
+// DefaultLongWindow is the long re-measurement's window: four hours, long enough for a backlog
+// that grows by a session a minute to pass a Terminal-Bench session's deadline several times over.
+const DefaultLongWindow = 4 * time.Hour
 
 // Matrix geometry, the same as the paper-* spike presets: the spike covers minutes 15–25 and
 // goodput counts the sessions that arrive in minutes 25–85, after it, while its effect lasts.
@@ -101,6 +111,7 @@ func DefaultMatrix() MatrixSpec {
 		Seeds:       []uint64{1, 2, 3},
 		Policies:    []string{EnginePolicy, string(sim.PolicyContinuum), BasinBlind, Basin, Oracle},
 		Workers:     2,
+		LongWindow:  DefaultLongWindow,
 	}
 }
 
@@ -164,6 +175,9 @@ func (s MatrixSpec) Validate() error {
 	}
 	if s.Workers < 1 {
 		add("workers: %d, want ≥ 1", s.Workers)
+	}
+	if s.LongWindow < 0 || s.LongWindow > 0 && s.LongWindow < time.Minute {
+		add("long-window: %v, want 0 (off) or at least a minute", s.LongWindow)
 	}
 	return errors.Join(errs...)
 }
@@ -255,6 +269,32 @@ type MatrixResult struct {
 	// Calibrations are per group (MatrixGroup.String()): the source of the load column and the
 	// basin policies' detector calibration.
 	Calibrations map[string]*detector.Calibration `json:"calibrations"`
+	// Long are the rows re-measured over Spec.LongWindow (basin short of the best baseline on
+	// some seed in the standard window).
+	Long []LongCheck `json:"long,omitempty"`
+}
+
+// LongCheck is one row re-measured over the long window: basin's and each baseline's goodput per
+// hour, per seed (in the order of the spec's seeds).
+type LongCheck struct {
+	Row int `json:"row"`
+	// Goodput is per policy (basin and the baselines the spec runs), per seed.
+	Goodput map[string][]float64 `json:"goodput_per_hour"`
+}
+
+// WorstRatio is basin's smallest per-seed goodput over the best baseline's on the same seed.
+func (l LongCheck) WorstRatio() float64 {
+	worst := math.Inf(1)
+	for k, b := range l.Goodput[Basin] {
+		best := 0.0
+		for _, p := range MatrixBaselines {
+			if g, ok := l.Goodput[p]; ok {
+				best = max(best, g[k])
+			}
+		}
+		worst = min(worst, ratio(b, best))
+	}
+	return worst
 }
 
 // PolicyLabel is the name a policy is shown under on a tier: the engine baseline is HiCache on
@@ -314,7 +354,7 @@ func fmtFloat(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // matrixScenario writes a row as a scenario file and parses it, so that a row is exactly what
 // `basin sim compare --scenario` would run from the same YAML.
-func matrixScenario(g MatrixGroup, ratePerMin, spike float64) (*scenario.Scenario, error) {
+func matrixScenario(g MatrixGroup, ratePerMin, spike float64, long time.Duration) (*scenario.Scenario, error) {
 	d, ok := matrixDeployment(g.Deployment)
 	if !ok {
 		return nil, fmt.Errorf("deployment %q: unknown", g.Deployment)
@@ -324,8 +364,13 @@ func matrixScenario(g MatrixGroup, ratePerMin, spike float64) (*scenario.Scenari
 		return nil, err
 	}
 	var b strings.Builder
+	duration, to := matrixDuration, matrixMeasureTo
+	if long > 0 { // the same run, measured longer; the five minutes after the window stay
+		to = matrixMeasureFrom + long
+		duration = to + (matrixDuration - matrixMeasureTo)
+	}
 	fmt.Fprintf(&b, "name: matrix-%s-%s-%s\nseed: %d\nduration: %v\nmeasure: {from: %v, to: %v}\n", g.Deployment, g.Tier,
-		g.Workload, calibrationSeed, matrixDuration, matrixMeasureFrom, matrixMeasureTo)
+		g.Workload, calibrationSeed, duration, matrixMeasureFrom, to)
 	fmt.Fprintf(&b, "deployment:\n  preset: %s\n", d.Preset)
 	if g.Tier == TierHost {
 		// SGLang's --hicache-ratio default: the host pool is twice the GPU pool.
@@ -347,7 +392,7 @@ func matrixScenario(g MatrixGroup, ratePerMin, spike float64) (*scenario.Scenari
 func (s MatrixSpec) calibrate() (map[string]*detector.Calibration, error) {
 	cals := map[string]*detector.Calibration{}
 	for _, g := range s.groups() {
-		sc, err := matrixScenario(g, 1, 0)
+		sc, err := matrixScenario(g, 1, 0, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -390,7 +435,7 @@ func RunMatrix(spec MatrixSpec, progress func(done, total int)) (*MatrixResult, 
 			for k := range jobs {
 				c := &out.Cells[k/ns]
 				row := out.Rows[c.Row]
-				run, err := runMatrixCell(row, engineName(row.Tier, c.Policy), spec.Seeds[k%ns], cals[row.MatrixGroup.String()])
+				run, err := runMatrixCell(row, engineName(row.Tier, c.Policy), spec.Seeds[k%ns], cals[row.MatrixGroup.String()], 0)
 				if err != nil {
 					errs[k] = fmt.Errorf("%s load %.2f spike +%.0f%% %s seed %d: %w", row.MatrixGroup, row.Load,
 						100*row.Spike, c.Policy, spec.Seeds[k%ns], err)
@@ -414,7 +459,71 @@ func RunMatrix(spec MatrixSpec, progress func(done, total int)) (*MatrixResult, 
 		return nil, err
 	}
 	out.fillRatios()
+	if spec.LongWindow > 0 {
+		if err := out.remeasureLong(); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// remeasureLong re-runs, over the spec's LongWindow, basin and the baselines on every row where
+// basin's goodput is under the best baseline's on some seed.
+func (m *MatrixResult) remeasureLong() error {
+	spec := m.Spec
+	var policies []string
+	for _, p := range append([]string{Basin}, MatrixBaselines...) {
+		if slices.Contains(spec.Policies, p) {
+			policies = append(policies, p)
+		}
+	}
+	if !slices.Contains(policies, Basin) || len(policies) < 2 {
+		return nil
+	}
+	for r := range m.Rows {
+		if v, ok := m.worstRatio(r, Basin, func(k int) (float64, bool) {
+			b, _ := m.seedBest(r, k)
+			return b, b >= 0
+		}); ok && v < TargetVsBest {
+			lc := LongCheck{Row: r, Goodput: map[string][]float64{}}
+			for _, p := range policies {
+				lc.Goodput[p] = make([]float64, len(spec.Seeds))
+			}
+			m.Long = append(m.Long, lc)
+		}
+	}
+	type job struct {
+		check, seed int
+		policy      string
+	}
+	var jobs []job
+	for i := range m.Long {
+		for _, p := range policies {
+			for k := range spec.Seeds {
+				jobs = append(jobs, job{i, k, p})
+			}
+		}
+	}
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, max(1, spec.Workers))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			row := m.Rows[m.Long[j.check].Row]
+			run, err := runMatrixCell(row, engineName(row.Tier, j.policy), spec.Seeds[j.seed], m.Calibrations[row.MatrixGroup.String()],
+				spec.LongWindow)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s load %.2f spike +%.0f%% %s seed %d over %v: %w", row.MatrixGroup, row.Load, 100*row.Spike,
+					j.policy, spec.Seeds[j.seed], spec.LongWindow, err)
+				return
+			}
+			m.Long[j.check].Goodput[j.policy][j.seed] = run.Result.GoodputPerHour // own slot: no lock needed
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // countingGate counts the sessions a gate holds on arrival.
@@ -431,8 +540,8 @@ func (g *countingGate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict 
 	return v
 }
 
-func runMatrixCell(row MatrixRow, policy string, seed uint64, cal *detector.Calibration) (MatrixRun, error) {
-	sc, err := matrixScenario(row.MatrixGroup, row.ArrivalsPerMin, row.Spike)
+func runMatrixCell(row MatrixRow, policy string, seed uint64, cal *detector.Calibration, long time.Duration) (MatrixRun, error) {
+	sc, err := matrixScenario(row.MatrixGroup, row.ArrivalsPerMin, row.Spike, long)
 	if err != nil {
 		return MatrixRun{}, err
 	}

@@ -196,7 +196,7 @@ func RunTolerance(spec ToleranceSpec, progress func(done, total int)) (*Toleranc
 // tolerancePoint predicts and measures one point.
 func tolerancePoint(spec ToleranceSpec, row MatrixRow, cal *detector.Calibration) (TolerancePoint, error) {
 	p := TolerancePoint{MatrixGroup: row.MatrixGroup, Load: row.Load, ArrivalsPerMin: row.ArrivalsPerMin}
-	sc, err := matrixScenario(row.MatrixGroup, row.ArrivalsPerMin, 0)
+	sc, err := matrixScenario(row.MatrixGroup, row.ArrivalsPerMin, 0, 0)
 	if err != nil {
 		return p, err
 	}
@@ -273,7 +273,7 @@ func tolerancePoint(spec ToleranceSpec, row MatrixRow, cal *detector.Calibration
 // spikeCollapses runs a point's scenario with a ten-minute spike of the given multiplier on the
 // row's engine baseline, without basin, and says whether it collapsed.
 func spikeCollapses(row MatrixRow, policy string, mult float64, seed uint64) (bool, error) {
-	sc, err := matrixScenario(row.MatrixGroup, row.ArrivalsPerMin, mult-1)
+	sc, err := matrixScenario(row.MatrixGroup, row.ArrivalsPerMin, mult-1, 0)
 	if err != nil {
 		return false, err
 	}
