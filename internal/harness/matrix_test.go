@@ -198,7 +198,7 @@ func TestMatrixWhy(t *testing.T) {
 	md := b.String()
 	for _, want := range []string{
 		"### Why the targets not met are not",
-		"falls short of the best baseline on at least one seed in 1 rows, by at most 5 good sessions in the hour (11.1% of that seed's 45)",
+		"falls short of the best baseline on at least one seed in 1 row, by at most 5 good sessions in the hour (11.1% of that seed's 45)",
 		"basin lost 7 sessions of the window to lateness or shedding where the baseline lost 3",
 		"| 1P3D gpu terminal-bench at load 1.20, spike +300% | 0.889 | 0.990 | 100/h | 98/h |",
 		"re-measures these rows over 4 h (minutes 25–265, same seeds)",

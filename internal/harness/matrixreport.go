@@ -572,14 +572,14 @@ func (m *MatrixResult) whyVsBest() string {
 		}
 	}
 	var s strings.Builder
-	fmt.Fprintf(&s, "**basin ≥ the best baseline.** basin falls short of the best baseline on at least one seed in %d rows, by at "+
+	fmt.Fprintf(&s, "**basin ≥ the best baseline.** basin falls short of the best baseline on at least one seed in %s, by at "+
 		"most %.0f good sessions in the hour (%.1f%% of that seed's %.0f); averaged over the seeds it is at or above the best "+
 		"baseline in %d of them. On each row's worst seed the deployment did about as much work under both (%d calls "+
 		"completed under basin, %d under the baseline), but basin lost %d sessions of the window to lateness or shedding "+
 		"where the baseline lost %d: the baseline, admitting every session at once, ran them slower and spread the wait over "+
 		"all of them, while basin's gate held the backlog's old end past its deadline (gateway/admission: a session "+
 		"waiting 8 minutes goes behind the fresh ones, so that under lasting overload the fresh ones still finish).",
-		len(missed), most, 100*most/max(mostOf, 1), mostOf, meanAtLeast, callsBasin, callsBest, lostBasin, lostBest)
+		nRows(len(missed)), most, 100*most/max(mostOf, 1), mostOf, meanAtLeast, callsBasin, callsBest, lostBasin, lostBest)
 	if len(m.Long) > 0 {
 		win := m.Spec.LongWindow
 		fmt.Fprintf(&s, " That is a bet on a backlog that does not clear by itself, and the one-hour window ends before it is "+
@@ -655,11 +655,13 @@ func (m *MatrixResult) whyNoSpike() string {
 	if len(missed) == 0 {
 		return ""
 	}
-	minLoad := math.Inf(1)
+	saturated := 0
 	var parts []string
 	for _, r := range missed {
 		row := m.Rows[r]
-		minLoad = min(minLoad, row.Load)
+		if row.Load >= 1 {
+			saturated++
+		}
 		extra := row.Spike * row.ArrivalsPerMin * (matrixSpikeTo - matrixSpikeFrom).Minutes()
 		worst, lost := math.Inf(1), 0.0
 		for _, run := range m.Cell(r, Basin).Runs {
@@ -669,10 +671,10 @@ func (m *MatrixResult) whyNoSpike() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s: %.0f extra sessions, %.0f fewer good ones in the hour after", rowTitle(row), extra, lost))
 	}
-	return fmt.Sprintf("**After a +100%% spike, ≥ 0.9× the no-spike goodput.** The %d rows that miss it run at %.1f× their "+
-		"calibrated peak or more before the spike: the deployment has no capacity to spare, so the spike's sessions are "+
+	return fmt.Sprintf("**After a +100%% spike, ≥ 0.9× the no-spike goodput.** %d of the %s that miss it run at or above their "+
+		"calibrated peak before the spike: there the deployment has no capacity to spare, so the spike's sessions are "+
 		"served (or shed) at the expense of the arrivals after it, and the one-hour window after the spike counts the "+
-		"difference (%s).", len(missed), minLoad, strings.Join(parts, "; "))
+		"difference (%s).", saturated, nRows(len(missed)), strings.Join(parts, "; "))
 }
 
 func (m *MatrixResult) whyWait() string {
@@ -705,6 +707,14 @@ func (m *MatrixResult) whyWait() string {
 		"peaked at %.0f–%.0f minutes of the deployment's peak completion rate (median %.0f). An 18-second median wait "+
 		"there would mean turning sessions away at once rather than queueing them.", over, len(missed), minOver,
 		contWait[0], contWait[len(contWait)-1], queued[0], queued[len(queued)-1], queued[len(queued)/2])
+}
+
+// nRows is "1 row" or "n rows".
+func nRows(n int) string {
+	if n == 1 {
+		return "1 row"
+	}
+	return fmt.Sprintf("%d rows", n)
 }
 
 // matrixWindowHours is the standard goodput window in hours.
