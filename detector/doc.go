@@ -94,7 +94,7 @@
 //
 // # States
 //
-//	healthy ──W ≥ 0.8·knee·C for 15 s, or arrivals above the peak completion rate for 1 min──▶ pressure
+//	healthy ──W ≥ 0.8·knee·C, or arrivals above the peak completion rate, for 15 s──▶ pressure
 //	pressure ──W ≤ 0.7·knee·C and arrivals under the peak for 15 s──▶ healthy
 //	healthy, pressure ──hit < plateau − 0.05 for 3 min, or N rising with completions 10% under
 //	                    arrivals (5-min averages), W ≥ 0.9·knee·C and hit < plateau − 0.025
