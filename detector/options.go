@@ -42,13 +42,14 @@ const (
 	// session completion rate for 15 s (MinHold, the hold of every other way into pressure). At
 	// such a rate the fluid model has no equilibrium: the population can only grow until it
 	// reaches the knee, so this is the earliest honest sign of a spike that will trap the
-	// deployment, minutes before W gets near the knee. Pressure pages no one (issue 16: a
-	// warning is worth what it leaves to act on), so the hold trades lead for pressure's noise,
-	// not for false pages. Measured with `basin sim detect --seeds 20` (docs/results.md has the
-	// table): median lead over the 32 collapsed +100% runs 4.5 min at a 1 min hold, 4.9 at 30 s
-	// and 5.1 at 15 s; in the 67 runs that do not collapse (100 simulated hours), pressure spells
-	// of 2 min or more (BasinCacheKneeApproaching's for:) 161 at 1 min and 222 at 15 s, and
-	// drifting or trapped in them unchanged (6).
+	// deployment, minutes before W gets near the knee. Pressure pages no one (a warning is
+	// worth the time it leaves to act), so the hold trades lead for pressure's noise, not for
+	// false pages. Measured with `basin sim detect --seeds 20` (docs/simulator.md, "What bounds
+	// the lead", has the table): median lead over the 32 collapsed +100% runs 4.5 min at a 1 min
+	// hold, 4.9 at 30 s and 5.1 at 15 s; in the 67 runs that do not collapse (100 simulated
+	// hours), pressure spells of 2 min or more (BasinCacheKneeApproaching's for:) 161 at 1 min
+	// and 222 at 15 s, and drifting or trapped in them unchanged (6). The daemon's
+	// detector.overload_hold sets it.
 	DefaultOverloadHold = 15 * time.Second
 	// DefaultPlateauWarmup: the hit rate must have held its plateau for 2 min before a drop counts
 	// as leaving it. A cache warming up from empty (or after a restart) is below its plateau

@@ -2,6 +2,7 @@ package confref
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/detector"
 	"strings"
 	"time"
 
@@ -67,8 +68,9 @@ func Files() []File {
 				"gateway.admin_url": "unless `dry_run`",
 			},
 			Provenance: map[string]string{
-				"lending.max_fraction": "github.com/basin-dev/basin/lender.DefaultMaxFraction",
-				"lending.min_dwell":    "github.com/basin-dev/basin/lender.DefaultMinDwell",
+				"lending.max_fraction":   "github.com/basin-dev/basin/lender.DefaultMaxFraction",
+				"lending.min_dwell":      "github.com/basin-dev/basin/lender.DefaultMinDwell",
+				"detector.overload_hold": "github.com/basin-dev/basin/detector.DefaultOverloadHold",
 			},
 		},
 	}
@@ -95,9 +97,10 @@ func daemonDefaults() map[string]string {
 		"lending.backend.kind":        "— (lending off)",
 		"lending.backend.timeout": fmt.Sprintf("%s (http, affinity), %s (exec)",
 			code(lender.DefaultHTTPTimeout.String()), code(lender.DefaultExecTimeout.String())),
-		"lending.max_fraction": code(fmt.Sprint(lender.DefaultMaxFraction)),
-		"lending.min_dwell":    code(time.Duration(lender.DefaultMinDwell).String()),
-		"alerts.matchers":      "alertname " + strings.Join(matchers, ", "),
+		"lending.max_fraction":   code(fmt.Sprint(lender.DefaultMaxFraction)),
+		"lending.min_dwell":      code(time.Duration(lender.DefaultMinDwell).String()),
+		"alerts.matchers":        "alertname " + strings.Join(matchers, ", "),
+		"detector.overload_hold": code(detector.DefaultOverloadHold.String()),
 	}
 }
 

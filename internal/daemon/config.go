@@ -77,6 +77,8 @@ type Config struct {
 	// BasinSpikeToleranceLow alert warns when the spike tolerance stays under 1 + this. The daemon
 	// exports it as basin_spike_tolerance_alert_ratio so the rule reads it from here.
 	SpikeToleranceMargin float64 `yaml:"spike_tolerance_margin"`
+	// Detector tunes the detector (zero: the defaults of package detector).
+	Detector DetectorConfig `yaml:"detector"`
 	// Collector is what to scrape.
 	Collector CollectorConfig `yaml:"collector"`
 	// Gateway is the admission gateway's admin API.
@@ -98,6 +100,15 @@ type Config struct {
 	// Instance names this daemon in the store's lease and in its status (default: the host name
 	// and the process id); it needs store.url.
 	Instance string `yaml:"instance"`
+}
+
+// DetectorConfig is what an operator may tune of the detector.
+type DetectorConfig struct {
+	// OverloadHold is how long arrivals must run above the peak completion rate before the
+	// detector enters pressure (DefaultOverloadHold). Longer: fewer pressure spells, and a later
+	// first warning of a spike; pressure pages no one (docs/simulator.md, "What bounds the lead",
+	// has the trade measured).
+	OverloadHold Duration `yaml:"overload_hold"`
 }
 
 // CollectorConfig is the scrape configuration (see package collector).

@@ -48,6 +48,8 @@ remediate:
   step: 0.1
   step_interval: 30s
   incident_fraction: 0.6
+detector:
+  overload_hold: 1m
 cron:
   daily_summary: "-"
   knee_reestimate: "@every 30m"
@@ -63,6 +65,7 @@ alerts:
 	assert.Equal(t, 0.1, c.Remediate.Step)
 	assert.Equal(t, 30*time.Second, c.Remediate.StepInterval, "remediate durations are written the Go way")
 	assert.Equal(t, 0.6, c.Remediate.IncidentFraction)
+	assert.Equal(t, time.Minute, time.Duration(c.Detector.OverloadHold))
 	assert.Equal(t, "-", c.Cron.DailySummary, "- disables a job and is kept")
 	assert.Equal(t, "@every 30m", c.Cron.KneeReestimate)
 	require.Len(t, c.Alerts.Matchers, 1)
@@ -124,6 +127,9 @@ gateway:
 		{"lending max_fraction", minimalYAML + `lending:
   max_fraction: 1.5
 `, []string{"line 8: lending.max_fraction: 1.5 outside [0, 1]"}},
+		{"negative overload_hold", minimalYAML + `detector:
+  overload_hold: -1s
+`, []string{`line 8: detector.overload_hold: duration "-1s": must not be negative`}},
 		{"unknown key", minimalYAML + "dryrun: true\n", []string{`line 7: unknown key "dryrun"`}},
 		{"unknown nested key", minimalYAML + `remediate:
   stepp: 0.1

@@ -245,7 +245,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 	for _, p := range d.col.Check() {
 		d.log.Warn("collector: the configured targets cannot provide a signal the detector needs", "problem", p.String())
 	}
-	if d.det, err = detector.New(detector.Options{Calibration: d.cal}); err != nil {
+	if d.det, err = detector.New(detector.Options{Calibration: d.cal, OverloadHold: time.Duration(cfg.Detector.OverloadHold)}); err != nil {
 		return nil, err
 	}
 	if d.pol, err = remediate.NewPolicy(cfg.Remediate); err != nil {
