@@ -81,8 +81,9 @@ type MatrixSpec struct {
 	LongWindow time.Duration
 }
 
-// DefaultLongWindow is the long re-measurement's window: four hours, long enough for a backlog
-// that grows by a session a minute to pass a Terminal-Bench session's deadline several times over.
+// DefaultLongWindow is the long re-measurement's window: four hours. A backlog that grows by a
+// session a minute (1P1D at 1.2 × its peak) makes a newcomer wait past a Terminal-Bench session's
+// deadline (≈ 26 minutes) after about two hours and a half, well inside it.
 const DefaultLongWindow = 4 * time.Hour
 
 // Matrix geometry, the same as the paper-* spike presets: the spike covers minutes 15–25 and
@@ -471,6 +472,7 @@ func RunMatrix(spec MatrixSpec, progress func(done, total int)) (*MatrixResult, 
 // basin's goodput is under the best baseline's on some seed.
 func (m *MatrixResult) remeasureLong() error {
 	spec := m.Spec
+	m.Long = nil
 	var policies []string
 	for _, p := range append([]string{Basin}, MatrixBaselines...) {
 		if slices.Contains(spec.Policies, p) {
