@@ -151,8 +151,9 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 		"the healthy and +33%% runs together %d in %d (target ≤ 1; utilisation alerts: %d).\n",
 		strings.Join(healthy, ", "), calmPages, calmRuns, calmUtil)
 	if calmHours > 0 {
-		fmt.Fprintf(&b, "Pressure spells over all %.0f hours of runs that did not collapse: %d, %.1f an hour (no target: "+
-			"pressure pages no one; the detector's OverloadHold trades this number for lead, see detector.DefaultOverloadHold).\n",
+		fmt.Fprintf(&b, "\nPressure spells over all %.0f hours of runs that did not collapse: %d, %.1f an hour (no target: "+
+			"pressure pages no one; the detector's overload hold trades this number for lead, docs/simulator.md has the "+
+			"trade measured).\n",
 			calmHours, calmSpells, float64(calmSpells)/calmHours)
 	}
 	_, err := io.WriteString(w, b.String())
