@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -578,8 +579,9 @@ func (m *MatrixResult) whyVsBest() string {
 		"completed under basin, %d under the baseline), but basin lost %d sessions of the window to lateness or shedding "+
 		"where the baseline lost %d: the baseline, admitting every session at once, ran them slower and spread the wait over "+
 		"all of them, while basin's gate held the backlog's old end past its deadline (gateway/admission: a session "+
-		"waiting 8 minutes goes behind the fresh ones, so that under lasting overload the fresh ones still finish).",
-		nRows(len(missed)), most, 100*most/max(mostOf, 1), mostOf, meanAtLeast, callsBasin, callsBest, lostBasin, lostBest)
+		"waiting %g minutes goes behind the fresh ones, so that under lasting overload the fresh ones still finish).",
+		nRows(len(missed)), most, 100*most/max(mostOf, 1), mostOf, meanAtLeast, callsBasin, callsBest, lostBasin, lostBest,
+		admission.DefaultStaleAfter.Minutes())
 	if len(m.Long) > 0 {
 		win := m.Spec.LongWindow
 		fmt.Fprintf(&s, " That is a bet on a backlog that does not clear by itself, and the one-hour window ends before it is "+
