@@ -287,15 +287,20 @@ type LongCheck struct {
 func (l LongCheck) WorstRatio() float64 {
 	worst := math.Inf(1)
 	for k, b := range l.Goodput[Basin] {
-		best := 0.0
-		for _, p := range MatrixBaselines {
-			if g, ok := l.Goodput[p]; ok {
-				best = max(best, g[k])
-			}
-		}
-		worst = min(worst, ratio(b, best))
+		worst = min(worst, ratio(b, l.best(k)))
 	}
 	return worst
+}
+
+// best is the best baseline's goodput on seed k.
+func (l LongCheck) best(k int) float64 {
+	best := 0.0
+	for _, p := range MatrixBaselines {
+		if g, ok := l.Goodput[p]; ok {
+			best = max(best, g[k])
+		}
+	}
+	return best
 }
 
 // PolicyLabel is the name a policy is shown under on a tier: the engine baseline is HiCache on
@@ -483,10 +488,7 @@ func (m *MatrixResult) remeasureLong() error {
 		return nil
 	}
 	for r := range m.Rows {
-		if v, ok := m.worstRatio(r, Basin, func(k int) (float64, bool) {
-			b, _ := m.seedBest(r, k)
-			return b, b >= 0
-		}); ok && v < TargetVsBest {
+		if v, ok := m.worstVsBest(r); ok && v < TargetVsBest {
 			lc := LongCheck{Row: r, Goodput: map[string][]float64{}}
 			for _, p := range policies {
 				lc.Goodput[p] = make([]float64, len(spec.Seeds))

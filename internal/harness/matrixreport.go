@@ -93,6 +93,15 @@ func (m *MatrixResult) worstRatio(r int, policy string, other func(k int) (float
 	return worst, ok
 }
 
+// worstVsBest is basin's smallest per-seed goodput over the best baseline's on the same seed (the
+// "÷ best" target); ok is false when the row has no basin cell or no baseline.
+func (m *MatrixResult) worstVsBest(r int) (float64, bool) {
+	return m.worstRatio(r, Basin, func(k int) (float64, bool) {
+		b, _ := m.seedBest(r, k)
+		return b, b >= 0
+	})
+}
+
 // medianOf is the median of a cell's values over seeds (NaN when none is defined).
 func medianOf(c *MatrixCell, f func(*sim.Result) *float64) float64 {
 	var vs []float64
@@ -118,10 +127,7 @@ func (m *MatrixResult) Checks(r int) []RowCheck {
 	if m.Cell(r, Basin) == nil {
 		return nil
 	}
-	if v, ok := m.worstRatio(r, Basin, func(k int) (float64, bool) {
-		b, _ := m.seedBest(r, k)
-		return b, b >= 0
-	}); ok {
+	if v, ok := m.worstVsBest(r); ok {
 		out = append(out, RowCheck{Name: "÷ best", Worst: v, OK: v >= TargetVsBest, Want: "≥ 1.0"})
 	}
 	if row.CacheFirst && row.Load >= TargetSpikeLoad && row.Spike > 0 {
@@ -591,23 +597,14 @@ func (m *MatrixResult) whyVsBest() string {
 			fmtHours(win), fmtHours(win), fmtHours(win))
 		met := 0
 		for _, l := range m.Long {
-			short, _ := m.worstRatio(l.Row, Basin, func(k int) (float64, bool) {
-				b, _ := m.seedBest(l.Row, k)
-				return b, b >= 0
-			})
+			short, _ := m.worstVsBest(l.Row)
 			lw := l.WorstRatio()
 			if lw >= TargetVsBest {
 				met++
 			}
 			var bestMean float64
 			for k := range l.Goodput[Basin] {
-				best := 0.0
-				for _, p := range MatrixBaselines {
-					if g, ok := l.Goodput[p]; ok {
-						best = max(best, g[k])
-					}
-				}
-				bestMean += best / float64(len(l.Goodput[Basin]))
+				bestMean += l.best(k) / float64(len(l.Goodput[Basin]))
 			}
 			fmt.Fprintf(&s, "| %s | %.3f | %.3f | %.0f/h | %.0f/h |\n", rowTitle(m.Rows[l.Row]), short, lw,
 				meanOf(l.Goodput[Basin]), bestMean)

@@ -29,22 +29,24 @@ func (r DetectionRun) PressureSpells() int {
 	if r.Obs == nil {
 		return 0
 	}
-	trs := r.Obs.Transitions
-	end := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
 	n := 0
-	for i, tr := range trs {
-		if tr.To != detector.Pressure {
-			continue
-		}
-		until := end
-		if i+1 < len(trs) {
-			until = trs[i+1].At
-		}
-		if until.Sub(tr.At) >= InfoFor {
+	for i, tr := range r.Obs.Transitions {
+		if tr.To == detector.Pressure && r.heldFor(i) >= InfoFor {
 			n++
 		}
 	}
 	return n
+}
+
+// heldFor is how long the state the run's i-th transition entered lasted: until the next
+// transition, or the end of the run.
+func (r DetectionRun) heldFor(i int) time.Duration {
+	trs := r.Obs.Transitions
+	until := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
+	if i+1 < len(trs) {
+		until = trs[i+1].At
+	}
+	return until.Sub(trs[i].At)
 }
 
 // PageMin is the first minute one of basin's paging alerts fires in the run: the end of the first
@@ -54,18 +56,12 @@ func (r DetectionRun) PageMin() *float64 {
 	if r.Obs == nil {
 		return nil
 	}
-	trs := r.Obs.Transitions
-	end := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
-	for i, tr := range trs {
+	for i, tr := range r.Obs.Transitions {
 		hold, pages := PageFor[tr.To]
 		if !pages {
 			continue
 		}
-		until := end
-		if i+1 < len(trs) {
-			until = trs[i+1].At
-		}
-		if until.Sub(tr.At) >= hold {
+		if r.heldFor(i) >= hold {
 			m := tr.At.Add(hold).Sub(epoch).Minutes()
 			return &m
 		}
