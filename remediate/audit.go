@@ -35,12 +35,13 @@ type Record struct {
 	// Seq is the plan's sequence number: an intent and its outcome share it.
 	Seq     uint64        `json:"seq"`
 	At      time.Time     `json:"at"`
-	Kind    string        `json:"kind"` // budget, shed, lending, pause, resume
+	Kind    string        `json:"kind"` // budget, shed, hold, lending, pause, resume
 	Phase   Phase         `json:"phase"`
 	State   string        `json:"state,omitempty"`
 	Mode    Mode          `json:"mode,omitempty"`
 	Budget  *BudgetChange `json:"budget,omitempty"`
 	Shed    *ShedAction   `json:"shed,omitempty"`
+	Hold    *HoldAction   `json:"hold,omitempty"`
 	Lending *LendingPlan  `json:"lending,omitempty"`
 	Reasons []string      `json:"reasons,omitempty"`
 	Error   string        `json:"error,omitempty"`
@@ -58,6 +59,8 @@ func (r Record) Change() string {
 		return fmt.Sprintf("budget %s → %s tokens", FormatTokens(r.Budget.From), FormatTokens(r.Budget.To))
 	case r.Shed != nil:
 		return fmt.Sprintf("shed %v", r.Shed.IDs)
+	case r.Hold != nil:
+		return r.Hold.Summary()
 	case r.Lending != nil:
 		on := "off"
 		if r.Lending.Enabled {

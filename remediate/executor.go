@@ -23,6 +23,12 @@ type Shedder interface {
 	Shed(ctx context.Context, ids []string, reason string) error
 }
 
+// Holder changes the gateway's hold list: the live sessions whose next calls wait, and those
+// taken off it. Unknown or ended ids are skipped; applying the same change twice is harmless.
+type Holder interface {
+	Hold(ctx context.Context, hold, resume []string, reason string) error
+}
+
 // Lending switches KV lending; applying the same plan twice is harmless.
 type Lending interface {
 	ApplyLending(ctx context.Context, p LendingPlan) error
@@ -54,6 +60,7 @@ type ExecutorOptions struct {
 	Audit   *Audit
 	Budget  BudgetSetter
 	Shed    Shedder
+	Hold    Holder
 	Lending Lending
 	// DryRun decides, audits and notifies but never acts.
 	DryRun     bool
@@ -94,10 +101,10 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	}
 	e.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "basin_remediation_actions_total",
-		Help: "Remediation actions by kind (budget, shed, lending) and outcome (done, failed, dry_run, reconciled).",
+		Help: "Remediation actions by kind (budget, shed, hold, lending) and outcome (done, failed, dry_run, reconciled).",
 	}, []string{"kind", "outcome"})
 	// Every series from 0, so increase() sees the first shed after a start.
-	for _, kind := range []string{"budget", "shed", "lending"} {
+	for _, kind := range []string{"budget", "shed", "hold", "lending"} {
 		for _, outcome := range []string{string(PhaseDone), string(PhaseFailed), string(PhaseDryRun), "reconciled"} {
 			e.actions.WithLabelValues(kind, outcome)
 		}
@@ -164,6 +171,11 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 	if p.Shed != nil {
 		r := own(base, p.Shed.Reasons)
 		r.Kind, r.Shed = "shed", p.Shed
+		intents = append(intents, r)
+	}
+	if p.Hold != nil {
+		r := own(base, p.Hold.Reasons)
+		r.Kind, r.Hold = "hold", p.Hold
 		intents = append(intents, r)
 	}
 	if p.Lending != nil {
@@ -253,6 +265,12 @@ func (e *Executor) act(ctx context.Context, r Record, reconciled bool) error {
 			err = errors.New("no shedder configured")
 		} else {
 			err = e.o.Shed.Shed(ctx, r.Shed.IDs, reason)
+		}
+	case r.Hold != nil:
+		if e.o.Hold == nil {
+			err = errors.New("no holder configured")
+		} else {
+			err = e.o.Hold.Hold(ctx, r.Hold.Hold, r.Hold.Resume, reason)
 		}
 	case r.Lending != nil:
 		if e.o.Lending == nil {

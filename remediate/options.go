@@ -98,6 +98,12 @@ type Options struct {
 	ShedWindow time.Duration `yaml:"shed_window"`
 	// ShedInterval is the least time between two sheds.
 	ShedInterval time.Duration `yaml:"shed_interval"`
+	// DisableHolds turns the hold rule off (hold.go): a trapped deployment then drains only by
+	// its sessions' ends.
+	DisableHolds bool `yaml:"disable_holds"`
+	// HoldResumeFraction is the most held context resumed a step, as a fraction of B, in
+	// (0, 1]: held sessions come back a few at a time, each paying one recompute.
+	HoldResumeFraction float64 `yaml:"hold_resume_fraction"`
 }
 
 // withDefaults fills zero fields with the defaults.
@@ -126,6 +132,7 @@ func (o Options) withDefaults() Options {
 	dd(&o.ShedWindow, DefaultShedWindow)
 	dd(&o.ReferenceWindow, DefaultReferenceWindow)
 	dd(&o.ShedInterval, DefaultShedInterval)
+	f(&o.HoldResumeFraction, DefaultHoldResumeFraction)
 	return o
 }
 
@@ -160,6 +167,7 @@ func (o Options) Validate() error {
 		pos("shed_window", o.ShedWindow),
 		pos("reference_window", o.ReferenceWindow),
 		pos("shed_interval", o.ShedInterval),
+		frac("hold_resume_fraction", o.HoldResumeFraction, 0, 1),
 	)
 	if err != nil {
 		return err

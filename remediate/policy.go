@@ -38,6 +38,13 @@ type Gateway struct {
 	HeadWait time.Duration
 	// ShedCandidates are queued session IDs, lowest priority first.
 	ShedCandidates []string
+	// Held is how many live sessions the gateway holds (their next calls wait), HeldTokens
+	// their contexts, part of WorkingSet.
+	Held       int
+	HeldTokens int64
+	// Sessions are the live sessions, for the hold rule; nil when the gateway's state was read
+	// without them (the rule then does nothing).
+	Sessions []LiveSession
 }
 
 // Inputs are one decision's readings.
@@ -86,13 +93,17 @@ type Plan struct {
 	Mode   Mode           `json:"mode"`
 	Budget *BudgetChange  `json:"budget,omitempty"`
 	Shed   *ShedAction    `json:"shed,omitempty"`
+	// Hold changes the gateway's hold list (hold.go).
+	Hold *HoldAction `json:"hold,omitempty"`
 	// Lending is set by the lender (Lend), not by Decide.
 	Lending *LendingPlan `json:"lending,omitempty"`
 	Reasons []string     `json:"reasons"`
 }
 
 // Empty reports a plan with nothing to do.
-func (p Plan) Empty() bool { return p.Budget == nil && p.Shed == nil && p.Lending == nil }
+func (p Plan) Empty() bool {
+	return p.Budget == nil && p.Shed == nil && p.Hold == nil && p.Lending == nil
+}
 
 // PolicyState is what a restarted daemon needs to resume the policy where it stopped.
 type PolicyState struct {
@@ -114,7 +125,10 @@ type PolicyState struct {
 	// taken at once, falls followed over Options.ReferenceWindow.
 	HeldCapacity float64   `json:"held_capacity_tokens,omitempty"`
 	CapacityAt   time.Time `json:"capacity_at,omitzero"`
-	Seq          uint64    `json:"seq"`
+	// HoldSince is when the hold rule began holding (hold.go): only sessions admitted before it
+	// may be held. Zero while nothing is held.
+	HoldSince time.Time `json:"hold_since,omitzero"`
+	Seq       uint64    `json:"seq"`
 }
 
 // Policy is basin's remediation policy: the budget controller and the shedding rule. The
@@ -421,6 +435,11 @@ func (p *Policy) Decide(in Inputs) Plan {
 	if plan.Shed != nil {
 		plan.Shed.Reasons = slices.Clone(plan.Reasons[n:])
 	}
+	n = len(plan.Reasons)
+	p.holds(in, &plan, p.st.Target, blind)
+	if plan.Hold != nil {
+		plan.Hold.Reasons = slices.Clone(plan.Reasons[n:])
+	}
 	return p.finish(plan)
 }
 
@@ -533,7 +552,13 @@ func GatewayFrom(s admission.Snapshot) Gateway {
 	// The listing may be only the queue's tail (GET /admin/state?queue_tail=N): the count and
 	// the oldest wait come from their own fields when the gateway reports them.
 	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,
-		Live: s.Live, Queued: max(s.Queued, len(s.Queue)), CountOnly: s.CountOnly}
+		Live: s.Live, Queued: max(s.Queued, len(s.Queue)), CountOnly: s.CountOnly, Held: s.Held, HeldTokens: s.HeldTokens}
+	if s.Sessions != nil {
+		g.Sessions = make([]LiveSession, len(s.Sessions))
+		for i, l := range s.Sessions {
+			g.Sessions[i] = LiveSession{ID: l.ID, Admitted: l.Admitted, Priority: l.Priority, Context: l.Context, Held: l.Held}
+		}
+	}
 	wait := s.OldestWaitSeconds
 	for i := len(s.Queue) - 1; i >= 0; i-- { // listed best first
 		q := s.Queue[i]

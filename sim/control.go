@@ -4,7 +4,7 @@ import "time"
 
 // Observe implements Control.
 func (s *Sim) Observe() Observation {
-	return Observation{Now: s.now, LiveSessions: s.live, HeldSessions: s.held, WorkingSetTokens: s.workingSet,
+	return Observation{Now: s.now, LiveSessions: s.live, HeldSessions: s.held, HeldCalls: s.heldCalls, WorkingSetTokens: s.workingSet,
 		CacheCapacity: s.cacheCapacity(), CallsCompleted: s.calls, Lending: s.lending}
 }
 

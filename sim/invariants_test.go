@@ -10,15 +10,24 @@ import (
 // distorts a result.
 func (s *Sim) checkInvariants() error {
 	var ws int64
-	live := 0
+	live, heldCalls := 0, 0
 	for _, ss := range s.sessions {
 		if ss.state == stLive {
 			live++
 			ws += int64(ss.ctx)
 		}
+		if ss.callHeld {
+			heldCalls++
+			if ss.state != stLive || ss.inFlight != nil {
+				return fmt.Errorf("session %d: a held call on a session not live or with a call in flight", ss.id)
+			}
+		}
 	}
 	if live != s.live {
 		return fmt.Errorf("live sessions: counted %d, tracked %d", live, s.live)
+	}
+	if heldCalls != s.heldCalls {
+		return fmt.Errorf("held calls: counted %d, tracked %d", heldCalls, s.heldCalls)
 	}
 	if ws != s.workingSet {
 		return fmt.Errorf("working set: summed %d, tracked %d", ws, s.workingSet)

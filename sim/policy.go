@@ -107,9 +107,11 @@ type Release struct {
 type Gate interface {
 	Arrive(now time.Duration, s SessionInfo) Verdict
 	// CallStart is a live session's later call (not its first, which Arrive covers) reaching the
-	// engines with its prompt: the conversation has grown by the tool's output since the last
-	// answer, and a gateway sees that in the call's body before any usage comes back.
-	CallStart(now time.Duration, id int64, promptTokens int)
+	// gateway with its prompt: the conversation has grown by the tool's output since the last
+	// answer, and a gateway sees that in the call's body before any usage comes back. It reports
+	// whether the call goes on to the engines now; false holds it at the gateway until a Release
+	// with Action Admit for the session (a hold of an admitted session's calls: it stays live).
+	CallStart(now time.Duration, id int64, promptTokens int) bool
 	CallDone(now time.Duration, id int64, contextTokens int)
 	SessionDone(now time.Duration, id int64)
 	Poll(now time.Duration) []Release
@@ -131,9 +133,12 @@ type Controller struct {
 // Observation is the simulator's ground truth at one instant, for tests and timelines; a real
 // controller reads InstanceStats and the gateway instead.
 type Observation struct {
-	Now              time.Duration
-	LiveSessions     int
+	Now          time.Duration
+	LiveSessions int
+	// HeldSessions are sessions waiting at the gate for their first call; HeldCalls live
+	// sessions whose next call the gate holds.
 	HeldSessions     int
+	HeldCalls        int
 	WorkingSetTokens int64
 	CacheCapacity    int64
 	CallsCompleted   int64

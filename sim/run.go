@@ -164,7 +164,7 @@ func (s *Sim) step() {
 		s.o.Controller.Tick(s.now, s)
 		s.push(event{at: s.now + s.o.Controller.Every, kind: evControl})
 	}
-	if s.o.Gate != nil && s.held > 0 && e.kind != evMinute {
+	if s.o.Gate != nil && (s.held > 0 || s.heldCalls > 0) && e.kind != evMinute {
 		s.pollGate()
 	}
 }
@@ -172,6 +172,13 @@ func (s *Sim) step() {
 func (s *Sim) pollGate() {
 	for _, rel := range s.o.Gate.Poll(s.now) {
 		ss, ok := s.byID[rel.ID]
+		if ok && ss.state == stLive && ss.callHeld {
+			// A held call of a live session goes on (resumed, or the hold's bound passed).
+			ss.callHeld = false
+			s.heldCalls--
+			s.dispatch(ss)
+			continue
+		}
 		if !ok || ss.state != stHeld {
 			continue
 		}

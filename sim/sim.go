@@ -34,6 +34,8 @@ type session struct {
 	lent     *lentEntry
 	prefill  int
 	inFlight *request
+	// callHeld: the gate holds the session's next call (Gate.CallStart said no).
+	callHeld bool
 
 	extKey string          // external sessions (sim serve): the client's session key
 	notify func(CallEvent) // external sessions: the current call's listener
@@ -123,6 +125,7 @@ type Sim struct {
 	live       int
 	liveBase   int // live sessions of stream 0, the base traffic
 	held       int
+	heldCalls  int // live sessions whose next call the gate holds
 	workingSet int64
 	calls      int64
 
@@ -269,9 +272,17 @@ func (s *Sim) sendCall(ss *session) {
 	c := ss.spec.Calls[ss.next]
 	s.workingSet += int64(c.Prompt - ss.ctx)
 	ss.ctx = c.Prompt
-	if s.o.Gate != nil && ss.next > 0 {
-		s.o.Gate.CallStart(s.now, ss.id, c.Prompt)
+	if s.o.Gate != nil && ss.next > 0 && !s.o.Gate.CallStart(s.now, ss.id, c.Prompt) {
+		ss.callHeld = true
+		s.heldCalls++
+		return
 	}
+	s.dispatch(ss)
+}
+
+// dispatch sends the session's next call to the engines.
+func (s *Sim) dispatch(ss *session) {
+	c := ss.spec.Calls[ss.next]
 	r := &request{s: ss, spec: c, arrive: s.now, seq: s.seq}
 	s.seq++
 	switch {
@@ -595,6 +606,10 @@ func (s *Sim) finishCall(r *request) {
 func (s *Sim) endSession(ss *session, st sessionState) {
 	ss.state = st
 	ss.end = s.now
+	if ss.callHeld {
+		ss.callHeld = false
+		s.heldCalls--
+	}
 	s.live--
 	if ss.stream == 0 {
 		s.liveBase--
@@ -690,6 +705,7 @@ func (s *Sim) closeMinute() {
 	m.LiveSessions = s.live
 	m.LiveBase = s.liveBase
 	m.QueuedSessions = s.held
+	m.HeldCalls = s.heldCalls
 	m.WorkingSetTokens = s.workingSet
 	m.CacheCapacity = s.cacheCapacity()
 	if m.PromptTokens > 0 {

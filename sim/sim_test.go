@@ -133,10 +133,10 @@ func (g *alternateGate) Arrive(now time.Duration, s SessionInfo) Verdict {
 	}
 	return Verdict{Action: Admit, Priority: now}
 }
-func (g *alternateGate) CallStart(time.Duration, int64, int) {}
-func (g *alternateGate) CallDone(time.Duration, int64, int)  {}
-func (g *alternateGate) SessionDone(time.Duration, int64)    {}
-func (g *alternateGate) Poll(time.Duration) []Release        { return nil }
+func (g *alternateGate) CallStart(time.Duration, int64, int) bool { return true }
+func (g *alternateGate) CallDone(time.Duration, int64, int)       {}
+func (g *alternateGate) SessionDone(time.Duration, int64)         {}
+func (g *alternateGate) Poll(time.Duration) []Release             { return nil }
 
 // holdGate holds every session until release, then admits them all in arrival order.
 type holdGate struct {
@@ -157,9 +157,9 @@ func (g *holdGate) Arrive(now time.Duration, s SessionInfo) Verdict {
 	g.held = append(g.held, s.ID)
 	return Verdict{Action: Hold}
 }
-func (g *holdGate) CallStart(time.Duration, int64, int) {}
-func (g *holdGate) CallDone(time.Duration, int64, int)  {}
-func (g *holdGate) SessionDone(time.Duration, int64)    { g.done++ }
+func (g *holdGate) CallStart(time.Duration, int64, int) bool { return true }
+func (g *holdGate) CallDone(time.Duration, int64, int)       {}
+func (g *holdGate) SessionDone(time.Duration, int64)         { g.done++ }
 func (g *holdGate) Poll(now time.Duration) []Release {
 	if now < g.release {
 		return nil
@@ -581,4 +581,71 @@ func TestSessionCountsSplitTheSLOClauses(t *testing.T) {
 	assert.Positive(t, r.Sessions.Late)
 	assert.Zero(t, r.Sessions.SlowTokens)
 	assert.Equal(t, r.Sessions.Completed-r.Sessions.Late, r.Sessions.Good)
+}
+
+// callHoldGate admits every session and holds every later call of the even sessions between
+// from and until, then lets them go at once.
+type callHoldGate struct {
+	from, until time.Duration
+	waiting     []int64
+	heldAt      map[int64]time.Duration
+	late        time.Duration // longest a held call waited past until
+}
+
+func (g *callHoldGate) Arrive(now time.Duration, s SessionInfo) Verdict {
+	return Verdict{Action: Admit, Priority: now}
+}
+func (g *callHoldGate) CallStart(now time.Duration, id int64, _ int) bool {
+	if id%2 == 1 || now < g.from || now >= g.until {
+		return true
+	}
+	g.waiting = append(g.waiting, id)
+	return false
+}
+func (g *callHoldGate) CallDone(time.Duration, int64, int) {}
+func (g *callHoldGate) SessionDone(time.Duration, int64)   {}
+func (g *callHoldGate) Poll(now time.Duration) []Release {
+	if now < g.until {
+		return nil
+	}
+	var out []Release
+	for _, id := range g.waiting {
+		out = append(out, Release{ID: id, Action: Admit})
+	}
+	g.waiting = nil
+	return out
+}
+
+func TestGateHoldsLiveSessionsCalls(t *testing.T) {
+	g := &callHoldGate{from: 20 * time.Minute, until: 25 * time.Minute}
+	o := opts1P1D(t, 4, 1)
+	o.Gate = g
+	var failed error
+	o.Controller = invariantController(&failed)
+	s, err := New(o)
+	require.NoError(t, err)
+	s.RunUntil(24 * time.Minute)
+	require.NoError(t, failed)
+	obs := s.Observe()
+	require.Positive(t, obs.HeldCalls, "even sessions' calls wait")
+	assert.Zero(t, obs.HeldSessions, "no first call waits: the sessions are live")
+	for _, ss := range s.sessions {
+		if ss.callHeld {
+			assert.Zero(t, ss.id%2, "only even sessions are held")
+			assert.Nil(t, ss.inFlight, "a held call is not at the engines")
+		}
+	}
+	s.RunUntil(25*time.Minute + time.Second)
+	assert.Zero(t, s.Observe().HeldCalls, "every held call went at the release")
+	res := s.Run()
+	require.NoError(t, failed)
+	assert.Zero(t, res.Sessions.Killed, "holding cuts no session")
+	assert.Positive(t, res.Sessions.Completed)
+	var heldMinute bool
+	for _, m := range res.Timeline {
+		if m.Minute >= 20 && m.Minute < 24 && m.HeldCalls > 0 {
+			heldMinute = true
+		}
+	}
+	assert.True(t, heldMinute, "the timeline counts held calls")
 }

@@ -94,11 +94,13 @@ type InstanceStats struct {
 // Minute is one row of the timeline: what happened in one simulated minute, and the state at its
 // end.
 type Minute struct {
-	Minute           int     `json:"minute"`
-	Arrivals         int     `json:"arrivals"`
-	LiveSessions     int     `json:"live_sessions"`
-	LiveBase         int     `json:"live_base_sessions"` // live sessions of the base stream (regular traffic)
-	QueuedSessions   int     `json:"queued_sessions"`
+	Minute         int `json:"minute"`
+	Arrivals       int `json:"arrivals"`
+	LiveSessions   int `json:"live_sessions"`
+	LiveBase       int `json:"live_base_sessions"` // live sessions of the base stream (regular traffic)
+	QueuedSessions int `json:"queued_sessions"`
+	// HeldCalls is how many live sessions' next calls the gate held at the minute's end.
+	HeldCalls        int     `json:"held_calls"`
 	WorkingSetTokens int64   `json:"working_set_tokens"`
 	CacheCapacity    int64   `json:"cache_capacity_tokens"`
 	HitRate          float64 `json:"hit_rate"` // NaN when nothing was prefilled

@@ -88,6 +88,9 @@ type Options struct {
 	// LiveLog is how many recent changes of the live set the core keeps for LiveSince (0:
 	// none). A replicated gateway keeps them for its followers' copies of the live set.
 	LiveLog int
+	// HoldBound is the longest a held session's call waits before it passes anyway (default
+	// DefaultHoldBound; see hold.go).
+	HoldBound time.Duration
 }
 
 // Defaults.
@@ -119,7 +122,7 @@ func (o Options) withDefaults() Options {
 		v   *time.Duration
 		def time.Duration
 	}{{&o.RetryMemory, DefaultRetryMemory}, {&o.ShedMemory, DefaultShedMemory}, {&o.DrainWindow, DefaultDrainWindow},
-		{&o.IdleTimeout, DefaultIdleTimeout}, {&o.StaleAfter, DefaultStaleAfter}} {
+		{&o.IdleTimeout, DefaultIdleTimeout}, {&o.StaleAfter, DefaultStaleAfter}, {&o.HoldBound, DefaultHoldBound}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
@@ -161,7 +164,8 @@ func (o Options) Validate() error {
 	for _, d := range []struct {
 		v    time.Duration
 		name string
-	}{{o.RetryMemory, "retry_memory"}, {o.ShedMemory, "shed_memory"}, {o.DrainWindow, "drain_window"}, {o.IdleTimeout, "idle_timeout"}} {
+	}{{o.RetryMemory, "retry_memory"}, {o.ShedMemory, "shed_memory"}, {o.DrainWindow, "drain_window"}, {o.IdleTimeout, "idle_timeout"},
+		{o.HoldBound, "hold_bound"}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", d.name, d.v))
 		}
@@ -244,6 +248,9 @@ const (
 	EventShed
 	// EventEnded: a live session ended (explicitly or idle); Peak is its largest context.
 	EventEnded
+	// EventResumed: a held session's waiting call may go (Reason says why: ResumeReasonResumed,
+	// ResumeReasonBound or ResumeReasonEnded); Waited is how long it was held.
+	EventResumed
 )
 
 // Event is something the caller must deliver.
@@ -254,7 +261,8 @@ type Event struct {
 	Reason string
 	// Peak is the largest context an ended session reached (EventEnded).
 	Peak int64
-	// Waited is how long an admitted session queued (EventAdmitted).
+	// Waited is how long an admitted session queued (EventAdmitted), or a held call waited
+	// (EventResumed).
 	Waited time.Duration
 }
 
@@ -276,6 +284,10 @@ type session struct {
 	key, tie int64
 	// stale: waited Options.StaleAfter; it queues behind every fresh session.
 	stale bool
+	// held: on the hold list (hold.go) since heldSince; waitSince, when set, is when its
+	// waiting call began to wait.
+	held                 bool
+	heldSince, waitSince time.Time
 }
 
 type memo struct {
@@ -305,6 +317,13 @@ type Core struct {
 		stale int
 		// liveLog is the recent changes of the live set (Options.LiveLog).
 		liveLog liveLog
+		// The hold list (hold.go): how many sessions are held, their contexts and demands, how
+		// many of their calls wait now and how long released calls waited in all.
+		nHeld, waiting      int
+		heldCtx, heldDemand int64
+		heldWait            time.Duration
+		// holdCheck: no waiting call reaches the hold bound before it (ExpireHolds).
+		holdCheck time.Time
 	}
 }
 
@@ -321,6 +340,12 @@ type Counters struct {
 	Ended             uint64 `json:"ended"`
 	// Staled counts queued sessions that went stale (Options.StaleAfter).
 	Staled uint64 `json:"staled"`
+	// Held counts sessions put on the hold list, Resumed those taken off it, CallsHeld the
+	// calls that waited and HoldBoundReleases those that went at Options.HoldBound.
+	Held              uint64 `json:"held"`
+	Resumed           uint64 `json:"resumed"`
+	CallsHeld         uint64 `json:"calls_held"`
+	HoldBoundReleases uint64 `json:"hold_bound_releases"`
 }
 
 // New returns a Core, or an error naming every bad option.
@@ -446,10 +471,13 @@ func (c *Core) fitsLocked(s *session) bool {
 	if len(c.mu.live) == 0 {
 		return true // nothing live: admit even over budget, so the service makes progress
 	}
-	if c.mu.workingSet+s.context <= c.mu.o.ReferenceBudget {
+	// Held sessions are out of the test: their calls wait, their prefixes leave the cache, and
+	// the room they leave is what the sessions that can run are admitted into (hold.go).
+	ws, reserved := c.activeLocked()
+	if ws+s.context <= c.mu.o.ReferenceBudget {
 		return true // admission engages only past the reference budget
 	}
-	return c.mu.reserved+c.demandLocked(s) <= c.mu.o.Budget
+	return reserved+c.demandLocked(s) <= c.mu.o.Budget
 }
 
 func (c *Core) admitLocked(now time.Time, s *session) {
@@ -519,16 +547,23 @@ func (c *Core) drainLocked(now time.Time) []Event {
 // setContextLocked moves a live session's context and its demand.
 func (c *Core) setContextLocked(s *session, ctx int64) {
 	c.mu.workingSet += ctx - s.context
+	if s.held {
+		c.mu.heldCtx += ctx - s.context
+	}
 	s.context = ctx
 	s.peak = max(s.peak, ctx)
 	d := c.demandLocked(s)
 	c.mu.reserved += d - s.demandCache
+	if s.held {
+		c.mu.heldDemand += d - s.demandCache
+	}
 	s.demandCache = d
 }
 
 // Begin records that a live session sent a call (with its prompt estimate, which only ever
 // raises the tracked context until the response's usage corrects it). It reports false if the
-// session is not live.
+// session is not live. The call passes whatever the hold list says: Begin records calls already
+// sent (a replica's report); BeginCall is the hold-aware entry for a call still to send.
 func (c *Core) Begin(now time.Time, id string, promptEstimate int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -571,11 +606,18 @@ func (c *Core) End(now time.Time, id string) []Event {
 	if !ok {
 		return nil
 	}
-	evs := []Event{c.endLocked(now, s, "ended")}
+	var evs []Event
+	if e, ok := c.releaseLocked(now, s, ResumeReasonEnded); ok {
+		evs = append(evs, e)
+	}
+	evs = append(evs, c.endLocked(now, s, "ended"))
 	return append(evs, c.drainLocked(now)...)
 }
 
 func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
+	if s.held {
+		c.unholdLocked(s)
+	}
 	delete(c.mu.live, s.id)
 	c.noteLocked(s.id, false)
 	c.mu.workingSet -= s.context

@@ -39,6 +39,13 @@ type Snapshot struct {
 	// Stale is how many of them have gone stale (Options.StaleAfter): they queue behind the
 	// fresh ones, newest first.
 	Stale int `json:"stale_sessions"`
+	// Held is how many live sessions are on the hold list, HeldTokens their contexts (part of
+	// WorkingSet, out of the admission test), HeldCalls how many of their calls wait now and
+	// OldestHeldCallSeconds how long the longest of those has waited.
+	Held                  int     `json:"held_sessions"`
+	HeldTokens            int64   `json:"held_tokens"`
+	HeldCalls             int     `json:"held_calls"`
+	OldestHeldCallSeconds float64 `json:"oldest_held_call_seconds"`
 	// Sessions lists the live sessions ([] when none) with the full listing; nil (null in JSON)
 	// when not listed (SnapshotTail, or Snapshot without the queue).
 	Sessions []LiveSession   `json:"sessions"`
@@ -73,9 +80,17 @@ func (c *Core) snapshotLocked(now time.Time) Snapshot {
 	s := Snapshot{Mode: c.mu.o.Mode, CountOnly: c.mu.o.CountOnly, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
 		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
 		Engaged: !c.mu.o.CountOnly && (c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0), Counters: c.mu.counters,
-		Queued: c.mu.queue.Len(), Stale: c.mu.stale, Queue: []QueuedSession{}}
+		Queued: c.mu.queue.Len(), Stale: c.mu.stale, Queue: []QueuedSession{},
+		Held: c.mu.nHeld, HeldTokens: c.mu.heldCtx, HeldCalls: c.mu.waiting}
 	for _, q := range c.mu.queue.Items() {
 		s.OldestWaitSeconds = max(s.OldestWaitSeconds, now.Sub(q.arrival).Seconds())
+	}
+	if c.mu.waiting > 0 {
+		for _, l := range c.mu.live {
+			if !l.waitSince.IsZero() {
+				s.OldestHeldCallSeconds = max(s.OldestHeldCallSeconds, now.Sub(l.waitSince).Seconds())
+			}
+		}
 	}
 	return s
 }
@@ -110,6 +125,12 @@ type LiveSession struct {
 	Context       int64     `json:"context_tokens"`
 	Peak          int64     `json:"peak_tokens"`
 	PredictedPeak int64     `json:"predicted_peak_tokens"`
+	// Priority is the session's fixed priority (smaller first), as it queued: the hold policy
+	// holds the lowest and resumes the highest first.
+	Priority time.Time `json:"priority,omitzero"`
+	// Held: on the hold list (hold.go); kept across restarts, so a held session's next call
+	// still waits.
+	Held bool `json:"held,omitempty"`
 }
 
 // State is what survives a restart: the live-session table (so sessions in flight are not
@@ -170,7 +191,7 @@ func (c *Core) LiveSession(id string) (LiveSession, bool) {
 
 func liveSessionOf(s *session) LiveSession {
 	return LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
-		LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted}
+		LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted, Priority: s.priority, Held: s.held}
 }
 
 // liveLocked lists the live sessions by id.
@@ -224,6 +245,9 @@ func (c *Core) Restore(now time.Time, st State) error {
 		c.mu.workingSet += s.context
 		c.mu.reserved += s.demandCache
 		c.mu.tenants[s.tenant]++
+		if ls.Held {
+			c.holdLocked(now, s)
+		}
 	}
 	for id, a := range st.Retry {
 		c.mu.retry[id] = memo{arrival: a, until: now.Add(c.mu.o.RetryMemory)}

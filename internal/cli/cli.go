@@ -126,6 +126,15 @@ func root() command {
 					"collapses at least half of the seeds. Prints the table, the rank correlation and the median ratio.",
 				examples: []string{"basin sim tolerance --quick", "basin sim tolerance --seeds 5 --markdown"},
 			}, run: leaf(simTolerance)},
+			"late": {help: help{
+				summary: "act on an already trapped deployment: the daemon watches until a minute, then acts, with and without holds",
+				usage:   "[flags]",
+				detail: "For each +100% spike preset, seed and acting minute, the engine baseline runs with basin's daemon\n" +
+					"watching until that minute and acting from it, once with today's levers only (budget, shedding,\n" +
+					"lending) and once with holds; the table gives the runs recovered, the minutes to recover, goodput\n" +
+					"against the no-spike twin and the first-call wait after acting.",
+				examples: []string{"basin sim late", "basin sim late --markdown", "basin sim run --scenario paper-1p3d-h200-spike --act-at 40 --duration 150m --json"},
+			}, run: leaf(simLate)},
 			"matrix": {help: help{
 				summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
 				usage:   "[flags]",

@@ -48,12 +48,21 @@ func simRun(env Env, args []string) error {
 	timeline := fs.String("timeline", "", "write the per-minute timeline as CSV to this file")
 	calib := fs.String("calibration", "", "the detector's calibration (default: measure the scenario's deployment now)")
 	noDetect := fs.Bool("no-detector", false, "do not run basin's collector and detector alongside")
+	actAt := fs.Float64("act-at", -1, "minute from which basin's daemon acts on the engine baseline (it watches before); goodput counts the sessions arriving from then on")
+	duration := fs.Duration("duration", 0, "run this long instead of the scenario's duration (with --act-at)")
+	holds := fs.Bool("holds", true, "with --act-at: let the daemon hold admitted sessions' next calls (false: today's budget, shedding and lending only)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	sc, err := loadScenario(*scName)
 	if err != nil {
 		return err
+	}
+	if *actAt >= 0 {
+		return simRunLate(env, sc, *actAt, *duration, *holds, *policy, *calib, *asJSON, *timeline)
+	}
+	if *duration != 0 {
+		return fmt.Errorf("%w: --duration goes with --act-at", errUsage)
 	}
 	w := basinWiring(sc)
 	if !*noDetect {

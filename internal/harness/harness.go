@@ -209,6 +209,8 @@ func (g *Gate) take(evs []admission.Event) {
 		case admission.EventShed:
 			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Shed})
 			delete(g.held, id)
+		case admission.EventResumed:
+			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Admit})
 		}
 	}
 }
@@ -236,9 +238,10 @@ func (g *Gate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict {
 }
 
 // CallStart implements sim.Gate as the gateway does for a live session's call: the call's prompt
-// raises the session's tracked context at once (admission.Core.Begin), before the answer's usage.
-func (g *Gate) CallStart(now time.Duration, id int64, promptTokens int) {
-	g.core.Begin(epoch.Add(now), key(id), int64(promptTokens))
+// raises the session's tracked context at once (admission.Core.BeginCall), before the answer's
+// usage, and a held session's call waits for its EventResumed.
+func (g *Gate) CallStart(now time.Duration, id int64, promptTokens int) bool {
+	return g.core.BeginCall(epoch.Add(now), key(id), int64(promptTokens)) != admission.CallHeld
 }
 
 // CallDone implements sim.Gate: the response's usage updates the session's context.
@@ -251,8 +254,10 @@ func (g *Gate) SessionDone(now time.Duration, id int64) {
 	g.take(g.core.End(epoch.Add(now), key(id)))
 }
 
-// Poll implements sim.Gate: releases carry the priority the core fixed at arrival.
+// Poll implements sim.Gate: releases carry the priority the core fixed at arrival. Held calls
+// that reached the hold bound go here, as the gateway's timers send them.
 func (g *Gate) Poll(now time.Duration) []sim.Release {
+	g.take(g.core.ExpireHolds(epoch.Add(now)))
 	out := g.pending
 	g.pending = nil
 	return out

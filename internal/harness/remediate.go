@@ -48,6 +48,12 @@ func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) erro
 	return nil
 }
 
+func (a *coreActuator) Hold(_ context.Context, hold, resume []string, _ string) error {
+	a.g.core.Hold(a.now, hold)
+	a.g.take(a.g.core.Resume(a.now, resume))
+	return nil
+}
+
 // attachRemediation runs basin's remediation loop in a run: on every observation step the
 // detector's assessment and the admission core's state go through remediate.Loop.Step — the step
 // `basin daemon` runs — acting on the core instead of the gateway's admin API.
@@ -75,7 +81,7 @@ func attachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 	if err != nil {
 		return nil, err
 	}
-	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Budget: act, Shed: act,
+	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Budget: act, Shed: act, Hold: act,
 		Lending: remediate.BackendLending{Backend: backend}})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,147 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// live admits sessions a, b, c (contexts 100, 200, 300) under a budget of 600.
+func liveThree(t *testing.T, o Options) *Core {
+	t.Helper()
+	o.Budget = 600
+	c := core(t, o)
+	for i, id := range []string{"a", "b", "c"} {
+		d := c.Arrive(at(float64(i)), req(id, int64(100*(i+1)), 0))
+		require.Equal(t, Admitted, d.Verdict, id)
+		c.Finish(at(float64(i)+0.5), id, int64(100*(i+1)))
+	}
+	return c
+}
+
+func TestHoldWaitsAndResumes(t *testing.T) {
+	c := liveThree(t, Options{})
+	assert.Equal(t, 2, c.Hold(at(10), []string{"b", "c", "nope", "b"}), "unknown and repeated ids are skipped")
+	check(t, c)
+
+	assert.Equal(t, CallPass, c.BeginCall(at(11), "a", 150), "a session not held passes")
+	assert.Equal(t, CallHeld, c.BeginCall(at(12), "b", 250), "a held session's call waits")
+	assert.Equal(t, CallNotLive, c.BeginCall(at(12), "x", 10))
+	assert.Equal(t, CallPass, c.BeginCall(at(13), "b", 250), "a second call while one waits passes")
+	check(t, c)
+
+	s := c.Snapshot(at(20), true)
+	assert.Equal(t, 2, s.Held)
+	assert.Equal(t, int64(250+300), s.HeldTokens, "held contexts follow their calls' prompts")
+	assert.Equal(t, 1, s.HeldCalls)
+	assert.InDelta(t, 8, s.OldestHeldCallSeconds, 1e-9)
+	assert.Equal(t, int64(150+250+300), s.WorkingSet, "held contexts stay in the working set")
+	held := map[string]bool{}
+	for _, l := range s.Sessions {
+		held[l.ID] = l.Held
+	}
+	assert.Equal(t, map[string]bool{"a": false, "b": true, "c": true}, held)
+
+	evs := c.Resume(at(30), []string{"b", "a"})
+	require.Len(t, evs, 1, "only b had a call waiting; a was not held")
+	assert.Equal(t, Event{Kind: EventResumed, ID: "b", At: at(30), Reason: ResumeReasonResumed, Waited: 18 * time.Second}, evs[0])
+	assert.False(t, c.Held("b"))
+	assert.True(t, c.Held("c"))
+	assert.Empty(t, c.Resume(at(31), []string{"c"}), "c had no call waiting: nothing to release")
+	check(t, c)
+	cnt := c.Snapshot(at(32), false).Counters
+	assert.Equal(t, Counters{Arrivals: 3, AdmittedAtOnce: 3, Held: 2, Resumed: 2, CallsHeld: 1}, cnt)
+}
+
+// Held sessions are out of the admission test: the door opens for sessions that can run.
+func TestHeldSessionsLeaveTheAdmissionTest(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		c := liveThree(t, Options{})
+		if hold {
+			c.Hold(at(5), []string{"c"})
+		}
+		d := c.Arrive(at(6), req("d", 200, 0))
+		if hold {
+			assert.Equal(t, Admitted, d.Verdict, "100+200 active + 200 fits 600 with c held")
+		} else {
+			assert.Equal(t, Queued, d.Verdict, "100+200+300 + 200 is over 600")
+		}
+		check(t, c)
+	}
+}
+
+func TestHoldBound(t *testing.T) {
+	c := liveThree(t, Options{HoldBound: time.Minute})
+	c.Hold(at(10), []string{"a", "b"})
+	require.Equal(t, CallHeld, c.BeginCall(at(10), "a", 100))
+	require.Equal(t, CallHeld, c.BeginCall(at(40), "b", 200))
+	next, ok := c.NextHoldExpiry()
+	require.True(t, ok)
+	assert.Equal(t, at(70), next)
+
+	assert.Empty(t, c.ExpireHolds(at(69.9)))
+	evs := c.ExpireHolds(at(70))
+	require.Len(t, evs, 1)
+	assert.Equal(t, Event{Kind: EventResumed, ID: "a", At: at(70), Reason: ResumeReasonBound, Waited: time.Minute}, evs[0])
+	assert.True(t, c.Held("a"), "a call released at the bound leaves its session held")
+	next, _ = c.NextHoldExpiry()
+	assert.Equal(t, at(100), next)
+	evs = c.ExpireHolds(at(100))
+	require.Len(t, evs, 1)
+	assert.Equal(t, "b", evs[0].ID)
+	_, ok = c.NextHoldExpiry()
+	assert.False(t, ok)
+
+	c.Finish(at(101), "a", 120)
+	assert.Equal(t, CallHeld, c.BeginCall(at(110), "a", 130), "its next call waits again")
+	assert.Equal(t, uint64(2), c.Snapshot(at(111), false).Counters.HoldBoundReleases)
+	check(t, c)
+}
+
+func TestHeldSessionEndsAndExpiry(t *testing.T) {
+	c := liveThree(t, Options{IdleTimeout: time.Minute})
+	c.Hold(at(10), []string{"a", "b"})
+	require.Equal(t, CallHeld, c.BeginCall(at(10), "a", 100))
+	evs := c.End(at(20), "a")
+	require.NotEmpty(t, evs)
+	assert.Equal(t, Event{Kind: EventResumed, ID: "a", At: at(20), Reason: ResumeReasonEnded, Waited: 10 * time.Second}, evs[0],
+		"the waiting call is let go before the end is reported")
+	check(t, c)
+
+	// b is held but idle (no call): it expires as any idle session; c too.
+	evs = c.Expire(at(200))
+	assert.ElementsMatch(t, []string{"b", "c"}, ids(evs, EventEnded))
+	s := c.Snapshot(at(200), false)
+	assert.Zero(t, s.Held)
+	assert.Zero(t, s.HeldTokens)
+	check(t, c)
+}
+
+// A waiting call counts in flight: its session does not expire idle while its call waits.
+func TestWaitingCallIsNotIdle(t *testing.T) {
+	c := liveThree(t, Options{IdleTimeout: time.Minute, HoldBound: time.Hour})
+	c.Hold(at(10), []string{"a"})
+	require.Equal(t, CallHeld, c.BeginCall(at(10), "a", 100))
+	assert.NotContains(t, ids(c.Expire(at(300)), EventEnded), "a")
+	assert.True(t, c.Live("a"))
+}
+
+func TestHeldSurvivesExportRestore(t *testing.T) {
+	c := liveThree(t, Options{})
+	c.Hold(at(10), []string{"b"})
+	st := c.Export(at(11))
+	r := core(t, Options{Budget: 600})
+	require.NoError(t, r.Restore(at(12), st))
+	assert.True(t, r.Held("b"))
+	assert.False(t, r.Held("a"))
+	assert.Equal(t, CallHeld, r.BeginCall(at(13), "b", 200), "a restored held session's next call still waits")
+	check(t, r)
+}
+
+func TestHoldBoundValidated(t *testing.T) {
+	err := Options{Budget: 1, HoldBound: -time.Second}.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hold_bound")
+}

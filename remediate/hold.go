@@ -1,0 +1,164 @@
+package remediate
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+// Holding admitted sessions' next calls: the lever for a deployment already trapped.
+//
+// A tighter budget closes the door, but a trapped deployment is held in the trap by the sessions
+// already admitted: their working set is past the knee, every call recomputes, and the population
+// drains only as fast as trapped calls complete — half an hour to two hours on the Basin paper's
+// deployments, goodput near zero meanwhile. Holding is the one lever that acts on that population
+// without cutting anyone. The gateway holds the next calls of the lowest-priority live sessions
+// (their prefixes age out of the cache), so the others run on a working set under the budget:
+// they hit, finish and free room, and the held sessions come back, highest priority first, into
+// the room they free — each paying one recompute, which is cheap next to the recomputes of a
+// trapped deployment.
+//
+// The rule, decided on every step from the gateway's live sessions:
+//
+//   - Hold, in incident mode with the detector drifting or trapped and the hit rate off its
+//     plateau on enough evidence: the live sessions not held, lowest priority first, until the
+//     active working set (the contexts of the sessions not held) is at or under B. B is the
+//     budget the step just decided — in an incident, the incident cut — so holding and
+//     admitting use one number: the active working set the cache can carry.
+//   - Resume, once the hit rate is no longer off its plateau (or no reading says it is): the held
+//     sessions, highest priority first, while the active working set with them stays under B,
+//     at most HoldResumeFraction × B of context a step, so the recomputes arrive a few at a
+//     time. Newcomers go first: nothing is resumed while sessions queue for admission, because
+//     a held session keeps its place (it is live, never cut) while a queued first call that
+//     waits misses its deadline. A held call never waits past the gateway's hold bound
+//     (admission.DefaultHoldBound), whatever this rule decides.
+//   - Blind (a needed signal stale, or the gateway unread): nothing new is held; resuming goes
+//     on when the gateway can be read.
+
+// HoldAction changes the gateway's hold list.
+type HoldAction struct {
+	// Hold are live sessions whose next calls are to wait; Resume those to take off the list.
+	Hold   []string `json:"hold_session_ids,omitempty"`
+	Resume []string `json:"resume_session_ids,omitempty"`
+	// Held is how many sessions the list holds after the action, Active how many live ones it
+	// leaves running, and ActiveTokens and HeldTokens their contexts: the numbers an operator
+	// reads ("holding 34 sessions' next calls so the other 58 fit the cache").
+	Held         int   `json:"held_sessions"`
+	Active       int   `json:"active_sessions"`
+	HeldTokens   int64 `json:"held_tokens"`
+	ActiveTokens int64 `json:"active_tokens"`
+	// Reasons are the hold's own, as BudgetChange.Reasons.
+	Reasons []string `json:"-"`
+}
+
+// Summary is the action in an operator's words.
+func (h *HoldAction) Summary() string {
+	switch {
+	case len(h.Hold) > 0:
+		return fmt.Sprintf("holding %d sessions' next calls so the other %d fit the cache (hold %d more)",
+			h.Held, h.Active, len(h.Hold))
+	case h.Held > 0:
+		return fmt.Sprintf("resuming %d held sessions; %d still held", len(h.Resume), h.Held)
+	}
+	return fmt.Sprintf("resuming the last %d held sessions", len(h.Resume))
+}
+
+// LiveSession is one live session as the hold rule reads it.
+type LiveSession struct {
+	ID       string
+	Admitted time.Time
+	Priority time.Time
+	Context  int64
+	Held     bool
+}
+
+// DefaultHoldResumeFraction: at most 0.1 × B of held context is resumed a step (chosen: at
+// the daemon's 5-second step, B's worth comes back in under a minute, while each step's
+// recomputes stay a few long sessions' prompts, which one prefill instance does in seconds).
+const DefaultHoldResumeFraction = 0.1
+
+// holds applies the hold rule (see the top of this file) with B the budget this step decided.
+func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
+	o, a, g := p.o, in.Assessment, in.Gateway
+	if o.DisableHolds || !in.GatewayOK || g.CountOnly || budget <= 0 || g.Sessions == nil {
+		return
+	}
+	reading := a.HitEvidence.Enough
+	off := reading && a.HitRate < a.Plateau-o.LeaveDrop
+	trouble := a.State == detector.Drifting || a.State == detector.Trapped
+	active := g.WorkingSet - g.HeldTokens
+	held, live := g.Held, len(g.Sessions)
+	if held == 0 && p.st.Mode != Incident {
+		p.st.HoldSince = time.Time{} // the episode is over: a later one starts afresh
+	}
+	switch {
+	case p.st.Mode == Incident && trouble && off && !blind && active > budget:
+		if p.st.HoldSince.IsZero() {
+			p.st.HoldSince = in.At
+		}
+		// Only the population that was live when holding began: the sessions admitted since
+		// were admitted into the room the holds made, and holding them would only move the
+		// wait onto the sessions that can still finish in time.
+		cands := make([]LiveSession, 0, len(g.Sessions))
+		for _, s := range g.Sessions {
+			if !s.Held && s.Admitted.Before(p.st.HoldSince) {
+				cands = append(cands, s)
+			}
+		}
+		// Lowest priority first: the latest arrivals with the largest predicted peaks, the
+		// sessions furthest from finishing; the ones that stay run towards their ends.
+		slices.SortFunc(cands, func(x, y LiveSession) int { return y.Priority.Compare(x.Priority) })
+		h := &HoldAction{}
+		from := active
+		for _, s := range cands {
+			if active <= budget {
+				break
+			}
+			h.Hold = append(h.Hold, s.ID)
+			active -= s.Context
+			held++
+		}
+		if len(h.Hold) == 0 {
+			return
+		}
+		h.Held, h.Active = held, live-held
+		h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
+		plan.Hold = h
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, hit rate %.2f off its plateau %.2f: %s: active working set %s → %s, at or under B %s",
+			a.State, a.HitRate, a.Plateau, h.Summary(), FormatTokens(from), FormatTokens(active), FormatTokens(budget)))
+	case g.Held > 0 && !off && g.Queued == 0:
+		var heldS []LiveSession
+		for _, s := range g.Sessions {
+			if s.Held {
+				heldS = append(heldS, s)
+			}
+		}
+		slices.SortFunc(heldS, func(x, y LiveSession) int { return x.Priority.Compare(y.Priority) })
+		quota := part(o.HoldResumeFraction, budget)
+		h := &HoldAction{}
+		var back int64
+		for _, s := range heldS {
+			if active+s.Context > budget || back+s.Context > quota && len(h.Resume) > 0 {
+				break
+			}
+			h.Resume = append(h.Resume, s.ID)
+			active += s.Context
+			back += s.Context
+			held--
+		}
+		if len(h.Resume) == 0 {
+			return
+		}
+		h.Held, h.Active = held, live-held
+		h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
+		plan.Hold = h
+		why := "hit rate on its plateau"
+		if !reading {
+			why = "no hit-rate reading off the plateau"
+		}
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("%s, nobody queued: %s, highest priority first (%s of context back, active working set %s under B %s)",
+			why, h.Summary(), FormatTokens(back), FormatTokens(active), FormatTokens(budget)))
+	}
+}

@@ -1,0 +1,156 @@
+package remediate
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+// trappedGW is a gateway with ten live sessions s0…s9 of 150K tokens each (1.5M, past the
+// budget's 1M), s0 the highest priority, all admitted before t0.
+func trappedGW() Gateway {
+	g := Gateway{Budget: 1_000_000, Reference: 1_000_000}
+	for i := range 10 {
+		g.Sessions = append(g.Sessions, LiveSession{ID: fmt.Sprintf("s%d", i), Admitted: t0.Add(-time.Hour),
+			Priority: t0.Add(-time.Hour + time.Duration(i)*time.Minute), Context: 150_000})
+		g.WorkingSet += 150_000
+	}
+	g.Live = len(g.Sessions)
+	return g
+}
+
+// apply marks a hold action's sessions as the gateway would after it.
+func apply(g Gateway, h *HoldAction) Gateway {
+	set := map[string]bool{}
+	for _, id := range h.Hold {
+		set[id] = true
+	}
+	un := map[string]bool{}
+	for _, id := range h.Resume {
+		un[id] = true
+	}
+	g.Sessions = append([]LiveSession(nil), g.Sessions...)
+	g.Held, g.HeldTokens = 0, 0
+	for i, s := range g.Sessions {
+		if set[s.ID] {
+			s.Held = true
+		}
+		if un[s.ID] {
+			s.Held = false
+		}
+		g.Sessions[i] = s
+		if s.Held {
+			g.Held++
+			g.HeldTokens += s.Context
+		}
+	}
+	return g
+}
+
+func TestHoldsTheLowestPriorityUntilTheActiveSetFits(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := trappedGW()
+	plan := p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Trapped, 0.3), Gateway: g, GatewayOK: true})
+	require.NotNil(t, plan.Budget)
+	assert.Equal(t, int64(700_000), plan.Budget.To, "the incident cut")
+	require.NotNil(t, plan.Hold, "%q", plan.Reasons)
+	// 1.5M active, B 700K: hold 150K sessions from the lowest priority until ≤ 700K: six of them.
+	assert.Equal(t, []string{"s9", "s8", "s7", "s6", "s5", "s4"}, plan.Hold.Hold)
+	assert.Empty(t, plan.Hold.Resume)
+	assert.Equal(t, 6, plan.Hold.Held)
+	assert.Equal(t, 4, plan.Hold.Active)
+	assert.Equal(t, int64(600_000), plan.Hold.ActiveTokens)
+	assert.Contains(t, plan.Hold.Summary(), "holding 6 sessions' next calls so the other 4 fit the cache")
+	assert.Contains(t, fmt.Sprint(plan.Hold.Reasons), "active working set 1.50M → 600K, at or under B 700K")
+
+	// The next step, with the holds applied and a newcomer admitted into the room: nothing more
+	// to hold, and the newcomer, admitted after holding began, is never a candidate.
+	g = apply(g, plan.Hold)
+	g.Sessions = append(g.Sessions, LiveSession{ID: "new", Admitted: t0.Add(time.Second), Priority: t0, Context: 200_000})
+	g.WorkingSet += 200_000
+	now := t0.Add(5 * time.Second)
+	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Trapped, 0.3), Gateway: g, GatewayOK: true})
+	require.NotNil(t, plan.Hold, "active 800K > 700K: hold one more")
+	assert.Equal(t, []string{"s3"}, plan.Hold.Hold, "the lowest-priority session live before holding began, not the newcomer")
+}
+
+func TestHoldsDoNotEngage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		state  detector.State
+		hit    float64
+		mutate func(*Inputs)
+		opts   Options
+	}{
+		{name: "healthy and quiet", state: detector.Healthy, hit: 0.95},
+		{name: "pressure only", state: detector.Pressure, hit: 0.3},
+		{name: "hit rate on its plateau", state: detector.Trapped, hit: 0.94},
+		{name: "no hit-rate reading", state: detector.Trapped, hit: 0.3, mutate: func(in *Inputs) {
+			in.Assessment.HitEvidence = detector.Evidence{Why: "12 calls < 20"}
+		}},
+		{name: "blind", state: detector.Trapped, hit: 0.3, mutate: func(in *Inputs) {
+			in.Assessment.Blind = []string{"hit_rate stale"}
+		}},
+		{name: "live sessions not listed", state: detector.Trapped, hit: 0.3, mutate: func(in *Inputs) { in.Gateway.Sessions = nil }},
+		{name: "turned off", state: detector.Trapped, hit: 0.3, opts: Options{DisableHolds: true}},
+		{name: "active set already fits", state: detector.Trapped, hit: 0.3, mutate: func(in *Inputs) {
+			in.Gateway.Sessions = in.Gateway.Sessions[:4]
+			in.Gateway.WorkingSet = 600_000
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, tc.opts)
+			in := Inputs{At: t0, Assessment: assess(t0, tc.state, tc.hit), Gateway: trappedGW(), GatewayOK: true}
+			if tc.mutate != nil {
+				tc.mutate(&in)
+			}
+			plan := p.Decide(in)
+			assert.Nil(t, plan.Hold, "%q", plan.Reasons)
+		})
+	}
+}
+
+func TestResumesHighestPriorityFirstIntoTheRoom(t *testing.T) {
+	p := newPolicy(t, Options{})
+	g := trappedGW()
+	plan := p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Trapped, 0.3), Gateway: g, GatewayOK: true})
+	require.NotNil(t, plan.Hold)
+	g = apply(g, plan.Hold)
+	g.Budget = plan.Budget.To
+	// Three active sessions end: 150K active, 550K of room under B 700K.
+	g.Sessions = g.Sessions[3:]
+	g.WorkingSet -= 450_000
+
+	now := t0.Add(time.Minute)
+	queued := g
+	queued.Queued = 2
+	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: queued, GatewayOK: true})
+	assert.Nil(t, plan.Hold, "sessions queue for admission: newcomers go first")
+
+	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Trapped, 0.5), Gateway: g, GatewayOK: true})
+	assert.Nil(t, plan.Hold, "hit rate still off its plateau: nothing resumed")
+
+	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: g, GatewayOK: true})
+	require.NotNil(t, plan.Hold, "%q", plan.Reasons)
+	// At most 0.1 × B = 70K of context a step, but always one: the best held session, s4.
+	assert.Equal(t, []string{"s4"}, plan.Hold.Resume)
+	assert.Empty(t, plan.Hold.Hold)
+	assert.Equal(t, 5, plan.Hold.Held)
+
+	p2 := newPolicy(t, Options{HoldResumeFraction: 1})
+	p2.st = p.st
+	plan = p2.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: g, GatewayOK: true})
+	require.NotNil(t, plan.Hold)
+	assert.Equal(t, []string{"s4", "s5", "s6"}, plan.Hold.Resume, "150K + 3 × 150K ≤ 700K; a fourth would not fit")
+}
+
+func TestHoldResumeFractionValidated(t *testing.T) {
+	_, err := NewPolicy(Options{HoldResumeFraction: 1.5})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "hold_resume_fraction")
+}
