@@ -154,7 +154,7 @@ func TestSimRunJSONAndTimeline(t *testing.T) {
 	rows, err := csv.NewReader(f).ReadAll()
 	require.NoError(t, err)
 	require.Len(t, rows, 91, "a header and one row per simulated minute")
-	assert.Equal(t, []string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions",
+	assert.Equal(t, []string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions", "held_calls",
 		"working_set_tokens", "cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions",
 		"calls_completed", "prefill_busy"}, rows[0])
 
@@ -662,5 +662,31 @@ func TestDemoHelpNamesItsRuns(t *testing.T) {
 	for _, run := range demo.Runs {
 		assert.Contains(t, c.summary, run, "the summary names run %q", run)
 		assert.Contains(t, strings.ReplaceAll(c.detail, "\n", " "), run, "the detail names run %q", run)
+	}
+}
+
+// sim run --act-at: the daemon acts from the minute; the JSON has recovered_min and
+// held_sessions_max next to the result, and the flags that do not go with it are refused.
+func TestSimRunActAt(t *testing.T) {
+	code, stdout, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--act-at", "30", "--duration", "60m", "--json")
+	require.Equal(t, 0, code, stderr)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got))
+	assert.Equal(t, 30.0, got["act_at_min"])
+	assert.Equal(t, 30.0, got["measure_from_min"], "goodput counts the sessions arriving from the acting minute")
+	require.Contains(t, got, "recovered_min")
+	assert.Positive(t, got["held_sessions_max"], "the spike traps this run and the daemon holds")
+	assert.Contains(t, got, "goodput_per_hour")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--act-at", "30", "--policy", "basin"}, "--policy does not apply"},
+		{[]string{"--duration", "60m"}, "--duration goes with --act-at"},
+	} {
+		code, _, stderr := basin(t, append([]string{"sim", "run", "--scenario", "paper-1p1d-h100-spike"}, tc.args...)...)
+		assert.Equal(t, 2, code, tc.args)
+		assert.Contains(t, stderr, tc.want)
 	}
 }
