@@ -30,6 +30,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 	mux.HandleFunc("GET /admin/state", g.serveState)
 	mux.HandleFunc("PUT /admin/budget", g.serveBudget)
 	mux.HandleFunc("POST /admin/shed", g.serveShed)
+	mux.HandleFunc("POST /admin/holds", g.serveHolds)
 	mux.HandleFunc("PUT /admin/affinity", g.serveAffinity)
 	mux.HandleFunc("PUT /admin/daemon-term", g.serveDaemonTerm)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.gatherer, promhttp.HandlerOpts{}))
@@ -92,17 +93,38 @@ func (g *Gateway) authorized(r *http.Request) bool {
 
 // serveState answers GET /admin/state: everything, or with ?queue_tail=N only the N
 // lowest-priority queued sessions and no live-session listing (a controller polling a large
-// deployment every few seconds needs no more).
+// deployment every few seconds needs no more). ?sessions=true adds the live sessions to a
+// queue_tail answer: a hold policy chooses among them, and the listing grows with the live
+// sessions, not with the queue.
 func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	now := g.now()
+	q := r.URL.Query()
 	snap := func() admission.Snapshot { return g.core.Snapshot(now, true) }
-	if v := r.URL.Query().Get("queue_tail"); v != "" {
+	if v := q.Get("queue_tail"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 10_000 {
 			badField(w, "queue_tail", fmt.Sprintf("queue_tail: %q, want an integer in [0, 10000]", v))
 			return
 		}
 		snap = func() admission.Snapshot { return g.core.SnapshotTail(now, n) }
+	}
+	if v := q.Get("sessions"); v != "" {
+		list, err := strconv.ParseBool(v)
+		if err != nil {
+			badField(w, "sessions", fmt.Sprintf("sessions: %q, want true or false", v))
+			return
+		}
+		tail := snap
+		snap = func() admission.Snapshot {
+			s := tail()
+			switch {
+			case !list:
+				s.Sessions = nil
+			case s.Sessions == nil:
+				s.Sessions = g.liveSessions()
+			}
+			return s
+		}
 	}
 	v := adminapi.StateView{Snapshot: snap(), Now: now,
 		Affinity: adminapi.AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}

@@ -26,8 +26,8 @@ type waitMsg struct {
 // lostEventWait bounds the wait for an admission known to be on its way to a waiter (see leave).
 const lostEventWait = 10 * time.Second
 
-// admit lets a call through: at once for a live session, else through the admission core. It
-// reports whether to proxy the call; when it does not, it has answered the client (unless the
+// admit lets a call through: at once for a live session (once released, for a held one), else
+// through the admission core. It reports whether to proxy the call; when it does not, it has answered the client (unless the
 // client is gone).
 func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 	// A few rounds, because a session can become live (or end) between the checks; in practice
@@ -39,7 +39,23 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 	}
 	for range rounds {
 		now := g.now()
-		if g.core.Begin(now, c.id, c.req.Prompt) {
+		if g.repl == nil {
+			// Alone, a held session's call waits here (hold.go); replicated, holds are not
+			// enforced and a live session's call passes as it always has.
+			switch v, wt := g.beginCall(now, c); v {
+			case admission.CallPass:
+				return true
+			case admission.CallHeld:
+				switch g.waitHeld(w, r, c, wt, now) {
+				case heldPass:
+					return true
+				case heldRetry:
+					continue
+				default:
+					return false
+				}
+			}
+		} else if g.core.Begin(now, c.id, c.req.Prompt) {
 			return true
 		}
 		if g.isStopping() {
@@ -323,6 +339,8 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 			for i, w := range ws {
 				w.ch <- waitMsg{ev: ev, owner: i == 0}
 			}
+		case admission.EventResumed:
+			g.releaseHeldLocked(ev)
 		case admission.EventShed:
 			ws := g.mu.waiters[ev.ID]
 			delete(g.mu.waiters, ev.ID)

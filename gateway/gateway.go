@@ -98,7 +98,11 @@ type Gateway struct {
 	// waiter is registered before any event for it can be delivered.
 	mu struct {
 		sync.Mutex
-		waiters  map[string][]*waiter
+		waiters map[string][]*waiter
+		// held are the calls of held sessions waiting for their release (hold.go), oldest
+		// first; one a session in practice, as the core lets a second call of a session whose
+		// call waits pass.
+		held     map[string][]*waiter
 		sessions map[string]*sessionInfo
 		// perUpstream counts sessions by upstream, kept with sessions (addSessionLocked,
 		// dropSessionLocked) so /admin/state need not walk every session.
@@ -138,6 +142,7 @@ func New(o Options) (*Gateway, error) {
 		stopping: make(chan struct{}), saveEvery: saveEvery, authLog: ratelog.Limiter{Every: logEvery},
 		errLog: ratelog.Limiter{Every: logEvery}}
 	g.mu.waiters = map[string][]*waiter{}
+	g.mu.held = map[string][]*waiter{}
 	g.mu.sessions = map[string]*sessionInfo{}
 	g.mu.chains = map[string]chainLink{}
 	g.affinity.Store(cfg.Affinity.Enabled)
@@ -268,12 +273,12 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // AdminHandler serves the admin API (bearer token) and /metrics (open).
 func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler }
 
-// Run does the gateway's background work until ctx is done: it ends idle sessions every second
-// (and writes out their journal records) and writes the state file every 10 s, compacting the
-// journal into it. Then it shuts down: queued calls are answered 503
-// shutting_down, calls in flight may finish (bounded by Options.ShutdownTimeout), the state file
-// is written and the trace closed. It does not own listeners (the package-level Run does); a
-// Gateway runs once.
+// Run does the gateway's background work until ctx is done: it ends idle sessions and releases
+// held calls past the hold bound every second (and writes out their journal records), and writes
+// the state file every 10 s, compacting the journal into it. Then it shuts down: queued and held
+// calls are answered 503 shutting_down, calls in flight may finish (bounded by
+// Options.ShutdownTimeout), the state file is written and the trace closed. It does not own
+// listeners (the package-level Run does); a Gateway runs once.
 func (g *Gateway) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return errors.New("gateway: run: already started")
@@ -315,9 +320,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 }
 
-// expire ends idle sessions.
+// expire ends idle sessions and, alone, releases the held calls that have waited the hold bound:
+// the bound is kept on the injected clock, at this loop's one-second grain, which is nothing
+// next to a bound of minutes.
 func (g *Gateway) expire() {
-	g.deliver(g.core.Expire(g.now()))
+	now := g.now()
+	if g.repl == nil {
+		// First: a session whose held call's client gave up is idle, and must not end before
+		// its call's release is delivered.
+		g.expireHolds(now)
+	}
+	g.deliver(g.core.Expire(now))
 }
 
 // shutdown releases queued calls, waits for calls in flight, saves the state and closes the trace.

@@ -11,6 +11,7 @@ import (
 type metrics struct {
 	refusals      *prometheus.CounterVec
 	queueWait     prometheus.Histogram
+	heldWait      *prometheus.HistogramVec
 	firstCallWait prometheus.Histogram
 	peak          prometheus.Histogram
 	authFailures  prometheus.Counter
@@ -27,6 +28,12 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 			Help:    "How long sessions admitted from the queue waited, from their (original) arrival to admission.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 15), // 50 ms … 13.7 min
 		}),
+		heldWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "basin_gateway_held_call_wait_seconds",
+			Help: "How long calls of held sessions waited at the gateway, by how the wait ended: resumed, hold_bound, " +
+				"ended (the session ended), client_gone or shutting_down.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 15), // 50 ms … 13.7 min
+		}, []string{"reason"}),
 		firstCallWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "basin_gateway_first_call_wait_seconds",
 			Help:    "From a session's first call reaching the gateway to the first response byte from the upstream (queueing included).",
@@ -42,7 +49,7 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 			Help: "Admin API requests refused 401 for a missing or wrong bearer token.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.refusals, m.queueWait, m.firstCallWait, m.peak, m.authFailures,
+	for _, c := range []prometheus.Collector{m.refusals, m.queueWait, m.heldWait, m.firstCallWait, m.peak, m.authFailures,
 		leaderOnly{Collector: admission.NewCollector(g.core.Core, g.now, g.affinity.Load), g: g}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -52,6 +59,10 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 	for _, l := range [][2]string{{"503", reasonQueueTimeout}, {"429", reasonTenantQuota}, {"529", reasonShed},
 		{"503", reasonShuttingDown}} {
 		m.refusals.WithLabelValues(l[0], l[1])
+	}
+	// Likewise the held-call waits' usual endings.
+	for _, r := range []string{admission.ResumeReasonResumed, admission.ResumeReasonBound} {
+		m.heldWait.WithLabelValues(r)
 	}
 	return m, nil
 }

@@ -1,6 +1,6 @@
 // Package adminapi holds the wire types of the gateway's admin API (/admin/state, /admin/budget,
-// /admin/shed, /admin/affinity): what the gateway serves, what its Go client sends and what the
-// daemon reads. They live apart from the proxy so that a program speaking the API — the daemon, a
+// /admin/shed, /admin/affinity, /admin/holds): what the gateway serves, what its Go client sends
+// and what the daemon reads. They live apart from the proxy so that a program speaking the API — the daemon, a
 // test, an operator's tool — does not import the whole gateway for a few structs, and so that each
 // request and answer is defined once for both ends.
 package adminapi
@@ -131,4 +131,31 @@ type AffinityRequest struct {
 type AffinityResult struct {
 	Before AffinityView `json:"before"`
 	After  AffinityView `json:"after"`
+}
+
+// HoldRequest is the body of POST /admin/holds: live sessions to put on the hold list (their next
+// calls wait at the gateway) and sessions to take off it (a call of theirs that waits goes at
+// once). At least one id is required in all, and an id may not be in both lists: the gateway
+// applies Hold before Resume, so such an id would be held and resumed in one breath.
+type HoldRequest struct {
+	Hold   []string `json:"hold"`
+	Resume []string `json:"resume"`
+	Reason string   `json:"reason"`
+}
+
+// HoldResult is what POST /admin/holds did and the hold list it left. Unknown, ended and already
+// held ids in Hold, and ids not held in Resume, are skipped, so Added and Resumed may be smaller
+// than the lists sent: a controller that acts twice on the same ids changes nothing the second
+// time.
+type HoldResult struct {
+	// Added is how many sessions were put on the hold list, Resumed how many were taken off it.
+	Added   int `json:"added"`
+	Resumed int `json:"resumed"`
+	// Released lists the sessions whose waiting calls the resume let go ([] when none).
+	Released []string `json:"released"`
+	// HeldSessions, HeldTokens and HeldCalls are the hold list after the change: the sessions on
+	// it, their contexts and how many of their calls wait now.
+	HeldSessions int   `json:"held_sessions"`
+	HeldTokens   int64 `json:"held_tokens"`
+	HeldCalls    int   `json:"held_calls"`
 }

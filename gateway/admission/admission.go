@@ -615,6 +615,12 @@ func (c *Core) End(now time.Time, id string) []Event {
 }
 
 func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
+	if !s.waitSince.IsZero() {
+		// A waiting call whose client gave up (Abandon was not called) must not outlive its
+		// session in the count.
+		s.waitSince = time.Time{}
+		c.mu.waiting--
+	}
 	if s.held {
 		c.unholdLocked(s)
 	}

@@ -222,3 +222,21 @@ func (c *Core) Held(id string) bool {
 func (c *Core) activeLocked() (workingSet, reserved int64) {
 	return c.mu.workingSet - c.mu.heldCtx, c.mu.reserved - c.mu.heldDemand
 }
+
+// Abandon takes back a waiting call whose client gave up (or a gateway that stops answering
+// it): the call leaves the count of waiting calls and of calls in flight, with no event, and the
+// session stays on the hold list. It reports whether a call was waiting.
+func (c *Core) Abandon(now time.Time, id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.live[id]
+	if !ok || s.waitSince.IsZero() {
+		return false
+	}
+	c.releaseLocked(now, s, "")
+	if s.inFlight > 0 {
+		s.inFlight--
+	}
+	s.lastDone = now
+	return true
+}

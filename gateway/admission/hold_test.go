@@ -145,3 +145,27 @@ func TestHoldBoundValidated(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "hold_bound")
 }
+
+func TestAbandonedWaitingCall(t *testing.T) {
+	c := liveThree(t, Options{IdleTimeout: time.Minute})
+	c.Hold(at(10), []string{"a"})
+	require.Equal(t, CallHeld, c.BeginCall(at(10), "a", 100))
+	assert.True(t, c.Abandon(at(20), "a"))
+	assert.False(t, c.Abandon(at(21), "a"), "nothing waits any more")
+	s := c.Snapshot(at(22), false)
+	assert.Zero(t, s.HeldCalls)
+	assert.Equal(t, 1, s.Held, "the session stays held")
+	assert.Empty(t, c.ExpireHolds(at(1000)), "no bound release for a call that is gone")
+	assert.Contains(t, ids(c.Expire(at(81)), EventEnded), "a", "nothing in flight: it idles out from the abandon")
+	check(t, c)
+
+	// A client that gave up without Abandon (its gateway only finished the call): the session's
+	// idle end does not leave a waiting call behind in the count.
+	c = liveThree(t, Options{IdleTimeout: time.Minute})
+	c.Hold(at(10), []string{"b"})
+	require.Equal(t, CallHeld, c.BeginCall(at(10), "b", 200))
+	c.Finish(at(11), "b", 0)
+	assert.Contains(t, ids(c.Expire(at(80)), EventEnded), "b")
+	assert.Zero(t, c.Snapshot(at(80), false).HeldCalls)
+	check(t, c)
+}

@@ -1,7 +1,8 @@
 // Package client is a Go client for the admin API of `basin gateway`: it reads the gateway's
-// admission state and changes the budget, sheds queued sessions and switches sticky decode
-// routing. basin's daemon acts on a gateway only through it, so its remediation executor can be
-// pointed at a real gateway or, behind the same small interfaces, at the in-process simulator.
+// admission state and changes the budget, sheds queued sessions, holds and resumes live sessions'
+// calls and switches sticky decode routing. basin's daemon acts on a gateway only through it, so
+// its remediation executor can be pointed at a real gateway or, behind the same small interfaces,
+// at the in-process simulator.
 //
 // The gateway stays the authority on what a valid request is: the client checks its own options
 // up front but sends every call as given, and a refusal comes back as an *APIError carrying the
@@ -60,6 +61,10 @@ type Options struct {
 	// no live-session listing (GET /admin/state?queue_tail=N): what a controller needs, at a cost
 	// that does not grow with the deployment. 0 lists everything.
 	QueueTail int
+	// Sessions, with QueueTail, lists the live sessions too (GET /admin/state?...&sessions=true):
+	// what a hold policy chooses among, at a cost that grows with the live sessions, not the
+	// queue. Without QueueTail they are always listed.
+	Sessions bool
 }
 
 // String describes the options without the token, so that logging them cannot leak it.
@@ -78,6 +83,7 @@ type Client struct {
 	http      *http.Client
 	timeout   time.Duration
 	queueTail int
+	sessions  bool
 }
 
 // New checks o and returns a Client, failing with every bad field named. It makes no call: a
@@ -128,7 +134,7 @@ func New(o Options) (*Client, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	return &Client{base: base, token: tok, http: hc, timeout: timeout, queueTail: o.QueueTail}, nil
+	return &Client{base: base, token: tok, http: hc, timeout: timeout, queueTail: o.QueueTail, sessions: o.Sessions}, nil
 }
 
 // String names the gateway without the token (fmt would otherwise print unexported fields).
@@ -200,6 +206,9 @@ func (c *Client) State(ctx context.Context) (adminapi.StateView, error) {
 	path := "state"
 	if c.queueTail > 0 {
 		path = fmt.Sprintf("state?queue_tail=%d", c.queueTail)
+		if c.sessions {
+			path += "&sessions=true"
+		}
 	}
 	if err := c.do(ctx, "state", http.MethodGet, path, nil, &v); err != nil {
 		return adminapi.StateView{}, err
@@ -242,6 +251,27 @@ func (c *Client) Shed(ctx context.Context, ids []string, count int, reason strin
 	var r adminapi.ShedResult
 	if err := c.do(ctx, "shed", http.MethodPost, "shed", req, &r); err != nil {
 		return adminapi.ShedResult{}, err
+	}
+	return r, nil
+}
+
+// Hold changes the gateway's hold list (POST /admin/holds): the live sessions in hold have their
+// next calls wait at the gateway, the sessions in resume are taken off the list and a call of
+// theirs that waits goes at once. Unknown, ended and already held ids are skipped, so applying
+// the same change twice is harmless. The reason is logged by the gateway and is required. It is
+// remediate.Holder; HoldResult says what the change did.
+func (c *Client) Hold(ctx context.Context, hold, resume []string, reason string) error {
+	_, err := c.HoldResult(ctx, hold, resume, reason)
+	return err
+}
+
+// HoldResult is Hold with the gateway's answer: how many sessions were held and resumed, the
+// calls released, and the hold list after the change.
+func (c *Client) HoldResult(ctx context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error) {
+	var r adminapi.HoldResult
+	err := c.do(ctx, "hold", http.MethodPost, "holds", adminapi.HoldRequest{Hold: hold, Resume: resume, Reason: reason}, &r)
+	if err != nil {
+		return adminapi.HoldResult{}, err
 	}
 	return r, nil
 }

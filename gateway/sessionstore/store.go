@@ -524,7 +524,8 @@ func strArgs(ss []string) []any {
 // TestSameSessionCoversEveryField fails when LiveSession gains a field this does not compare.
 func sameSession(a, b *admission.LiveSession) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Arrival.Equal(b.Arrival) && a.Admitted.Equal(b.Admitted) &&
-		a.LastDone.Equal(b.LastDone) && a.Context == b.Context && a.Peak == b.Peak && a.PredictedPeak == b.PredictedPeak
+		a.LastDone.Equal(b.LastDone) && a.Context == b.Context && a.Peak == b.Peak && a.PredictedPeak == b.PredictedPeak &&
+		a.Priority.Equal(b.Priority) && a.Held == b.Held
 }
 
 func sameTimes(a, b map[string]time.Time) bool {

@@ -846,6 +846,8 @@ func TestSameSessionCoversEveryField(t *testing.T) {
 				cv.SetInt(x + 1)
 			case time.Time:
 				cv.Set(reflect.ValueOf(x.Add(time.Nanosecond)))
+			case bool:
+				cv.SetBool(!x)
 			default:
 				t.Fatalf("field %s of type %s: teach sameSession and this test about it", f.Name, f.Type)
 			}
