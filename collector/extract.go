@@ -54,6 +54,11 @@ const (
 	gwAffinity    = "basin_gateway_affinity_enabled"
 	gwArrivals    = "basin_gateway_session_arrivals_total"
 	gwCompletions = "basin_gateway_session_completions_total"
+	// The gateway's held sessions (their next calls wait at the gateway) and their contexts:
+	// the collector takes them out of the working set and the live sessions it reports, since
+	// the cache does not have to carry a held session's prefix.
+	gwHeld       = "basin_gateway_sessions_held"
+	gwHeldTokens = "basin_gateway_held_tokens"
 )
 
 // wantedFamilies are the families a scrape keeps (filterText); wantedHistograms the histogram
@@ -67,6 +72,7 @@ var (
 		vlHits, vlQueries, vlGPUHits, vlGPUQueries, vlSuccess, vlTTFT, vlWaiting, vlKVUsage, vlGPUUsage,
 		vlCacheConfig,
 		gwWorkingSet, gwLive, gwInCall, gwQueued, gwBudget, gwReserved, gwAffinity, gwArrivals, gwCompletions,
+		gwHeld, gwHeldTokens,
 	)
 )
 
@@ -334,6 +340,15 @@ func positive(s string) (float64, bool) {
 func (x *extractor) gateway(r *reading) {
 	r.workingSet = x.sum(gwWorkingSet)
 	r.live = x.sum(gwLive)
+	// Held sessions are live and their contexts in the working set, but their calls wait at the
+	// gateway and their prefixes need not be cached: what the deployment serves is the rest. A
+	// gateway that exports no hold metrics (an older one) holds nothing.
+	if h := x.sum(gwHeldTokens); h.ok && r.workingSet.ok {
+		r.workingSet.v = max(0, r.workingSet.v-h.v)
+	}
+	if h := x.sum(gwHeld); h.ok && r.live.ok {
+		r.live.v = max(0, r.live.v-h.v)
+	}
 	r.inCall = x.sum(gwInCall)
 	r.queued = x.sum(gwQueued)
 	r.budget = x.sum(gwBudget)

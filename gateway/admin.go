@@ -121,7 +121,7 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 			case !list:
 				s.Sessions = nil
 			case s.Sessions == nil:
-				s.Sessions = g.liveSessions()
+				s.Sessions = g.liveSessions(now)
 			}
 			return s
 		}

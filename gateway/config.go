@@ -20,9 +20,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultListen       = "127.0.0.1:8080"
-	DefaultAdminListen  = "127.0.0.1:8081"
-	DefaultIdleTimeout  = admission.DefaultIdleTimeout
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultAdminListen = "127.0.0.1:8081"
+	DefaultIdleTimeout = admission.DefaultIdleTimeout
+	// MaxHoldBound is the 10-minute request timeout of the OpenAI and Anthropic SDKs: a hold
+	// bound must stay under it.
+	MaxHoldBound        = 10 * time.Minute
 	DefaultMaxQueueWait = 30 * time.Second
 	DefaultMaxBodyBytes = 16 << 20
 	// DefaultAffinityHeader is the header SGLang's model gateway routes on with its manual and
@@ -161,6 +164,11 @@ type AdmissionConfig struct {
 	// StaleAfter is how long a queued session may wait before it goes stale: behind every fresh
 	// session, the stale ones newest first (admission.DefaultStaleAfter; negative: never).
 	StaleAfter Duration `yaml:"stale_after"`
+	// HoldBound is the longest a held session's call waits at the gateway before it passes
+	// anyway (admission.DefaultHoldBound). It must stay under the clients' request timeout (the
+	// OpenAI and Anthropic SDKs' is 10 minutes): a held call that outlives it costs the agent its
+	// request, which is what holding must never do.
+	HoldBound Duration `yaml:"hold_bound"`
 	// TenantQuota caps each tenant's live plus queued sessions (0: no cap).
 	TenantQuota int `yaml:"tenant_quota"`
 	// Quotas overrides TenantQuota per tenant.
@@ -307,6 +315,9 @@ func (c *Config) validate(root *yaml.Node) error {
 	if a.TenantQuota < 0 {
 		bad(adm("tenant_quota"), "must be ≥ 0, got %d", a.TenantQuota)
 	}
+	if hb := time.Duration(a.HoldBound); hb < 0 || hb >= MaxHoldBound {
+		bad(adm("hold_bound"), "must be > 0 and under %v (the SDKs' request timeout), got %v", MaxHoldBound, hb)
+	}
 	for t, q := range a.Quotas {
 		if q < 0 {
 			bad([]string{"admission", "quotas", t}, "must be ≥ 0, got %d", q)
@@ -397,6 +408,7 @@ func (c *Config) admissionOptions() admission.Options {
 		TokensPerSecond: a.PriorityTokensPerSec,
 		ArrivalOrder:    a.ArrivalOrder,
 		StaleAfter:      time.Duration(a.StaleAfter),
+		HoldBound:       time.Duration(a.HoldBound),
 		TenantQuota:     a.TenantQuota,
 		Quotas:          a.Quotas,
 		IdleTimeout:     time.Duration(c.IdleTimeout),

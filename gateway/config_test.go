@@ -56,6 +56,7 @@ func TestParseConfigErrorsNameKeyAndLine(t *testing.T) {
 			[]string{"line 3", "admission.budget_tokens: must be > 0"}},
 		{"bad mode", ok + "  mode: greedy\n", []string{"line 4", "admission.mode", `"greedy"`}},
 		{"negative quota", ok + "  quotas:\n    acme: -1\n", []string{"line 5", "admission.quotas.acme"}},
+		{"hold bound past the SDKs' timeout", ok + "  hold_bound: 12m\n", []string{"line 4", "admission.hold_bound", "under 10m0s"}},
 		{"bad header name", ok + "tenant_header: \"x tenant\"\n", []string{"line 4", "tenant_header"}},
 		{"bad listen", ok + "listen: localhost\n", []string{"line 4", "listen", "host:port"}},
 		{"empty session headers", ok + "session_headers: []\n", []string{"line 4", "session_headers"}},

@@ -216,12 +216,12 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 // liveSessions lists the live sessions by id, one at a time from the core rather than with the
 // queue's listing (Snapshot lists both under one lock): a session that ends meanwhile is left
 // out, so the list may be a moment younger than the counts beside it.
-func (g *Gateway) liveSessions() []admission.LiveSession {
+func (g *Gateway) liveSessions(now time.Time) []admission.LiveSession {
 	ids, _ := g.core.LiveIDs()
 	slices.Sort(ids)
 	out := make([]admission.LiveSession, 0, len(ids))
 	for _, id := range ids {
-		if ls, ok := g.core.LiveSession(id); ok {
+		if ls, ok := g.core.LiveSessionAt(now, id); ok {
 			out = append(out, ls)
 		}
 	}

@@ -28,11 +28,13 @@ import (
 //     budget the step just decided — in an incident, the incident cut — so holding and
 //     admitting use one number: the active working set the cache can carry.
 //   - Resume, once the hit rate is no longer off its plateau (or no reading says it is): the held
-//     sessions, highest priority first, while the active working set with them stays under B,
-//     at most HoldResumeFraction × B of context a step, so the recomputes arrive a few at a
-//     time. Newcomers go first: nothing is resumed while sessions queue for admission, because
-//     a held session keeps its place (it is live, never cut) while a queued first call that
-//     waits misses its deadline. A held call never waits past the gateway's hold bound
+//     sessions, highest priority first, while the active working set with them stays under
+//     max(B, B_ref), at most HoldResumeFraction × B of context a step, so the recomputes arrive
+//     a few at a time. While an incident holds B under B_ref, newcomers are admitted only up to
+//     B and the band above it is the held sessions'; once B is back at B_ref, newcomers go
+//     first: nothing is resumed while sessions queue for admission, because a held session
+//     keeps its place (it is live, never cut) while a queued first call that waits misses its
+//     deadline. A held call never waits past the gateway's hold bound
 //     (admission.DefaultHoldBound), whatever this rule decides.
 //   - Blind (a needed signal stale, or the gateway unread): nothing new is held; resuming goes
 //     on when the gateway can be read.
@@ -72,6 +74,8 @@ type LiveSession struct {
 	Priority time.Time
 	Context  int64
 	Held     bool
+	// HeldCallSeconds is how long the session's held call has waited (0: none waits).
+	HeldCallSeconds float64
 }
 
 // DefaultHoldResumeFraction: at most 0.1 × B of held context is resumed a step (chosen: at
@@ -87,23 +91,25 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	}
 	reading := a.HitEvidence.Enough
 	off := reading && a.HitRate < a.Plateau-o.LeaveDrop
-	trouble := a.State == detector.Drifting || a.State == detector.Trapped
+	// Recovering counts: with the held sessions out of the working set the detector reads, it
+	// leaves trapped as soon as the first holds land, while the hit rate is still off its plateau
+	// and the active sessions' contexts keep growing.
+	trouble := a.State == detector.Drifting || a.State == detector.Trapped || a.State == detector.Recovering
 	active := g.WorkingSet - g.HeldTokens
 	held, live := g.Held, len(g.Sessions)
-	if held == 0 && p.st.Mode != Incident {
-		p.st.HoldSince = time.Time{} // the episode is over: a later one starts afresh
-	}
+	// Room for resumes is measured against what the gateway admits newcomers to at once (its
+	// reference budget, B_ref, at least B). While an incident holds B under B_ref, newcomers are
+	// admitted only up to B, so the band from B to B_ref is the held sessions' whatever queues;
+	// once B is back at B_ref, a resume would take room from a queued newcomer, who goes first.
+	room := max(budget, g.Reference, int64(p.o.ReferenceFraction*a.KneeTokens))
 	switch {
 	case p.st.Mode == Incident && trouble && off && !blind && active > budget:
-		if p.st.HoldSince.IsZero() {
-			p.st.HoldSince = in.At
-		}
-		// Only the population that was live when holding began: the sessions admitted since
-		// were admitted into the room the holds made, and holding them would only move the
-		// wait onto the sessions that can still finish in time.
+		// Only the population that was live when the incident began: the sessions admitted
+		// since were admitted into the room the holds made, and holding them would only move
+		// the wait onto the sessions that can still finish in time.
 		cands := make([]LiveSession, 0, len(g.Sessions))
 		for _, s := range g.Sessions {
-			if !s.Held && s.Admitted.Before(p.st.HoldSince) {
+			if !s.Held && s.Admitted.Before(p.st.ModeSince) {
 				cands = append(cands, s)
 			}
 		}
@@ -128,7 +134,7 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 		plan.Hold = h
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, hit rate %.2f off its plateau %.2f: %s: active working set %s → %s, at or under B %s",
 			a.State, a.HitRate, a.Plateau, h.Summary(), FormatTokens(from), FormatTokens(active), FormatTokens(budget)))
-	case g.Held > 0 && !off && g.Queued == 0:
+	case g.Held > 0 && !off && (g.Queued == 0 || budget < g.Reference):
 		var heldS []LiveSession
 		for _, s := range g.Sessions {
 			if s.Held {
@@ -140,7 +146,7 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 		h := &HoldAction{}
 		var back int64
 		for _, s := range heldS {
-			if active+s.Context > budget || back+s.Context > quota && len(h.Resume) > 0 {
+			if active+s.Context > room || back+s.Context > quota && len(h.Resume) > 0 {
 				break
 			}
 			h.Resume = append(h.Resume, s.ID)
@@ -158,7 +164,12 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 		if !reading {
 			why = "no hit-rate reading off the plateau"
 		}
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("%s, nobody queued: %s, highest priority first (%s of context back, active working set %s under B %s)",
-			why, h.Summary(), FormatTokens(back), FormatTokens(active), FormatTokens(budget)))
+		if g.Queued == 0 {
+			why += ", nobody queued"
+		} else {
+			why += fmt.Sprintf(", newcomers admitted up to B %s", FormatTokens(budget))
+		}
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("%s: %s, highest priority first (%s of context back, active working set %s, at most %s)",
+			why, h.Summary(), FormatTokens(back), FormatTokens(active), FormatTokens(room)))
 	}
 }

@@ -68,8 +68,8 @@ func TestHoldsTheLowestPriorityUntilTheActiveSetFits(t *testing.T) {
 	assert.Contains(t, plan.Hold.Summary(), "holding 6 sessions' next calls so the other 4 fit the cache")
 	assert.Contains(t, fmt.Sprint(plan.Hold.Reasons), "active working set 1.50M → 600K, at or under B 700K")
 
-	// The next step, with the holds applied and a newcomer admitted into the room: nothing more
-	// to hold, and the newcomer, admitted after holding began, is never a candidate.
+	// The next step, with the holds applied and a newcomer admitted into the room: the newcomer,
+	// admitted after the incident began, is never a candidate.
 	g = apply(g, plan.Hold)
 	g.Sessions = append(g.Sessions, LiveSession{ID: "new", Admitted: t0.Add(time.Second), Priority: t0, Context: 200_000})
 	g.WorkingSet += 200_000
@@ -129,8 +129,20 @@ func TestResumesHighestPriorityFirstIntoTheRoom(t *testing.T) {
 	now := t0.Add(time.Minute)
 	queued := g
 	queued.Queued = 2
+	// A policy out of its incident, B back at B_ref, sessions queued: newcomers go first.
+	normal := queued
+	normal.Budget = normal.Reference
+	pn := newPolicy(t, Options{})
+	plan = pn.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: normal, GatewayOK: true})
+	require.Equal(t, Normal, pn.State().Mode)
+	assert.Nil(t, plan.Hold, "B back at B_ref and sessions queue for admission: newcomers go first, %q", plan.Reasons)
+	// Under the incident's cut, newcomers are admitted only up to B: the band from B to B_ref is
+	// the held sessions', queue or not.
+	queued.Budget = g.Budget
+	require.Less(t, queued.Budget, queued.Reference)
 	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: queued, GatewayOK: true})
-	assert.Nil(t, plan.Hold, "sessions queue for admission: newcomers go first")
+	require.NotNil(t, plan.Hold, "B under B_ref: resumes go into the band above it, %q", plan.Reasons)
+	assert.Equal(t, []string{"s4"}, plan.Hold.Resume)
 
 	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Trapped, 0.5), Gateway: g, GatewayOK: true})
 	assert.Nil(t, plan.Hold, "hit rate still off its plateau: nothing resumed")
@@ -142,11 +154,15 @@ func TestResumesHighestPriorityFirstIntoTheRoom(t *testing.T) {
 	assert.Empty(t, plan.Hold.Hold)
 	assert.Equal(t, 5, plan.Hold.Held)
 
+	// The room is what the gateway admits newcomers to at once: its reference budget, 1M. With
+	// no quota to speak of, 150K + 5 × 150K ≤ 1M; a sixth would not fit.
 	p2 := newPolicy(t, Options{HoldResumeFraction: 1})
 	p2.st = p.st
+	p2.o.HoldResumeFraction = 2
 	plan = p2.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: g, GatewayOK: true})
 	require.NotNil(t, plan.Hold)
-	assert.Equal(t, []string{"s4", "s5", "s6"}, plan.Hold.Resume, "150K + 3 × 150K ≤ 700K; a fourth would not fit")
+	assert.Equal(t, []string{"s4", "s5", "s6", "s7", "s8"}, plan.Hold.Resume)
+	assert.Contains(t, fmt.Sprint(plan.Hold.Reasons), "at most 1.00M")
 }
 
 func TestHoldResumeFractionValidated(t *testing.T) {

@@ -125,10 +125,7 @@ type PolicyState struct {
 	// taken at once, falls followed over Options.ReferenceWindow.
 	HeldCapacity float64   `json:"held_capacity_tokens,omitempty"`
 	CapacityAt   time.Time `json:"capacity_at,omitzero"`
-	// HoldSince is when the hold rule began holding (hold.go): only sessions admitted before it
-	// may be held. Zero while nothing is held.
-	HoldSince time.Time `json:"hold_since,omitzero"`
-	Seq       uint64    `json:"seq"`
+	Seq          uint64    `json:"seq"`
 }
 
 // Policy is basin's remediation policy: the budget controller and the shedding rule. The
@@ -314,6 +311,12 @@ func (p *Policy) Decide(in Inputs) Plan {
 			plan.Reasons = append(plan.Reasons, fmt.Sprintf("incident: cut B %s → %s (%.2f × B_ref %s) so the working set drains; admitted sessions finish",
 				FormatTokens(cur), FormatTokens(cut), o.IncidentFraction, FormatTokens(ref)))
 		}
+	case p.st.Mode == Incident && in.GatewayOK && in.Gateway.Held > 0:
+		// The sessions still running are out of the trap, but the held ones are its backlog:
+		// the incident lasts until they are all back, and B stays at its cut, so newcomers are
+		// admitted up to it and the room above it is the held sessions' (hold.go).
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, but %d sessions still held: the incident lasts until they are resumed, B held at %s",
+			a.State, in.Gateway.Held, FormatTokens(cur)))
 	case p.st.Mode == Incident:
 		setMode(Restoring, fmt.Sprintf("detector %s, no alert firing", a.State))
 		fallthrough
@@ -556,7 +559,8 @@ func GatewayFrom(s admission.Snapshot) Gateway {
 	if s.Sessions != nil {
 		g.Sessions = make([]LiveSession, len(s.Sessions))
 		for i, l := range s.Sessions {
-			g.Sessions[i] = LiveSession{ID: l.ID, Admitted: l.Admitted, Priority: l.Priority, Context: l.Context, Held: l.Held}
+			g.Sessions[i] = LiveSession{ID: l.ID, Admitted: l.Admitted, Priority: l.Priority, Context: l.Context, Held: l.Held,
+				HeldCallSeconds: l.HeldCallSeconds}
 		}
 	}
 	wait := s.OldestWaitSeconds

@@ -435,6 +435,9 @@ func TestCollectorExportsTheCore(t *testing.T) {
 	c := core(t, Options{Budget: 100})
 	c.Arrive(at(0), req("a", 90, 0))
 	c.Arrive(at(1), req("b", 30, 0))
+	c.Hold(at(1), []string{"a"})
+	c.Finish(at(1), "a", 90)
+	require.Equal(t, CallHeld, c.BeginCall(at(1.5), "a", 95))
 	reg := prometheus.NewRegistry()
 	on := true
 	require.NoError(t, reg.Register(NewCollector(c, func() time.Time { return at(2) }, func() bool { return on })))
@@ -452,13 +455,16 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]float64{
-		"basin_gateway_sessions_live": 1, "basin_gateway_sessions_in_call": 1, "basin_gateway_sessions_queued": 1,
-		"basin_gateway_working_set_tokens": 90, "basin_gateway_reserved_tokens": 90,
+		// b was admitted from the queue when a was held: a's context left the admission test.
+		"basin_gateway_sessions_live": 2, "basin_gateway_sessions_in_call": 2, "basin_gateway_sessions_queued": 0,
+		"basin_gateway_working_set_tokens": 125, "basin_gateway_reserved_tokens": 125,
 		"basin_gateway_budget_tokens": 100, "basin_gateway_sessions_queued_stale": 0, "basin_gateway_sessions_staled_total": 0, "basin_gateway_reference_budget_tokens": 100,
 		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,
 		"basin_gateway_session_completions_total": 0, "basin_gateway_admissions_total{immediate}": 1,
-		"basin_gateway_admissions_total{queued}": 0, "basin_gateway_queue_oldest_wait_seconds": 1,
+		"basin_gateway_admissions_total{queued}": 1, "basin_gateway_queue_oldest_wait_seconds": 0,
 		"basin_gateway_admission_count_only": 0,
+		"basin_gateway_sessions_held":        1, "basin_gateway_held_tokens": 95, "basin_gateway_held_calls": 1,
+		"basin_gateway_calls_held_total": 1, "basin_gateway_hold_bound_releases_total": 0,
 	}, got)
 }
 

@@ -14,6 +14,7 @@ type stateCollector struct {
 	live, inCall, queued, workingSet, reserved, budget, reference *prometheus.Desc
 	affinity, arrivals, completions, admissions, oldestWait       *prometheus.Desc
 	countOnly, stale, staled                                      *prometheus.Desc
+	held, heldTokens, heldCalls, callsHeld, boundReleases         *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -47,13 +48,20 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		arrivals:    d("basin_gateway_session_arrivals_total", "New sessions that arrived (admitted, queued or refused)."),
 		completions: d("basin_gateway_session_completions_total", "Sessions that ended (explicitly or idle)."),
 		admissions:  d("basin_gateway_admissions_total", "Sessions admitted, at once or after queueing.", "result"),
+		held:        d("basin_gateway_sessions_held", "Live sessions on the hold list: their next model calls wait at the gateway (they count in basin_gateway_sessions_live)."),
+		heldTokens:  d("basin_gateway_held_tokens", "Contexts of the held sessions (part of basin_gateway_working_set_tokens; the cache need not carry them)."),
+		heldCalls:   d("basin_gateway_held_calls", "Calls of held sessions waiting at the gateway now."),
+		callsHeld:   d("basin_gateway_calls_held_total", "Calls of held sessions that waited at the gateway."),
+		boundReleases: d("basin_gateway_hold_bound_releases_total",
+			"Held calls that went on because they had waited the hold bound (their sessions stay held)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
-		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly, c.stale, c.staled} {
+		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly, c.stale, c.staled,
+		c.held, c.heldTokens, c.heldCalls, c.callsHeld, c.boundReleases} {
 		ch <- d
 	}
 }
@@ -80,6 +88,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.countOnly, countOnly)
 	gauge(c.stale, float64(s.Stale))
 	counter(c.staled, s.Counters.Staled)
+	gauge(c.held, float64(s.Held))
+	gauge(c.heldTokens, float64(s.HeldTokens))
+	gauge(c.heldCalls, float64(s.HeldCalls))
+	counter(c.callsHeld, s.Counters.CallsHeld)
+	counter(c.boundReleases, s.Counters.HoldBoundReleases)
 	aff := 0.0
 	if c.affinityOn != nil && c.affinityOn() {
 		aff = 1

@@ -59,7 +59,7 @@ func (c *Core) Snapshot(now time.Time, queue bool) Snapshot {
 	defer c.mu.Unlock()
 	s := c.snapshotLocked(now)
 	if queue {
-		s.Sessions = c.liveLocked()
+		s.Sessions = c.liveLocked(now)
 		s.Queue = c.queueLocked(now, c.mu.queue.Len())
 	}
 	return s
@@ -131,6 +131,9 @@ type LiveSession struct {
 	// Held: on the hold list (hold.go); kept across restarts, so a held session's next call
 	// still waits.
 	Held bool `json:"held,omitempty"`
+	// HeldCallSeconds is how long its held call has waited, when one waits (listings only:
+	// the call does not outlive the process).
+	HeldCallSeconds float64 `json:"held_call_seconds,omitempty"`
 }
 
 // State is what survives a restart: the live-session table (so sessions in flight are not
@@ -189,16 +192,36 @@ func (c *Core) LiveSession(id string) (LiveSession, bool) {
 	return liveSessionOf(s), true
 }
 
+// LiveSessionAt is LiveSession with how long the session's held call has waited at now, for
+// listings (a hold policy resumes the longest-waiting first).
+func (c *Core) LiveSessionAt(now time.Time, id string) (LiveSession, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.mu.live[id]
+	if !ok {
+		return LiveSession{}, false
+	}
+	ls := liveSessionOf(s)
+	if !s.waitSince.IsZero() {
+		ls.HeldCallSeconds = now.Sub(s.waitSince).Seconds()
+	}
+	return ls, true
+}
+
 func liveSessionOf(s *session) LiveSession {
 	return LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
 		LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted, Priority: s.priority, Held: s.held}
 }
 
-// liveLocked lists the live sessions by id.
-func (c *Core) liveLocked() []LiveSession {
+// liveLocked lists the live sessions by id, with how long their held calls have waited.
+func (c *Core) liveLocked(now time.Time) []LiveSession {
 	out := make([]LiveSession, 0, len(c.mu.live))
 	for _, s := range c.mu.live {
-		out = append(out, liveSessionOf(s))
+		ls := liveSessionOf(s)
+		if !s.waitSince.IsZero() {
+			ls.HeldCallSeconds = now.Sub(s.waitSince).Seconds()
+		}
+		out = append(out, ls)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out

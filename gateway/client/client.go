@@ -216,6 +216,21 @@ func (c *Client) State(ctx context.Context) (adminapi.StateView, error) {
 	return v, nil
 }
 
+// StateSessions is State with the live sessions listed even when the client asks for the queue's
+// tail only (GET /admin/state?queue_tail=N&sessions=true): what a hold policy chooses among, at a
+// cost that grows with the live sessions, so a daemon asks for it only while it may hold.
+func (c *Client) StateSessions(ctx context.Context) (adminapi.StateView, error) {
+	var v adminapi.StateView
+	path := "state?sessions=true"
+	if c.queueTail > 0 {
+		path = fmt.Sprintf("state?queue_tail=%d&sessions=true", c.queueTail)
+	}
+	if err := c.do(ctx, "state", http.MethodGet, path, nil, &v); err != nil {
+		return adminapi.StateView{}, err
+	}
+	return v, nil
+}
+
 // budgetRequest is the body of PUT /admin/budget. Tokens is always sent, so that a zero reaches
 // the gateway and is refused there, naming the field, like any other bad value; a zero reference
 // is left out, which leaves the gateway's reference budget as it is.

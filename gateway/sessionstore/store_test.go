@@ -848,6 +848,8 @@ func TestSameSessionCoversEveryField(t *testing.T) {
 				cv.Set(reflect.ValueOf(x.Add(time.Nanosecond)))
 			case bool:
 				cv.SetBool(!x)
+			case float64:
+				cv.SetFloat(x + 1)
 			default:
 				t.Fatalf("field %s of type %s: teach sameSession and this test about it", f.Name, f.Type)
 			}

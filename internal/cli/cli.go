@@ -133,7 +133,7 @@ func root() command {
 					"watching until that minute and acting from it, once with today's levers only (budget, shedding,\n" +
 					"lending) and once with holds; the table gives the runs recovered, the minutes to recover, goodput\n" +
 					"against the no-spike twin and the first-call wait after acting.",
-				examples: []string{"basin sim late", "basin sim late --markdown", "basin sim run --scenario paper-1p3d-h200-spike --act-at 40 --duration 150m --json"},
+				examples: []string{"basin sim late", "basin sim late --markdown --also-hold-bound 8m", "basin sim late --scenarios paper-1p3d-h200-spike --act-at 40 --seeds 2"},
 			}, run: leaf(simLate)},
 			"matrix": {help: help{
 				summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",

@@ -36,6 +36,9 @@ import (
 // GatewayAPI is what the daemon needs of the gateway's admin API (gateway/client implements it).
 type GatewayAPI interface {
 	State(ctx context.Context) (adminapi.StateView, error)
+	// StateSessions is State with the live sessions listed, for the hold rule.
+	StateSessions(ctx context.Context) (adminapi.StateView, error)
+	HoldResult(ctx context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error)
 	SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (adminapi.BudgetResult, error)
 	Shed(ctx context.Context, ids []string, count int, reason string) (adminapi.ShedResult, error)
 	SetAffinity(ctx context.Context, enabled bool, reason string) error
@@ -344,7 +347,7 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		Logger: d.log.With("component", "executor")}
 	if d.gw != nil {
 		act := gatewayActuator{gw: d.gw, log: d.log.With("component", "gateway")}
-		ex.Budget, ex.Shed = act, act
+		ex.Budget, ex.Shed, ex.Hold = act, act, act
 	}
 	if d.lendBE != nil {
 		ex.Lending = remediate.BackendLending{Backend: d.lendBE}
@@ -674,7 +677,11 @@ func (d *Daemon) Step(ctx context.Context) {
 	var view *adminapi.StateView
 	var gwErr string
 	if d.gw != nil {
-		st, err := d.gw.State(ctx)
+		read := d.gw.State
+		if d.mayHold(a) {
+			read = d.gw.StateSessions
+		}
+		st, err := read(ctx)
 		if err != nil {
 			gwErr = err.Error()
 		} else {
@@ -843,6 +850,33 @@ func (g gatewayActuator) Shed(ctx context.Context, ids []string, reason string) 
 	return err
 }
 
+// Hold changes the gateway's hold list and logs the list as the gateway left it.
+func (g gatewayActuator) Hold(ctx context.Context, hold, resume []string, reason string) error {
+	res, err := g.gw.HoldResult(ctx, hold, resume, reason)
+	if err != nil {
+		return err
+	}
+	g.log.Info("gateway hold list changed", "held", res.Added, "resumed", res.Resumed, "released_calls", len(res.Released),
+		"held_sessions", res.HeldSessions, "held_tokens", res.HeldTokens, "held_calls", res.HeldCalls)
+	return nil
+}
+
+// mayHold says whether this step reads the gateway's live sessions for the hold rule: only
+// while the rule can act — the detector drifting or trapped, or sessions already held — since
+// the listing grows with the live sessions. A replicated deployment (a store) does not hold:
+// its gateways do not enforce holds yet, so the rule is given nothing to choose among.
+func (d *Daemon) mayHold(a detector.Assessment) bool {
+	if d.cfg.Store.Enabled() || d.cfg.Remediate.DisableHolds {
+		return false
+	}
+	if a.State == detector.Drifting || a.State == detector.Trapped {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.gateway != nil && d.mu.gateway.Held > 0
+}
+
 // notifyAction tells Slack about a recorded action.
 func (d *Daemon) notifyAction(r remediate.Record) {
 	ev := notify.Event{Kind: notify.KindAction, At: r.At, Deployment: d.cfg.Deployment, Action: r.Kind, Reasons: r.Reasons,
@@ -856,6 +890,8 @@ func (d *Daemon) notifyAction(r remediate.Record) {
 		ev.Before, ev.After = fmt.Sprintf("%d tokens", r.Budget.From), fmt.Sprintf("%d tokens", r.Budget.To)
 	case r.Shed != nil:
 		ev.After = fmt.Sprintf("shed %v", r.Shed.IDs)
+	case r.Hold != nil:
+		ev.After = r.Hold.Summary()
 	case r.Lending != nil:
 		ev.After = fmt.Sprintf("lending enabled=%t", r.Lending.Enabled)
 	}

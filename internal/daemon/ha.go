@@ -455,6 +455,15 @@ func (g termGateway) Shed(ctx context.Context, ids []string, count int, reason s
 	return r, g.stale(term, err)
 }
 
+func (g termGateway) HoldResult(ctx context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error) {
+	term, err := g.guard(ctx)
+	if err != nil {
+		return adminapi.HoldResult{}, err
+	}
+	r, err := g.GatewayAPI.HoldResult(ctx, hold, resume, reason)
+	return r, g.stale(term, err)
+}
+
 func (g termGateway) SetAffinity(ctx context.Context, enabled bool, reason string) error {
 	term, err := g.guard(ctx)
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/collector"
@@ -57,6 +59,11 @@ type fakeGateway struct {
 	budgets     []budgetCall
 	sheds       [][]string
 	affinity    []bool
+	// sessions are the live sessions StateSessions lists (State never does); stateSessions
+	// counts those reads, holds the hold-list changes asked.
+	sessions      []admission.LiveSession
+	stateSessions int
+	holds         []holdCall
 	// affinityOn is the gateway's affinity switch, as GET /admin/state reports it.
 	affinityOn bool
 	// countOnly is admission.count_only until the first SetBudget (budget and reference read 0).
@@ -109,6 +116,62 @@ func (g *fakeGateway) Shed(_ context.Context, ids []string, _ int, _ string) (ad
 	defer g.mu.Unlock()
 	g.sheds = append(g.sheds, ids)
 	return adminapi.ShedResult{Shed: ids}, nil
+}
+
+// holdCall is one HoldResult the daemon asked for.
+type holdCall struct {
+	Hold, Resume []string
+	Reason       string
+}
+
+func (g *fakeGateway) StateSessions(ctx context.Context) (adminapi.StateView, error) {
+	v, err := g.State(ctx)
+	if err != nil {
+		return v, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stateSessions++
+	v.Sessions = append([]admission.LiveSession{}, g.sessions...)
+	for _, s := range g.sessions {
+		v.WorkingSet += s.Context
+		if s.Held {
+			v.Held++
+			v.HeldTokens += s.Context
+		}
+	}
+	v.Live = len(g.sessions)
+	return v, nil
+}
+
+func (g *fakeGateway) HoldResult(_ context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.holds = append(g.holds, holdCall{Hold: hold, Resume: resume, Reason: reason})
+	on := map[string]bool{}
+	for _, id := range hold {
+		on[id] = true
+	}
+	off := map[string]bool{}
+	for _, id := range resume {
+		off[id] = true
+	}
+	var res adminapi.HoldResult
+	for i, s := range g.sessions {
+		if on[s.ID] && !s.Held {
+			g.sessions[i].Held = true
+			res.Added++
+		}
+		if off[s.ID] && s.Held {
+			g.sessions[i].Held = false
+			res.Resumed++
+		}
+		if g.sessions[i].Held {
+			res.HeldSessions++
+			res.HeldTokens += s.Context
+		}
+	}
+	return res, nil
 }
 
 func (g *fakeGateway) SetAffinity(_ context.Context, enabled bool, _ string) error {
@@ -509,3 +572,21 @@ func auditLines(t testing.TB, dataDir string) []remediate.Record {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// gatewayRefusals sums basin_gateway_refusals_total over its codes and reasons, as the gateway's
+// admin /metrics exports it.
+func gatewayRefusals(t testing.TB, url string) float64 {
+	t.Helper()
+	code, b := call(t, http.MethodGet, url, "", "")
+	require.Equal(t, http.StatusOK, code)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	require.NoError(t, err)
+	var n float64
+	if f, ok := fams["basin_gateway_refusals_total"]; ok {
+		for _, m := range f.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}

@@ -320,6 +320,8 @@ func describe(r remediate.Record) string {
 		what = fmt.Sprintf("%sset the session budget %s → %s tokens", verb, from, Tokens(r.Budget.To))
 	case r.Shed != nil:
 		what = fmt.Sprintf("%sshed queued session %s", verb, strings.Join(r.Shed.IDs, ", "))
+	case r.Hold != nil:
+		what = map[string]string{"": "", "would ": "would be ", "failed to ": "failed: "}[verb] + r.Hold.Summary()
 	case r.Lending != nil:
 		what = fmt.Sprintf("%sswitch KV lending on the decode pool %s", verb, map[bool]string{true: "on", false: "off"}[r.Lending.Enabled])
 	default:

@@ -39,6 +39,8 @@ type LateOptions struct {
 	Remediate remediate.Options
 	// Calibration is the detector's (nil: measured on the scenario without its spikes).
 	Calibration *detector.Calibration
+	// HoldBound is the gateway's hold bound (zero: admission.DefaultHoldBound).
+	HoldBound time.Duration
 }
 
 // LateResult is a late-acting run's outcome: the simulator's result for the window from the
@@ -110,7 +112,7 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	if o.Gate != nil {
 		return nil, fmt.Errorf("scenario %s: its engine baseline already has a gate", sc.Name)
 	}
-	core, err := admission.New(admission.Options{CountOnly: true})
+	core, err := admission.New(admission.Options{CountOnly: true, HoldBound: lo.HoldBound})
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +122,11 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	if _, err := attachRemediationFrom(&o, g, detector.Options{Calibration: cal}, lo.Remediate, lo.ActAt); err != nil {
 		return nil, err
 	}
-	out := &LateResult{ActAtMin: lo.ActAt.Minutes(), HoldBoundSeconds: admission.DefaultHoldBound.Seconds()}
+	bound := lo.HoldBound
+	if bound == 0 {
+		bound = admission.DefaultHoldBound
+	}
+	out := &LateResult{ActAtMin: lo.ActAt.Minutes(), HoldBoundSeconds: bound.Seconds()}
 	// Watch the core's hold list at every observation step, after the loop acted.
 	watch := o.Controller
 	o.Controller = &sim.Controller{Every: watch.Every, Tick: func(t time.Duration, ctl sim.Control) {
@@ -172,6 +178,9 @@ type LateTableOptions struct {
 	ActAt     []float64 // minutes
 	Seeds     []uint64
 	Duration  time.Duration
+	// AlsoBounds adds, per scenario and acting minute, a row with holds at each of these hold
+	// bounds (the default's row is always there): how the bound sets what holds can rescue.
+	AlsoBounds []time.Duration
 }
 
 // LateRow aggregates one scenario, acting minute and hold setting over the seeds.
@@ -179,6 +188,8 @@ type LateRow struct {
 	Scenario string  `json:"scenario"`
 	ActAtMin float64 `json:"act_at_min"`
 	Holds    bool    `json:"holds"`
+	// HoldBoundSeconds is the gateway's hold bound in the runs with holds (0 without).
+	HoldBoundSeconds float64 `json:"hold_bound_seconds,omitempty"`
 	// LoadRatio is the base arrival rate over the deployment's calibrated peak completion rate.
 	LoadRatio float64 `json:"load_ratio"`
 	Runs      int     `json:"runs"`
@@ -236,8 +247,13 @@ func MeasureLate(o LateTableOptions, progress func(done, total int)) (*LateTable
 			load = sc.Arrivals.RatePerMin / 60 / cal.PeakCompletionRatePerS
 		}
 		for _, act := range o.ActAt {
-			for _, holds := range []bool{false, true} {
-				t.Rows = append(t.Rows, LateRow{Scenario: name, ActAtMin: act, Holds: holds, LoadRatio: load})
+			rows := []LateRow{{Holds: false}, {Holds: true, HoldBoundSeconds: admission.DefaultHoldBound.Seconds()}}
+			for _, b := range o.AlsoBounds {
+				rows = append(rows, LateRow{Holds: true, HoldBoundSeconds: b.Seconds()})
+			}
+			for _, r := range rows {
+				r.Scenario, r.ActAtMin, r.LoadRatio = name, act, load
+				t.Rows = append(t.Rows, r)
 				for _, seed := range o.Seeds {
 					jobs = append(jobs, job{row: len(t.Rows) - 1, seed: seed})
 				}
@@ -254,7 +270,8 @@ func MeasureLate(o LateTableOptions, progress func(done, total int)) (*LateTable
 		}
 		sc.Seed = j.seed
 		res, err := RunLate(sc, LateOptions{ActAt: time.Duration(row.ActAtMin * float64(time.Minute)), Duration: o.Duration,
-			Calibration: cals[row.Scenario], Remediate: remediate.Options{DisableHolds: !row.Holds}})
+			Calibration: cals[row.Scenario], Remediate: remediate.Options{DisableHolds: !row.Holds},
+			HoldBound: time.Duration(row.HoldBoundSeconds * float64(time.Second))})
 		if err != nil {
 			return fmt.Errorf("%s seed %d act at %g: %w", row.Scenario, j.seed, row.ActAtMin, err)
 		}

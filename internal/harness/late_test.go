@@ -82,15 +82,19 @@ func TestLateMarkdownNamesMisses(t *testing.T) {
 	fast := &LateResult{Result: &sim.Result{GoodputRatio: ptrOf(1), FirstCallWaitP50: ptrOf(0)}, ActAtMin: 25,
 		RecoveredMin: ptrOf(26), HeldSessionsMax: 5, HeldCallMaxSeconds: 100}
 	t1 := &LateTable{Options: LateTableOptions{Seeds: []uint64{41}, Duration: 150 * time.Minute}}
-	for _, r := range []LateRow{{Scenario: "paper-1p1d-h100-spike", ActAtMin: 25, Holds: true, Results: []*LateResult{fast}},
-		{Scenario: "paper-1p3d-h200-spike", ActAtMin: 60, Holds: true, Results: []*LateResult{never}}} {
+	def := admission.DefaultHoldBound.Seconds()
+	for _, r := range []LateRow{{Scenario: "paper-1p1d-h100-spike", ActAtMin: 25, Holds: true, HoldBoundSeconds: def, Results: []*LateResult{fast}},
+		{Scenario: "paper-1p3d-h200-spike", ActAtMin: 60, Holds: true, HoldBoundSeconds: def, Results: []*LateResult{never}},
+		// A longer bound's row is shown but not held to the targets: it would miss none here.
+		{Scenario: "paper-1p3d-h200-spike", ActAtMin: 60, Holds: true, HoldBoundSeconds: 480, Results: []*LateResult{fast}}} {
 		r.aggregate(150 * time.Minute)
 		t1.Rows = append(t1.Rows, r)
 	}
 	var b bytes.Buffer
 	require.NoError(t, WriteLateMarkdown(&b, t1))
 	out := b.String()
-	assert.Contains(t, out, "| 1P1D H100 | 0.00 | 25 | **on** | 5 | 1/1 | 1/1 | 1 (1–1) | 1.00 (1.00) | 0 |")
+	assert.Contains(t, out, "| 1P1D H100 | 0.00 | 25 | **on**, 4m0s bound | 5 | 1/1 | 1/1 | 1 (1–1) | 1.00 (1.00) | 0 |")
+	assert.Contains(t, out, "| 1P3D H200 | 0.00 | 60 | on, 8m0s bound | 5 | 1/1 | 1/1 |")
 	assert.Contains(t, out, "every run recovered within 15 minutes of acting: **not met**, 1 of 2 runs; short: 1P3D H200 at 60 (0/1)")
 	assert.Contains(t, out, "1P3D H200 at 60: — < 0.75")
 	assert.Contains(t, out, "no admitted session refused or cut: met, 0 cut")

@@ -40,6 +40,7 @@ var actionNames = map[string]string{
 	"shed":    "shed queued sessions",
 	"lending": "KV lending",
 	"pause":   "remediation paused",
+	"hold":    "holds",
 }
 
 // changeLabels title the before → after field of each action.
@@ -48,6 +49,7 @@ var changeLabels = map[string]string{
 	"shed":    "Queued sessions",
 	"lending": "KV lending",
 	"pause":   "Remediation",
+	"hold":    "Held sessions",
 }
 
 func emojiFor(state string) string {
@@ -116,7 +118,11 @@ func subject(ev Event) string {
 		return fmt.Sprintf("%s: %s → %s", dep, orUnknown(ev.From), orUnknown(ev.To))
 	case KindAction:
 		s := fmt.Sprintf("%s: %s", dep, actionName(ev.Action))
-		if ev.Before != "" || ev.After != "" {
+		switch {
+		case ev.Before == "" && ev.After != "":
+			// An action with no before (a shed, a hold) says what it did.
+			s += ": " + ev.After
+		case ev.Before != "" || ev.After != "":
 			s += fmt.Sprintf(" %s → %s", orUnknown(ev.Before), orUnknown(ev.After))
 		}
 		return s
@@ -158,7 +164,11 @@ func eventFields(ev Event) []*slack.TextBlockObject {
 		if !ok {
 			label = "Before → after"
 		}
-		f = append(f, field(label, escape(orUnknown(ev.Before))+" → *"+escape(orUnknown(ev.After))+"*"))
+		if ev.Before == "" {
+			f = append(f, field(label, "*"+escape(ev.After)+"*"))
+		} else {
+			f = append(f, field(label, escape(orUnknown(ev.Before))+" → *"+escape(orUnknown(ev.After))+"*"))
+		}
 	}
 	if ev.DryRun {
 		f = append(f, field("Mode", ":test_tube: DRY RUN — nothing was changed"))

@@ -180,6 +180,14 @@ func TestBlocks(t *testing.T) {
 			fallback: "[dry run] prod-a: KV lending off → on",
 		},
 		{
+			name: "an action with no before says what it did",
+			ev: notify.Event{Kind: notify.KindAction, At: at, Deployment: "prod-a", To: "trapped", Action: "hold",
+				After: "holding 34 sessions' next calls so the other 58 fit the cache (hold 34 more)"},
+			header:   ":rotating_light: prod-a: holds: holding 34 sessions' next calls so the other 58 fit the cache (hold 34 more)",
+			fields:   []string{"*State*\ntrapped", "*Held sessions*\n*holding 34 sessions' next calls so the other 58 fit the cache (hold 34 more)*"},
+			fallback: "prod-a: holds: holding 34 sessions' next calls so the other 58 fit the cache (hold 34 more)",
+		},
+		{
 			name: "a collapsed hit rate of zero still shows next to its plateau",
 			ev: notify.Event{Kind: notify.KindTransition, At: at, Deployment: "d", From: "drifting", To: "trapped",
 				Plateau: 0.9},
