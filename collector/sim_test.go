@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,41 @@ affinity:
 	require.NoError(t, c2.IngestGathered(t0, gw, fams))
 	require.NoError(t, c2.IngestGathered(t0.Add(10*time.Second), gw, fams))
 	assertSignals(t, c2.SnapshotAt(t0.Add(10*time.Second)), map[Signal]want{Budget: ok(1_234_567), ArrivalRate: ok(0), CompletionRate: ok(0)})
+}
+
+// A gateway that holds sessions reports them in its working set and live count; the collector
+// reads the rest, the active working set the cache must carry. A gateway that exports no hold
+// metrics (an older one) holds nothing.
+func TestGatewayHeldSessionsLeaveTheWorkingSet(t *testing.T) {
+	body := func(held string) string {
+		return `# TYPE basin_gateway_working_set_tokens gauge
+basin_gateway_working_set_tokens 2.1e+06
+# TYPE basin_gateway_sessions_live gauge
+basin_gateway_sessions_live 92
+` + held
+	}
+	gw := Target{Name: "gateway", Role: RoleGateway}
+	for _, tc := range []struct {
+		name     string
+		held     string
+		ws, live float64
+	}{
+		{"holding", `# TYPE basin_gateway_sessions_held gauge
+basin_gateway_sessions_held 34
+# TYPE basin_gateway_held_tokens gauge
+basin_gateway_held_tokens 1.4e+06
+`, 700_000, 58},
+		{"nothing held", `# TYPE basin_gateway_sessions_held gauge
+basin_gateway_sessions_held 0
+# TYPE basin_gateway_held_tokens gauge
+basin_gateway_held_tokens 0
+`, 2_100_000, 92},
+		{"an older gateway", "", 2_100_000, 92},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, _ := newTest(t, Options{})
+			require.NoError(t, c.IngestText(t0, gw, strings.NewReader(body(tc.held))))
+			assertSignals(t, c.SnapshotAt(t0), map[Signal]want{WorkingSet: ok(tc.ws), LiveSessions: ok(tc.live)})
+		})
+	}
 }

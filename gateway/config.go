@@ -169,6 +169,11 @@ type AdmissionConfig struct {
 	// OpenAI and Anthropic SDKs' is 10 minutes): a held call that outlives it costs the agent its
 	// request, which is what holding must never do.
 	HoldBound Duration `yaml:"hold_bound"`
+	// StartDeadline refuses early what cannot make it (0, the default: off): a session whose
+	// first call would wait longer than this, by the queue's recent admission rate, gets a
+	// retryable 503 with Retry-After at once, and one still queued after it gets it then,
+	// instead of a wait it cannot get through in time. A retry keeps its place.
+	StartDeadline Duration `yaml:"start_deadline"`
 	// TenantQuota caps each tenant's live plus queued sessions (0: no cap).
 	TenantQuota int `yaml:"tenant_quota"`
 	// Quotas overrides TenantQuota per tenant.
@@ -315,6 +320,9 @@ func (c *Config) validate(root *yaml.Node) error {
 	if a.TenantQuota < 0 {
 		bad(adm("tenant_quota"), "must be ≥ 0, got %d", a.TenantQuota)
 	}
+	if a.StartDeadline < 0 {
+		bad(adm("start_deadline"), "must be ≥ 0 (0: off), got %v", time.Duration(a.StartDeadline))
+	}
 	if hb := time.Duration(a.HoldBound); hb < 0 || hb >= MaxHoldBound {
 		bad(adm("hold_bound"), "must be > 0 and under %v (the SDKs' request timeout), got %v", MaxHoldBound, hb)
 	}
@@ -409,6 +417,7 @@ func (c *Config) admissionOptions() admission.Options {
 		ArrivalOrder:    a.ArrivalOrder,
 		StaleAfter:      time.Duration(a.StaleAfter),
 		HoldBound:       time.Duration(a.HoldBound),
+		StartDeadline:   time.Duration(a.StartDeadline),
 		TenantQuota:     a.TenantQuota,
 		Quotas:          a.Quotas,
 		IdleTimeout:     time.Duration(c.IdleTimeout),

@@ -51,6 +51,8 @@ type HoldAction struct {
 	Active       int   `json:"active_sessions"`
 	HeldTokens   int64 `json:"held_tokens"`
 	ActiveTokens int64 `json:"active_tokens"`
+	// Text is Summary, kept in the audit record for readers that are not Go (the status page).
+	Text string `json:"summary"`
 	// Reasons are the hold's own, as BudgetChange.Reasons.
 	Reasons []string `json:"-"`
 }
@@ -131,6 +133,7 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 		}
 		h.Held, h.Active = held, live-held
 		h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
+		h.Text = h.Summary()
 		plan.Hold = h
 		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, hit rate %.2f off its plateau %.2f: %s: active working set %s → %s, at or under B %s",
 			a.State, a.HitRate, a.Plateau, h.Summary(), FormatTokens(from), FormatTokens(active), FormatTokens(budget)))
@@ -159,6 +162,7 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 		}
 		h.Held, h.Active = held, live-held
 		h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
+		h.Text = h.Summary()
 		plan.Hold = h
 		why := "hit rate on its plateau"
 		if !reading {

@@ -91,6 +91,14 @@ type Options struct {
 	// HoldBound is the longest a held session's call waits before it passes anyway (default
 	// DefaultHoldBound; see hold.go).
 	HoldBound time.Duration
+	// StartDeadline refuses early what cannot make it (0: off): a newcomer whose estimated
+	// wait, at its place in the queue and the recent admission rate, is past it is refused at
+	// once (TooLate), and a queued session still waiting that long is refused then (EventTooLate,
+	// from ExpireQueued). Either way the client hears within seconds, with the estimate as
+	// Retry-After, instead of waiting out a queue it cannot get through in time. A retry keeps
+	// its place, as after a cancel. See the package documentation and docs/results.md for what
+	// it costs and saves.
+	StartDeadline time.Duration
 }
 
 // Defaults.
@@ -165,7 +173,7 @@ func (o Options) Validate() error {
 		v    time.Duration
 		name string
 	}{{o.RetryMemory, "retry_memory"}, {o.ShedMemory, "shed_memory"}, {o.DrainWindow, "drain_window"}, {o.IdleTimeout, "idle_timeout"},
-		{o.HoldBound, "hold_bound"}} {
+		{o.HoldBound, "hold_bound"}, {o.StartDeadline, "start_deadline"}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", d.name, d.v))
 		}
@@ -200,6 +208,9 @@ const (
 	OverQuota
 	// Refused: the session was shed recently; retrying soon will not help (HTTP 529).
 	Refused
+	// TooLate: the session's first call cannot start within Options.StartDeadline of its
+	// arrival: refused now instead of after the wait, retryable (HTTP 503 with Retry-After).
+	TooLate
 )
 
 func (v Verdict) String() string {
@@ -212,6 +223,8 @@ func (v Verdict) String() string {
 		return "over_quota"
 	case Refused:
 		return "shed"
+	case TooLate:
+		return "too_late"
 	}
 	return "unknown"
 }
@@ -251,6 +264,9 @@ const (
 	// EventResumed: a held session's waiting call may go (Reason says why: ResumeReasonResumed,
 	// ResumeReasonBound or ResumeReasonEnded); Waited is how long it was held.
 	EventResumed
+	// EventTooLate: a queued session waited Options.StartDeadline: answer a retryable refusal
+	// (503 with Retry-After); Waited is how long it queued.
+	EventTooLate
 )
 
 // Event is something the caller must deliver.
@@ -284,6 +300,8 @@ type session struct {
 	key, tie int64
 	// stale: waited Options.StaleAfter; it queues behind every fresh session.
 	stale bool
+	// deadline: when a queued session is refused as too late (Options.StartDeadline; zero: never).
+	deadline time.Time
 	// held: on the hold list (hold.go) since heldSince; waitSince, when set, is when its
 	// waiting call began to wait.
 	held                 bool
@@ -324,6 +342,8 @@ type Core struct {
 		heldWait            time.Duration
 		// holdCheck: no waiting call reaches the hold bound before it (ExpireHolds).
 		holdCheck time.Time
+		// deadlineCheck: no queued session reaches its start deadline before it (ExpireQueued).
+		deadlineCheck time.Time
 	}
 }
 
@@ -340,6 +360,8 @@ type Counters struct {
 	Ended             uint64 `json:"ended"`
 	// Staled counts queued sessions that went stale (Options.StaleAfter).
 	Staled uint64 `json:"staled"`
+	// TooLate counts sessions refused for their start deadline, at arrival or in the queue.
+	TooLate uint64 `json:"too_late"`
 	// Held counts sessions put on the hold list, Resumed those taken off it, CallsHeld the
 	// calls that waited and HoldBoundReleases those that went at Options.HoldBound.
 	Held              uint64 `json:"held"`
@@ -453,7 +475,59 @@ func (c *Core) Arrive(now time.Time, r Request) Decision {
 			return Decision{Verdict: Admitted, Priority: s.priority, Arrival: arrival, Reason: "admitted", Events: rest}
 		}
 	}
+	if d := c.mu.o.StartDeadline; d > 0 {
+		// The deadline runs from this call, not from a retry's kept arrival: a client that asks
+		// again has its place back, and a fresh wait to be judged by.
+		s.deadline = now.Add(d)
+		if c.mu.deadlineCheck.IsZero() || s.deadline.Before(c.mu.deadlineCheck) {
+			c.mu.deadlineCheck = s.deadline
+		}
+		if wait := c.estimateLocked(now, c.positionLocked(s)); wait > d {
+			// It would start past its deadline: say so now, and keep its place for a retry.
+			c.removeQueuedLocked(s)
+			c.mu.counters.TooLate++
+			c.mu.retry[s.id] = memo{arrival: s.arrival, predicted: s.predicted, until: now.Add(c.mu.o.RetryMemory)}
+			return Decision{Verdict: TooLate, Priority: s.priority, Arrival: arrival, Reason: "too_late", RetryAfter: wait,
+				Events: append(evs, c.drainLocked(now)...)}
+		}
+	}
 	return Decision{Verdict: Queued, Priority: s.priority, Arrival: arrival, Reason: "budget", Events: evs}
+}
+
+// ExpireQueued refuses the queued sessions that have waited Options.StartDeadline since their call
+// arrived (EventTooLate; none when it is off). Each keeps its place for a retry.
+func (c *Core) ExpireQueued(now time.Time) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.mu.o.StartDeadline
+	// deadlineCheck is no later than the first queued deadline, so most calls (the simulator
+	// asks after every event) return here without a walk of the queue.
+	if d <= 0 || c.mu.queue.Len() == 0 || c.mu.deadlineCheck.IsZero() || now.Before(c.mu.deadlineCheck) {
+		return nil
+	}
+	var evs []Event
+	var next time.Time
+	for _, s := range append([]*session(nil), c.mu.queue.Items()...) {
+		if s.deadline.IsZero() {
+			continue
+		}
+		if now.Before(s.deadline) {
+			if next.IsZero() || s.deadline.Before(next) {
+				next = s.deadline
+			}
+			continue
+		}
+		c.removeQueuedLocked(s)
+		c.mu.counters.TooLate++
+		c.mu.retry[s.id] = memo{arrival: s.arrival, predicted: s.predicted, until: now.Add(c.mu.o.RetryMemory)}
+		evs = append(evs, Event{Kind: EventTooLate, ID: s.id, At: now, Reason: "too_late", Waited: now.Sub(s.deadline.Add(-d))})
+	}
+	c.mu.deadlineCheck = next
+	if len(evs) == 0 {
+		return nil
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
+	return append(evs, c.drainLocked(now)...)
 }
 
 func (c *Core) quotaLocked(tenant string) int {

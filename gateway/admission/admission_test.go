@@ -464,7 +464,8 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		"basin_gateway_admissions_total{queued}": 1, "basin_gateway_queue_oldest_wait_seconds": 0,
 		"basin_gateway_admission_count_only": 0,
 		"basin_gateway_sessions_held":        1, "basin_gateway_held_tokens": 95, "basin_gateway_held_calls": 1,
-		"basin_gateway_calls_held_total": 1, "basin_gateway_hold_bound_releases_total": 0,
+		"basin_gateway_sessions_too_late_total": 0,
+		"basin_gateway_calls_held_total":        1, "basin_gateway_hold_bound_releases_total": 0,
 	}, got)
 }
 

@@ -15,6 +15,7 @@ type stateCollector struct {
 	affinity, arrivals, completions, admissions, oldestWait       *prometheus.Desc
 	countOnly, stale, staled                                      *prometheus.Desc
 	held, heldTokens, heldCalls, callsHeld, boundReleases         *prometheus.Desc
+	tooLate                                                       *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -54,6 +55,8 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		callsHeld:   d("basin_gateway_calls_held_total", "Calls of held sessions that waited at the gateway."),
 		boundReleases: d("basin_gateway_hold_bound_releases_total",
 			"Held calls that went on because they had waited the hold bound (their sessions stay held)."),
+		tooLate: d("basin_gateway_sessions_too_late_total",
+			"Sessions refused because their first call could not start within admission.start_deadline (at arrival or in the queue)."),
 	}
 }
 
@@ -61,7 +64,7 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
 		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly, c.stale, c.staled,
-		c.held, c.heldTokens, c.heldCalls, c.callsHeld, c.boundReleases} {
+		c.held, c.heldTokens, c.heldCalls, c.callsHeld, c.boundReleases, c.tooLate} {
 		ch <- d
 	}
 }
@@ -93,6 +96,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.heldCalls, float64(s.HeldCalls))
 	counter(c.callsHeld, s.Counters.CallsHeld)
 	counter(c.boundReleases, s.Counters.HoldBoundReleases)
+	counter(c.tooLate, s.Counters.TooLate)
 	aff := 0.0
 	if c.affinityOn != nil && c.affinityOn() {
 		aff = 1

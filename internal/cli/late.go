@@ -74,6 +74,7 @@ func simLate(env Env, args []string) error {
 	duration := fs.Duration("duration", 150*time.Minute, "length of each run")
 	markdown := fs.Bool("markdown", false, "print the docs/results.md section")
 	also := fs.String("also-hold-bound", "", "comma-separated hold bounds to measure beside the default's (e.g. 8m)")
+	deadline := fs.Duration("start-deadline", 0, "also measure holds with the gateway refusing first calls that cannot start within this (0: no such row)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -96,10 +97,13 @@ func simLate(env Env, args []string) error {
 		}
 		mins = append(mins, v)
 	}
+	if *deadline < 0 {
+		return fmt.Errorf("%w: --start-deadline must be ≥ 0", errUsage)
+	}
 	if *seeds < 1 {
 		return fmt.Errorf("%w: --seeds must be ≥ 1", errUsage)
 	}
-	o := harness.LateTableOptions{Scenarios: strings.Split(*scen, ","), ActAt: mins, Duration: *duration, AlsoBounds: bounds}
+	o := harness.LateTableOptions{Scenarios: strings.Split(*scen, ","), ActAt: mins, Duration: *duration, AlsoBounds: bounds, StartDeadline: *deadline}
 	for i := range *seeds {
 		o.Seeds = append(o.Seeds, *seedFrom+uint64(i))
 	}
@@ -122,6 +126,9 @@ func writeLateText(w io.Writer, t *harness.LateTable) error {
 		holds := "off"
 		if r.Holds {
 			holds = "bound " + (time.Duration(r.HoldBoundSeconds) * time.Second).String()
+		}
+		if r.StartDeadlineSeconds > 0 {
+			holds += ", start deadline " + (time.Duration(r.StartDeadlineSeconds) * time.Second).String()
 		}
 		fmt.Fprintf(tw, "%s\t%g\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%d\t%d\t\n", r.Scenario, r.ActAtMin, holds, r.Recovered, r.Runs,
 			num(r.RecoverMedian, 0), num(r.RecoverMax, 0), num(r.RatioMedian, 2), num(r.FirstWaitP50Median, 0), r.HeldMax,

@@ -209,6 +209,10 @@ func (g *Gate) take(evs []admission.Event) {
 		case admission.EventShed:
 			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Shed})
 			delete(g.held, id)
+		case admission.EventTooLate:
+			// The gateway's retryable refusal; a simulated client does not retry.
+			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Reject})
+			delete(g.held, id)
 		case admission.EventResumed:
 			g.pending = append(g.pending, sim.Release{ID: id, Action: sim.Admit})
 		}
@@ -232,6 +236,8 @@ func (g *Gate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict {
 		return sim.Verdict{Action: sim.Hold, Priority: prio}
 	case admission.Refused:
 		return sim.Verdict{Action: sim.Shed}
+	case admission.TooLate:
+		return sim.Verdict{Action: sim.Reject}
 	default:
 		return sim.Verdict{Action: sim.Reject}
 	}
@@ -258,6 +264,7 @@ func (g *Gate) SessionDone(now time.Duration, id int64) {
 // that reached the hold bound go here, as the gateway's timers send them.
 func (g *Gate) Poll(now time.Duration) []sim.Release {
 	g.take(g.core.ExpireHolds(epoch.Add(now)))
+	g.take(g.core.ExpireQueued(epoch.Add(now)))
 	out := g.pending
 	g.pending = nil
 	return out

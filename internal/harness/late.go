@@ -41,6 +41,8 @@ type LateOptions struct {
 	Calibration *detector.Calibration
 	// HoldBound is the gateway's hold bound (zero: admission.DefaultHoldBound).
 	HoldBound time.Duration
+	// StartDeadline is the gateway's admission.start_deadline (zero: off).
+	StartDeadline time.Duration
 }
 
 // LateResult is a late-acting run's outcome: the simulator's result for the window from the
@@ -64,6 +66,9 @@ type LateResult struct {
 	// AdmittedCut counts window sessions that were admitted and then ended before finishing
 	// (killed): the hold rule never cuts, so this stays 0.
 	AdmittedCut int `json:"admitted_cut"`
+	// TooLate counts sessions the gateway refused because their first call could not start
+	// within its start deadline (admission.Options.StartDeadline; 0 when it is off).
+	TooLate uint64 `json:"too_late"`
 }
 
 // RunLate runs sc (its seed) with the daemon acting from o.ActAt, and fills the result's
@@ -112,7 +117,7 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	if o.Gate != nil {
 		return nil, fmt.Errorf("scenario %s: its engine baseline already has a gate", sc.Name)
 	}
-	core, err := admission.New(admission.Options{CountOnly: true, HoldBound: lo.HoldBound})
+	core, err := admission.New(admission.Options{CountOnly: true, HoldBound: lo.HoldBound, StartDeadline: lo.StartDeadline})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +149,7 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	out.Result.Scenario = sc.Name
 	out.RecoveredMin = recoveredFrom(out.Timeline, lo.ActAt)
 	cnt := core.Snapshot(epoch.Add(end), false).Counters
-	out.CallsHeld, out.HoldBoundReleases = cnt.CallsHeld, cnt.HoldBoundReleases
+	out.CallsHeld, out.HoldBoundReleases, out.TooLate = cnt.CallsHeld, cnt.HoldBoundReleases, cnt.TooLate
 	out.AdmittedCut = out.Sessions.Killed
 	return out, nil
 }
@@ -181,6 +186,9 @@ type LateTableOptions struct {
 	// AlsoBounds adds, per scenario and acting minute, a row with holds at each of these hold
 	// bounds (the default's row is always there): how the bound sets what holds can rescue.
 	AlsoBounds []time.Duration
+	// StartDeadline, when set, adds a row with holds (the default bound) and the gateway refusing
+	// early the first calls that cannot start within it.
+	StartDeadline time.Duration
 }
 
 // LateRow aggregates one scenario, acting minute and hold setting over the seeds.
@@ -188,8 +196,10 @@ type LateRow struct {
 	Scenario string  `json:"scenario"`
 	ActAtMin float64 `json:"act_at_min"`
 	Holds    bool    `json:"holds"`
-	// HoldBoundSeconds is the gateway's hold bound in the runs with holds (0 without).
-	HoldBoundSeconds float64 `json:"hold_bound_seconds,omitempty"`
+	// HoldBoundSeconds is the gateway's hold bound in the runs with holds (0 without);
+	// StartDeadlineSeconds its start deadline (0: off).
+	HoldBoundSeconds     float64 `json:"hold_bound_seconds,omitempty"`
+	StartDeadlineSeconds float64 `json:"start_deadline_seconds,omitempty"`
 	// LoadRatio is the base arrival rate over the deployment's calibrated peak completion rate.
 	LoadRatio float64 `json:"load_ratio"`
 	Runs      int     `json:"runs"`
@@ -211,8 +221,10 @@ type LateRow struct {
 	// hold of any call.
 	BoundReleases, CallsHeld uint64
 	HeldCallMaxSeconds       float64
-	// AdmittedCut sums admitted sessions ended before finishing (never by basin: 0).
+	// AdmittedCut sums admitted sessions ended before finishing (never by basin: 0); TooLate
+	// the sessions refused for their start deadline.
 	AdmittedCut int
+	TooLate     uint64
 	Results     []*LateResult `json:"-"`
 }
 
@@ -248,6 +260,10 @@ func MeasureLate(o LateTableOptions, progress func(done, total int)) (*LateTable
 		}
 		for _, act := range o.ActAt {
 			rows := []LateRow{{Holds: false}, {Holds: true, HoldBoundSeconds: admission.DefaultHoldBound.Seconds()}}
+			if o.StartDeadline > 0 {
+				rows = append(rows, LateRow{Holds: true, HoldBoundSeconds: admission.DefaultHoldBound.Seconds(),
+					StartDeadlineSeconds: o.StartDeadline.Seconds()})
+			}
 			for _, b := range o.AlsoBounds {
 				rows = append(rows, LateRow{Holds: true, HoldBoundSeconds: b.Seconds()})
 			}
@@ -271,7 +287,8 @@ func MeasureLate(o LateTableOptions, progress func(done, total int)) (*LateTable
 		sc.Seed = j.seed
 		res, err := RunLate(sc, LateOptions{ActAt: time.Duration(row.ActAtMin * float64(time.Minute)), Duration: o.Duration,
 			Calibration: cals[row.Scenario], Remediate: remediate.Options{DisableHolds: !row.Holds},
-			HoldBound: time.Duration(row.HoldBoundSeconds * float64(time.Second))})
+			HoldBound:     time.Duration(row.HoldBoundSeconds * float64(time.Second)),
+			StartDeadline: time.Duration(row.StartDeadlineSeconds * float64(time.Second))})
 		if err != nil {
 			return fmt.Errorf("%s seed %d act at %g: %w", row.Scenario, j.seed, row.ActAtMin, err)
 		}
@@ -317,6 +334,7 @@ func (r *LateRow) aggregate(duration time.Duration) {
 		r.CallsHeld += res.CallsHeld
 		r.HeldCallMaxSeconds = max(r.HeldCallMaxSeconds, res.HeldCallMaxSeconds)
 		r.AdmittedCut += res.AdmittedCut
+		r.TooLate += res.TooLate
 	}
 	if len(rec) > 0 {
 		r.RecoverMedian, r.RecoverMax, r.RecoverMinMin = ptrOf(median(rec)), ptrOf(slices.Max(rec)), ptrOf(slices.Min(rec))

@@ -240,12 +240,15 @@ type GateActivity struct {
 	Sheds      int `json:"sheds"`
 	// PeakLentTokens is the most decode KV lent to the prefix cache at any control tick.
 	PeakLentTokens int64 `json:"peak_lent_tokens"`
+	// HoldMax is the most admitted sessions whose next calls the remediation loop held at once
+	// (remediate's hold rule): 0 when holds never engaged.
+	HoldMax int `json:"hold_max"`
 }
 
 // Engaged reports whether the gate held or shed anyone: the admission decisions a plain engine
 // does not make. Budget cuts alone do not count — the controller trims the budget as the knee
 // estimate moves even when nobody is waiting.
-func (a GateActivity) Engaged() bool { return a.Held > 0 || a.Sheds > 0 }
+func (a GateActivity) Engaged() bool { return a.Held > 0 || a.Sheds > 0 || a.HoldMax > 0 }
 
 // MatrixRun is one policy on one row and seed.
 type MatrixRun struct {
@@ -592,6 +595,9 @@ func runMatrixCell(row MatrixRow, policy string, seed uint64, cal *detector.Cali
 		for _, p := range obs.Remediation.Plans {
 			if b := p.Budget; b != nil && b.To < b.From {
 				run.Gate.BudgetCuts++
+			}
+			if h := p.Hold; h != nil {
+				run.Gate.HoldMax = max(run.Gate.HoldMax, h.Held)
 			}
 		}
 	}

@@ -221,9 +221,10 @@ func deploymentTitle(g MatrixGroup) string {
 	return fmt.Sprintf("%s (%s) · %s · %s", strings.ToUpper(g.Deployment), class, tier, g.Workload)
 }
 
-// gateSummary says per seed what basin's gate did: sessions held, budget cuts, sheds, peak KV lent.
+// gateSummary says per seed what basin's gate did: sessions held at the door, budget cuts, sheds,
+// peak KV lent, and the most admitted sessions whose calls it held (the hold rule).
 func gateSummary(c *MatrixCell) string {
-	var held, cuts, sheds []float64
+	var held, cuts, sheds, holds []float64
 	var lent []float64
 	engaged := 0
 	for _, run := range c.Runs {
@@ -232,6 +233,7 @@ func gateSummary(c *MatrixCell) string {
 		cuts = append(cuts, float64(a.BudgetCuts))
 		sheds = append(sheds, float64(a.Sheds))
 		lent = append(lent, float64(a.PeakLentTokens)/1000)
+		holds = append(holds, float64(a.HoldMax))
 		if a.Engaged() {
 			engaged++
 		}
@@ -240,8 +242,8 @@ func gateSummary(c *MatrixCell) string {
 	if engaged > 0 {
 		verdict = fmt.Sprintf("yes (%d/%d seeds)", engaged, len(c.Runs))
 	}
-	return fmt.Sprintf("%s: held %s, cuts %s, shed %s, lent %sK", verdict, fmtSpread(held, 0), fmtSpread(cuts, 0),
-		fmtSpread(sheds, 0), fmtSpread(lent, 0))
+	return fmt.Sprintf("%s: held %s, cuts %s, shed %s, lent %sK, calls held for %s sessions", verdict, fmtSpread(held, 0), fmtSpread(cuts, 0),
+		fmtSpread(sheds, 0), fmtSpread(lent, 0), fmtSpread(holds, 0))
 }
 
 // MatrixMarkdown writes the sweep as the docs/results.md section: AdmitPerf's disclosures, the

@@ -120,6 +120,21 @@ func TestPageInChromium(t *testing.T) {
 			text, _ = chromiumtest.Text(dom, "budget-note")
 			assert.Equal(t, "B 1M · B_ref 1M · reserved 412K · 12 live, 0 queued", text)
 		}},
+		{"holding", api{status: status(func(s, a, g map[string]any) {
+			a["state"] = "recovering"
+			g["live_sessions"], g["held_sessions"], g["held_tokens"], g["held_calls"], g["oldest_held_call_seconds"] = 92, 34, 1_200_000, 5, 61.4
+		}), events: []map[string]any{
+			{"seq": 5, "at": "2026-03-02T10:05:00Z", "kind": "hold", "phase": "done", "state": "trapped", "mode": "incident",
+				"hold": map[string]any{"hold_session_ids": []string{"s-3", "s-9"}, "held_sessions": 34, "active_sessions": 58,
+					"summary": "holding 34 sessions' next calls so the other 58 fit the cache (hold 2 more)"},
+				"reasons": []string{planHold}},
+		}}, func(t *testing.T, dom string) {
+			text, _ := chromiumtest.Text(dom, "budget-note")
+			assert.Equal(t, "B 1M · B_ref 1M · reserved 412K · 92 live, 0 queued · 34 held (1.2M of context), 5 calls waiting, the longest 61 s", text)
+			rows := chromiumtest.Rows(dom, "actions")
+			require.Len(t, rows, 1)
+			assert.Equal(t, []string{"hold", "done", "holding 34 sessions' next calls so the other 58 fit the cache (hold 2 more)", planHold}, rows[0][1:])
+		}},
 		{"dry run", api{status: status(func(s, _, _ map[string]any) {
 			s["dry_run"] = true
 			s["policy"] = map[string]any{"mode": "incident", "target_tokens": 682_500}
@@ -299,6 +314,9 @@ func TestPageInChromium(t *testing.T) {
 		})
 	}
 }
+
+// planHold is the hold rule's reason in the hold record above.
+const planHold = "detector trapped, hit rate 0.31 off its plateau 0.95: holding 34 sessions' next calls so the other 58 fit the cache (hold 2 more): active working set 2.10M → 690K, at or under B 700K"
 
 // planShed is the shedding rule's reason in the shed record above.
 const planShed = "long-run arrivals 9.00/min > peak completion rate 5.11/min and the head of the queue waited 2m0s ≥ 1m0s: shed the lowest-priority queued session s-17"

@@ -211,6 +211,12 @@ function drawBudgetNote(s) {
       `B ${tokens(g.budget_tokens)}`);
     if (g.reference_budget_tokens && g.reference_budget_tokens < COUNT_ONLY) parts.push(`B_ref ${tokens(g.reference_budget_tokens)}`);
     parts.push(`reserved ${tokens(g.reserved_tokens || 0)}`, `${g.live_sessions || 0} live, ${g.queued_sessions || 0} queued`);
+    if (g.held_sessions) {
+      // Held sessions are live: their next calls wait at the gateway while the others run.
+      let held = `${g.held_sessions} held (${tokens(g.held_tokens || 0)} of context)`;
+      if (g.held_calls) held += `, ${g.held_calls} calls waiting, the longest ${Math.round(g.oldest_held_call_seconds || 0)} s`;
+      parts.push(held);
+    }
   }
   const target = s.policy && s.policy.target_tokens;
   if (s.dry_run && target) parts.push(`dry run: basin would hold B at ${tokens(target)}, not applied`);
@@ -262,6 +268,7 @@ function changeText(e) {
     return `B ${tokens(b.from_tokens)} → ${tokens(b.to_tokens)}`;
   }
   if (e.shed) return "shed " + e.shed.session_ids.join(", ");
+  if (e.hold) return e.hold.summary || "";
   if (e.lending) {
     const grants = Object.entries(e.lending.grants_tokens || {}).map(([k, v]) => `${k} ${tokens(v)}`);
     return "lending " + (e.lending.enabled ? "on" : "off") + (grants.length ? ": " + grants.join(", ") : "");
