@@ -14,6 +14,11 @@ type waiter struct {
 	ch chan waitMsg
 	// anonymous: a one-call session, ended with its call, which the journal need not keep.
 	anonymous bool
+	// ping is set for a held call that asks for a stream: the one-second sweep (expireHolds)
+	// pokes it whenever a keep-alive is due, and the call's own goroutine writes it, as only
+	// that goroutine may write to the client. nextPing is when the next one is due (g.mu).
+	ping     chan struct{}
+	nextPing time.Time
 }
 
 // waitMsg is an event for a waiting call. owner is set for the one call the admission was for
@@ -46,7 +51,13 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			case admission.CallPass:
 				return true
 			case admission.CallHeld:
-				switch g.waitHeld(w, r, c, wt, now) {
+				res := g.waitHeld(w, r, c, wt, now)
+				if c.early != nil {
+					// The stream has begun with keep-alives: whatever answers the call from here
+					// on, a refusal included, is written into it.
+					w = c.early
+				}
+				switch res {
 				case heldPass:
 					return true
 				case heldRetry:

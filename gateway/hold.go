@@ -1,14 +1,18 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/httpjson"
 )
 
@@ -21,6 +25,15 @@ import (
 // ExpireHolds on the injected clock every second) or the session ended — or until the client
 // gives up or the gateway stops. A released call is proxied as any call of a live session; the
 // core counted it in flight when it began to wait, so the session does not expire idle under it.
+//
+// A held call that asks for a stream is kept alive where its protocol allows: once it has waited
+// heldKeepAliveEvery on the injected clock, the sweep pokes it and it sends status 200, the
+// event-stream headers and a keep-alive (an SSE comment for the OpenAI APIs, which their SDKs'
+// parsers skip; Anthropic's own ping event for Messages), and another every interval after, so
+// that proxies and load balancers between the agent and the gateway that cut idle connections do
+// not cut it. Once the status is sent the answer cannot send its own (earlyStream): a 2xx event
+// stream is passed on as it comes, anything else becomes one error event in the stream. A call
+// that does not stream has no such way to say it is alive, and waits silently as before.
 //
 // Replicated, holds are not enforced: a follower's calls do not ask the leader whether they
 // pass, so POST /admin/holds is refused rather than shrinking the admission test for sessions
@@ -39,6 +52,19 @@ const (
 // left to answer).
 const reasonClientGone = "client_gone"
 
+// heldKeepAliveEvery is how long a held streamed call waits before its stream begins with a
+// keep-alive, and how often another follows. Not sooner: a call released within it is answered
+// with the upstream's own status and headers, as if it had never been held. Well under the idle
+// timeouts of common load balancers (60 s) and of the agents' own stream readers (minutes).
+const heldKeepAliveEvery = 10 * time.Second
+
+// The keep-alives: an SSE comment, which every SSE parser skips (the OpenAI SDKs' included), and
+// for Anthropic Messages the ping event that API itself sends in its streams.
+var (
+	sseKeepAlive  = []byte(": keep-alive\n\n")
+	anthropicPing = []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")
+)
+
 // beginCall begins a live session's call in the core. On CallHeld the call's waiter is
 // registered under g.mu with the verdict, so no release can be delivered before it is there.
 func (g *Gateway) beginCall(now time.Time, c *call) (admission.CallVerdict, *waiter) {
@@ -49,22 +75,37 @@ func (g *Gateway) beginCall(now time.Time, c *call) (admission.CallVerdict, *wai
 		return v, nil
 	}
 	wt := &waiter{ch: make(chan waitMsg, 1), anonymous: c.anonymous}
+	if c.req.Stream {
+		wt.ping, wt.nextPing = make(chan struct{}, 1), now.Add(heldKeepAliveEvery)
+	}
 	g.mu.held[c.id] = append(g.mu.held[c.id], wt)
 	g.log.Debug("call held", "session", c.id, "tenant", c.tenant)
 	return v, wt
 }
 
 // waitHeld holds a call until its release, the client going away or the gateway stopping; since
-// is when it began to wait, on the injected clock.
+// is when it began to wait, on the injected clock. A streamed call's keep-alives are written
+// meanwhile; once the first is, c.early is the writer every answer goes through.
 func (g *Gateway) waitHeld(w http.ResponseWriter, r *http.Request, c *call, wt *waiter, since time.Time) heldResult {
 	var msg waitMsg
 	why := ""
-	select {
-	case msg = <-wt.ch:
-	case <-r.Context().Done():
-		why = reasonClientGone
-	case <-g.stopping:
-		why = reasonShuttingDown
+wait:
+	for {
+		select {
+		case msg = <-wt.ch:
+			break wait
+		case <-wt.ping: // nil, never ready, for a call that does not stream
+			g.keepAlive(w, c)
+		case <-r.Context().Done():
+			why = reasonClientGone
+			break wait
+		case <-g.stopping:
+			why = reasonShuttingDown
+			break wait
+		}
+	}
+	if c.early != nil {
+		w = c.early // a refusal at shutdown becomes an error event in the stream
 	}
 	abandoned := false
 	if why != "" {
@@ -142,13 +183,218 @@ func (g *Gateway) dropHeldLocked(id string, wt *waiter) {
 	g.mu.held[id] = ws
 }
 
-// expireHolds releases the held calls that have waited the hold bound. Under g.mu, like every
-// other release of a live session's call (a resume), so that a release is delivered before the
-// session's next call can be held and take its place on the waiting list.
+// expireHolds releases the held calls that have waited the hold bound, and pokes the streamed
+// ones still waiting whose keep-alive is due. Under g.mu, like every other release of a live
+// session's call (a resume), so that a release is delivered before the session's next call can
+// be held and take its place on the waiting list.
 func (g *Gateway) expireHolds(now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.deliverLocked(g.core.ExpireHolds(now))
+	for _, ws := range g.mu.held {
+		for _, wt := range ws {
+			if wt.ping == nil || now.Before(wt.nextPing) {
+				continue
+			}
+			// From now, not from when it was due: a clock that jumped (a suspended host)
+			// sends one keep-alive, not a burst.
+			wt.nextPing = now.Add(heldKeepAliveEvery)
+			select {
+			case wt.ping <- struct{}{}:
+			default: // the last poke is not written yet: one is enough
+			}
+		}
+	}
+}
+
+// keepAlive writes a held streamed call's keep-alive, beginning its stream first: status 200
+// and the event-stream headers, after which c.early stands for the client's writer.
+func (g *Gateway) keepAlive(w http.ResponseWriter, c *call) {
+	if c.early == nil {
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+		c.early = &earlyStream{w: w, api: c.req.Shape, header: http.Header{}, log: g.log.With("session", c.id)}
+		g.log.Debug("held stream begun with keep-alives", "session", c.id, "api", c.req.Shape)
+	}
+	ka := sseKeepAlive
+	if c.req.Shape == agentcall.Messages {
+		ka = anthropicPing
+	}
+	// A failed write is a client gone: its request context ends the wait.
+	if _, err := c.early.w.Write(ka); err == nil {
+		_ = http.NewResponseController(c.early.w).Flush()
+	}
+}
+
+// Bounds on what an earlyStream keeps of an answer it cannot pass on, and quotes of it.
+const (
+	maxKeptAnswer = 64 << 10
+	maxQuoted     = 1 << 10
+)
+
+// earlyStream is the writer of a held streamed call whose status (200) and event-stream headers
+// went out with its first keep-alive. What answers the call afterwards — the upstream through
+// the proxy, or the gateway's own refusal — can no longer send its status or headers, so it
+// writes here instead: a 2xx event stream passes through as it comes (the proxy's flushes
+// included); anything else is kept, bounded, and finish writes it as one error event in the
+// call's protocol, so that the client sees an error, never an empty stream that looks complete.
+// The observer the proxy writes to sits in front, so the call is accounted for by the answer's
+// own status.
+type earlyStream struct {
+	w      http.ResponseWriter // the client's
+	api    endpoint
+	header http.Header // what the answer set: never sent
+	status int         // the answer's status, 0 until it is written
+	pass   bool        // a 2xx event stream: its bytes go to the client
+	kept   []byte      // anything else's body, up to maxKeptAnswer
+	done   bool
+	log    *slog.Logger
+}
+
+// Header implements http.ResponseWriter: the answer's headers, which stay here.
+func (e *earlyStream) Header() http.Header { return e.header }
+
+// WriteHeader implements http.ResponseWriter: it decides whether the answer can pass.
+func (e *earlyStream) WriteHeader(code int) {
+	if code < 200 || e.status != 0 {
+		return // informational, or a second status, which a server would drop too
+	}
+	e.status = code
+	e.pass = code < 300 && bodyMode(e.header) == observeSSE // not compressed, an event stream
+}
+
+// Write implements http.ResponseWriter.
+func (e *earlyStream) Write(p []byte) (int, error) {
+	if e.status == 0 {
+		e.WriteHeader(http.StatusOK)
+	}
+	if e.pass {
+		return e.w.Write(p)
+	}
+	if room := maxKeptAnswer - len(e.kept); room > 0 {
+		e.kept = append(e.kept, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
+}
+
+// FlushError lets http.ResponseController flush an answer that passes; nothing else has been
+// sent to flush.
+func (e *earlyStream) FlushError() error {
+	if !e.pass {
+		return nil
+	}
+	return http.NewResponseController(e.w).Flush()
+}
+
+// finish writes the error event for an answer that could not pass. An answer never written is
+// a client gone (or a stream broken off): there is nothing to say.
+func (e *earlyStream) finish() {
+	if e.done || e.pass || e.status == 0 {
+		e.done = true
+		return
+	}
+	e.done = true
+	ev := e.errorEvent()
+	e.log.Debug("held stream answered with an error event", "status", e.status, "event", string(ev))
+	if _, err := e.w.Write(ev); err == nil {
+		_ = http.NewResponseController(e.w).Flush()
+	}
+}
+
+// errorEvent is the answer kept as an error event of the call's protocol: for the OpenAI APIs a
+// data line holding {"error": {...}}, which their SDKs raise as an APIError; for Anthropic
+// Messages its error event. The gateway's own refusal (it sets ReasonHeader) is quoted as it is;
+// an upstream's error says it was the upstream's, with its status.
+func (e *earlyStream) errorEvent() []byte {
+	d := readErrorBody(e.kept)
+	switch {
+	case e.status < 300:
+		ct := e.header.Get("Content-Type")
+		if ce := e.header.Get("Content-Encoding"); ce != "" {
+			ct += ", Content-Encoding " + ce
+		}
+		d = errorDetail{code: reasonUpstreamError, message: fmt.Sprintf("the upstream answered the streamed call %d with %q, "+
+			"not an event stream, which the gateway cannot pass on once the call's stream has begun with keep-alives "+
+			"while it was held", e.status, ct)}
+	case e.header.Get(ReasonHeader) == "":
+		if d.message == "" {
+			d.message = http.StatusText(e.status)
+		}
+		d.message = fmt.Sprintf("the upstream answered %d after the call was held: %s", e.status, d.message)
+		if d.code == "" {
+			d.code = reasonUpstreamError
+		}
+	}
+	var b []byte
+	if e.api == agentcall.Messages {
+		typ := d.typ
+		if !d.anthropic || typ == "" {
+			typ = anthropicErrorType(e.status)
+		}
+		b, _ = json.Marshal(anthropicError{Type: "error", Error: anthropicErrorDetail{Type: typ, Message: d.message}})
+		return fmt.Appendf(nil, "event: error\ndata: %s\n\n", b)
+	}
+	typ := d.typ
+	if typ == "" {
+		typ = httpjson.TypeFor(e.status)
+		if e.status < 300 {
+			typ = "server_error"
+		}
+	}
+	b, _ = json.Marshal(httpjson.NewError(typ, d.code, "", d.message))
+	return fmt.Appendf(nil, "data: %s\n\n", b)
+}
+
+// errorDetail is what an error body says. anthropic: it was Anthropic's shape, whose type is
+// one of that API's.
+type errorDetail struct {
+	typ, code, message string
+	anthropic          bool
+}
+
+// readErrorBody reads an error body of the shapes engines answer: OpenAI's {"error": {"message",
+// "type", "code"}}, Anthropic's {"type": "error", "error": {"type", "message"}}, {"error":
+// "text"}, or a top-level message (vLLM's, TGI's); else it quotes the body's text.
+func readErrorBody(b []byte) errorDetail {
+	var v struct {
+		Type    string          `json:"type"`
+		Message string          `json:"message"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(b, &v) == nil {
+		var inner struct {
+			Type    string          `json:"type"`
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
+		}
+		var text string
+		switch {
+		case json.Unmarshal(v.Error, &inner) == nil && inner.Message != "":
+			d := errorDetail{typ: inner.Type, message: inner.Message, anthropic: v.Type == "error"}
+			_ = json.Unmarshal(inner.Code, &d.code) // a string code only
+			return d
+		case json.Unmarshal(v.Error, &text) == nil && text != "":
+			return errorDetail{message: quote(text)}
+		case v.Message != "":
+			return errorDetail{typ: v.Type, message: v.Message}
+		}
+	}
+	return errorDetail{message: quote(string(b))}
+}
+
+// quote is a body's text as an error message: trimmed, valid UTF-8, at most maxQuoted bytes.
+func quote(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > maxQuoted {
+		cut := maxQuoted
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // serveHolds answers POST /admin/holds: it puts sessions on the hold list, takes others off it,

@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -27,11 +31,25 @@ type holdHarness struct {
 
 func startHold(t *testing.T, tweak func(*Config)) *holdHarness {
 	t.Helper()
+	return startHoldOn(t, tweak, nil)
+}
+
+// startHoldOn is startHold with the streamed calls answered by streamed (nil: as the others,
+// with okJSON).
+func startHoldOn(t *testing.T, tweak func(*Config), streamed http.HandlerFunc) *holdHarness {
+	t.Helper()
 	sent := &atomic.Int64{}
 	ok := okJSON(100, 10)
 	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		body, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !strings.Contains(r.URL.Path, "/sessions/") { // a session's end is not a model call
 			sent.Add(1)
+		}
+		if streamed != nil && bytes.Contains(body, []byte(`"stream":true`)) {
+			streamed(w, r)
+			return
 		}
 		ok(w, r)
 	})
@@ -322,4 +340,426 @@ func TestStateListsSessionsWithTheQueueTailWhenAsked(t *testing.T) {
 	r := h.adminDo(http.MethodGet, "/admin/state?queue_tail=2&sessions=maybe", testToken, "")
 	assert.Equal(t, http.StatusBadRequest, r.status)
 	assert.Contains(t, string(r.body), `"param":"sessions"`)
+}
+
+// The upstream's event streams of the three APIs a held streamed call is tested on, each with a
+// usage of 120 prompt and 15 output tokens.
+var upstreamStreams = map[string]string{
+	"/v1/chat/completions": `data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"held "}}]}
+
+data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"and streamed"},"finish_reason":"stop"}]}
+
+data: {"id":"c1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":15,"total_tokens":135}}
+
+data: [DONE]
+
+`,
+	"/v1/responses": `event: response.created
+data: {"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress"}}
+
+event: response.output_text.delta
+data: {"type":"response.output_text.delta","delta":"held and streamed"}
+
+event: response.completed
+data: {"type":"response.completed","response":{"id":"resp_1","object":"response","status":"completed","usage":{"input_tokens":120,"output_tokens":15}}}
+
+`,
+	"/v1/messages": `event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":120,"output_tokens":1}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"held and streamed"}}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`,
+}
+
+// streamOK answers a streamed call with its API's upstreamStreams entry.
+func streamOK(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, upstreamStreams[r.URL.Path])
+}
+
+// heldStreamCase is a streamed call of session s, and the keep-alive its API gets while held.
+type heldStreamCase struct {
+	name, path, body string
+	keepAlive        []string // its lines, the blank one that ends it included
+}
+
+var (
+	chatStreamed = heldStreamCase{"chat completions", "/v1/chat/completions",
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"go on"}]}`, []string{": keep-alive", ""}}
+	responsesStreamed = heldStreamCase{"responses", "/v1/responses",
+		`{"model":"m","stream":true,"input":"go on"}`, []string{": keep-alive", ""}}
+	messagesStreamed = heldStreamCase{"anthropic messages", "/v1/messages",
+		`{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"go on"}]}`,
+		[]string{"event: ping", `data: {"type": "ping"}`, ""}}
+)
+
+// liveCall is a call whose answer the test reads as it arrives: its status and headers once
+// they are sent, then its body line by line.
+type liveCall struct {
+	t      *testing.T
+	header chan *http.Response
+	lines  chan string // closed at the end of the body (or when the call failed)
+	err    chan error
+}
+
+// open sends a streamed call of session s in the background.
+func (h *holdHarness) open(ctx context.Context, tc heldStreamCase) *liveCall {
+	lc := &liveCall{t: h.t.(*testing.T), header: make(chan *http.Response, 1), lines: make(chan string, 64),
+		err: make(chan error, 1)}
+	go func() {
+		defer close(lc.lines)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.ts.URL+tc.path, strings.NewReader(tc.body))
+		if err != nil {
+			lc.err <- err
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("x-session-id", "s")
+		resp, err := h.ts.Client().Do(req)
+		if err != nil {
+			lc.err <- err
+			return
+		}
+		defer resp.Body.Close()
+		lc.header <- resp
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lc.lines <- sc.Text()
+		}
+		lc.err <- sc.Err()
+	}()
+	return lc
+}
+
+// headers waits for the call's status and headers.
+func (lc *liveCall) headers() *http.Response {
+	lc.t.Helper()
+	select {
+	case r := <-lc.header:
+		return r
+	case err := <-lc.err:
+		lc.t.Fatalf("the call failed before its headers: %v", err)
+	case <-time.After(5 * time.Second):
+		lc.t.Fatal("no headers")
+	}
+	return nil
+}
+
+// noHeaders fails if the call's headers arrive within a moment.
+func (lc *liveCall) noHeaders(what string) {
+	lc.t.Helper()
+	select {
+	case r := <-lc.header:
+		lc.t.Fatalf("%s: headers sent (%d %v)", what, r.StatusCode, r.Header)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// next reads n lines of the body.
+func (lc *liveCall) next(n int) []string {
+	lc.t.Helper()
+	var got []string
+	for range n {
+		select {
+		case l, ok := <-lc.lines:
+			if !ok {
+				lc.t.Fatalf("the body ended after %q", got)
+			}
+			got = append(got, l)
+		case <-time.After(5 * time.Second):
+			lc.t.Fatalf("waited for a line after %q", got)
+		}
+	}
+	return got
+}
+
+// quiet fails if a line of the body arrives within a moment.
+func (lc *liveCall) quiet(what string) {
+	lc.t.Helper()
+	select {
+	case l, ok := <-lc.lines:
+		lc.t.Fatalf("%s: got %q (open %v)", what, l, ok)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// rest reads the body to its end.
+func (lc *liveCall) rest() string {
+	lc.t.Helper()
+	var b strings.Builder
+	for {
+		select {
+		case l, ok := <-lc.lines:
+			if !ok {
+				return b.String()
+			}
+			b.WriteString(l + "\n")
+		case <-time.After(5 * time.Second):
+			lc.t.Fatalf("the body did not end: %q", b.String())
+		}
+	}
+}
+
+// beginKeepAlives holds a streamed call of s until the gateway has begun its stream: no headers
+// a second before the first keep-alive is due, then status 200, the stream's headers and one
+// keep-alive.
+func (h *holdHarness) beginKeepAlives(ctx context.Context, tc heldStreamCase) *liveCall {
+	h.t.Helper()
+	t := h.t.(*testing.T)
+	h.holds(`{"hold":["s"],"reason":"test"}`)
+	lc := h.open(ctx, tc)
+	waitFor(t, "the call held", func() bool { return h.state().HeldCalls == 1 })
+	h.clock.Advance(heldKeepAliveEvery - time.Second)
+	h.g.expire()
+	lc.noHeaders("a second before the first keep-alive")
+
+	h.clock.Advance(time.Second)
+	h.g.expire()
+	resp := lc.headers()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	assert.Equal(t, "no-cache", resp.Header.Get("Cache-Control"))
+	assert.Empty(t, resp.Header.Get("Content-Length"))
+	assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the first keep-alive")
+	return lc
+}
+
+func TestHeldStreamedCallIsKeptAliveThenStreamed(t *testing.T) {
+	for _, tc := range []heldStreamCase{chatStreamed, responsesStreamed, messagesStreamed} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startHoldOn(t, nil, streamOK)
+			lc := h.beginKeepAlives(context.Background(), tc)
+
+			h.clock.Advance(heldKeepAliveEvery / 2)
+			h.g.expire()
+			lc.quiet("half an interval on")
+			h.clock.Advance(heldKeepAliveEvery / 2)
+			h.g.expire()
+			assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the second keep-alive")
+			h.clock.Advance(time.Hour / 60) // a minute: the sweep sends one keep-alive, not six
+			h.g.expire()
+			assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the third keep-alive")
+			lc.quiet("one keep-alive a sweep")
+			assert.Equal(t, int64(1), h.sent.Load(), "held: not sent upstream")
+			assert.Equal(t, 1, h.state().HeldCalls)
+
+			h.holds(`{"resume":["s"],"reason":"test"}`)
+			assert.Equal(t, upstreamStreams[tc.path], lc.rest(), "then the upstream's stream, byte for byte")
+			h.settle()
+			assert.Equal(t, int64(2), h.sent.Load())
+			st := h.state()
+			assert.Zero(t, st.InCall)
+			assert.Zero(t, st.HeldCalls)
+			assert.Equal(t, int64(135), st.WorkingSet, "booked with the usage read off the stream")
+			_, hist := gather(t, h.harness)
+			assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="resumed"}`])
+		})
+	}
+}
+
+// TestHeldStreamIsReleasedAsItWouldBeWithoutKeepAlives: a stream begun with keep-alives goes on
+// with the upstream's stream however the hold ends — at the hold bound, or because its session
+// ended, when the call is admitted again as a new session's first call.
+func TestHeldStreamIsReleasedAsItWouldBeWithoutKeepAlives(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		release func(h *holdHarness)
+		reason  string
+	}{
+		{"at the hold bound", func(h *holdHarness) {
+			h.clock.Advance(admission.DefaultHoldBound)
+			h.g.expire()
+		}, "hold_bound"},
+		{"its session ended", func(h *holdHarness) {
+			r, err := h.do(context.Background(), http.MethodPost, "/v1/sessions/s/end", nil, "")
+			require.NoError(h.t, err)
+			require.Equal(h.t, http.StatusOK, r.status, "%s", r)
+		}, admission.ResumeReasonEnded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startHoldOn(t, nil, streamOK)
+			lc := h.beginKeepAlives(context.Background(), chatStreamed)
+			tc.release(h)
+			assert.Equal(t, upstreamStreams[chatStreamed.path], lc.rest())
+			h.settle()
+			assert.Zero(t, h.state().InCall)
+			_, hist := gather(t, h.harness)
+			assert.Equal(t, uint64(1), hist[fmt.Sprintf(`basin_gateway_held_call_wait_seconds{reason=%q}`, tc.reason)])
+		})
+	}
+}
+
+func TestHeldCallThatDoesNotStreamWaitsSilently(t *testing.T) {
+	h := startHoldOn(t, nil, streamOK)
+	h.holds(`{"hold":["s"],"reason":"test"}`)
+	ch := h.heldCall(context.Background())
+	for range 3 {
+		h.clock.Advance(heldKeepAliveEvery)
+		h.g.expire()
+	}
+	notAnswered(t, ch, "three keep-alive intervals on")
+
+	h.holds(`{"resume":["s"],"reason":"test"}`)
+	r := answered(t, ch)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"), "the upstream's own headers")
+	c := decodeCompletion(t, r)
+	assert.Equal(t, "ok", c.Choices[0].Message.Content, "the whole answer")
+	h.settle()
+	assert.Zero(t, h.state().InCall)
+}
+
+// streamEvent is the one event of an in-stream error: its name ("" for the OpenAI APIs) and
+// its data.
+func streamEvent(t *testing.T, body string) (name string, data map[string]any) {
+	t.Helper()
+	ev, rest, _ := strings.Cut(body, "\n\n")
+	assert.Empty(t, rest, "nothing after the error event")
+	for _, l := range strings.Split(ev, "\n") {
+		switch {
+		case strings.HasPrefix(l, "event: "):
+			name = strings.TrimPrefix(l, "event: ")
+		case strings.HasPrefix(l, "data: "):
+			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &data), "%q", l)
+		default:
+			t.Fatalf("unexpected line %q in %q", l, body)
+		}
+	}
+	return name, data
+}
+
+// TestHeldStreamGetsTheUpstreamsErrorInStream: once a held call's stream has begun, an upstream
+// that fails cannot send its status any more; the client gets one error event in its API's
+// shape, which the SDKs raise, rather than an empty stream that looks complete.
+func TestHeldStreamGetsTheUpstreamsErrorInStream(t *testing.T) {
+	jsonAnswer := func(status int, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		call     heldStreamCase
+		upstream http.HandlerFunc
+		event    string
+		want     map[string]any // the error object, message aside
+		message  []string       // what the message says
+		// working is the working set after: the session's context as the upstream left it.
+		working int64
+	}{
+		{"openai 500", chatStreamed,
+			jsonAnswer(500, `{"error":{"message":"engine crashed","type":"server_error","code":"engine_dead"}}`),
+			"", map[string]any{"type": "server_error", "code": "engine_dead", "param": nil},
+			[]string{"the upstream answered 500", "engine crashed"}, 110},
+		{"openai 400 with a top-level message", responsesStreamed,
+			jsonAnswer(400, `{"object":"error","message":"prompt too long","type":"BadRequestError","code":400}`),
+			"", map[string]any{"type": "BadRequestError", "code": reasonUpstreamError, "param": nil},
+			[]string{"the upstream answered 400", "prompt too long"}, 110},
+		{"openai upstream gone", chatStreamed, func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}, "", map[string]any{"type": "server_error", "code": reasonUpstreamError, "param": nil},
+			[]string{"could not reach the upstream"}, 110},
+		{"openai answered without a stream", chatStreamed, okJSON(120, 15),
+			"", map[string]any{"type": "server_error", "code": reasonUpstreamError, "param": nil},
+			// The upstream answered: the session's context grew by its answer, which the client
+			// did not get, and resends.
+			[]string{"200", `"application/json"`, "not an event stream"}, 135},
+		{"anthropic 529", messagesStreamed,
+			jsonAnswer(529, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`),
+			"error", map[string]any{"type": "overloaded_error"},
+			[]string{"the upstream answered 529", "Overloaded"}, 110},
+		{"anthropic 500 as plain text", messagesStreamed, func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "upstream connect error", http.StatusInternalServerError)
+		}, "error", map[string]any{"type": "api_error"},
+			[]string{"the upstream answered 500", "upstream connect error"}, 110},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startHoldOn(t, nil, tc.upstream)
+			lc := h.beginKeepAlives(context.Background(), tc.call)
+			h.holds(`{"resume":["s"],"reason":"test"}`)
+			body := lc.rest()
+			name, data := streamEvent(t, body)
+			assert.Equal(t, tc.event, name)
+			var e map[string]any
+			if tc.event == "error" {
+				assert.Equal(t, "error", data["type"], "%s", body)
+			}
+			e, _ = data["error"].(map[string]any)
+			require.NotNil(t, e, "%s", body)
+			msg, _ := e["message"].(string)
+			for _, m := range tc.message {
+				assert.Contains(t, msg, m)
+			}
+			delete(e, "message")
+			assert.Equal(t, tc.want, e)
+			h.settle()
+			st := h.state()
+			assert.Zero(t, st.InCall, "the failed call is finished")
+			assert.Equal(t, int64(2), h.sent.Load())
+			assert.Equal(t, tc.working, st.WorkingSet, "booked by what the upstream answered")
+		})
+	}
+}
+
+func TestHeldStreamAtShutdownGetsAnErrorEvent(t *testing.T) {
+	for _, tc := range []struct {
+		call  heldStreamCase
+		event string
+		typ   string
+	}{
+		{chatStreamed, "", "server_error"},
+		{messagesStreamed, "error", "overloaded_error"},
+	} {
+		t.Run(tc.call.name, func(t *testing.T) {
+			h := startHoldOn(t, nil, streamOK)
+			lc := h.beginKeepAlives(context.Background(), tc.call)
+			require.NoError(t, h.stop())
+			body := lc.rest()
+			name, data := streamEvent(t, body)
+			assert.Equal(t, tc.event, name)
+			e, _ := data["error"].(map[string]any)
+			require.NotNil(t, e, "%s", body)
+			assert.Equal(t, tc.typ, e["type"])
+			assert.Contains(t, e["message"], "shutting down")
+			if tc.event == "" {
+				assert.Equal(t, reasonShuttingDown, e["code"])
+			}
+			assert.Equal(t, int64(1), h.sent.Load())
+			assert.Zero(t, h.g.core.Snapshot(h.g.now(), false).InCall, "the held call was finished in the core")
+			counts, hist := gather(t, h.harness)
+			assert.Equal(t, float64(1), counts[`basin_gateway_refusals_total{code="503",reason="shutting_down"}`])
+			assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="shutting_down"}`])
+		})
+	}
+}
+
+func TestHeldStreamWhoseClientLeavesLeavesNothingInFlight(t *testing.T) {
+	h := startHoldOn(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) }, streamOK)
+	ctx, cancel := context.WithCancel(context.Background())
+	lc := h.beginKeepAlives(ctx, chatStreamed)
+	cancel()
+	lc.rest()
+	waitFor(t, "the held call finished", func() bool { return h.state().InCall == 0 })
+	h.settle()
+	assert.Equal(t, int64(1), h.sent.Load(), "never sent upstream")
+	assert.Zero(t, h.state().HeldCalls)
+	_, hist := gather(t, h.harness)
+	assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="client_gone"}`])
+	h.clock.Advance(2 * time.Minute)
+	h.g.expire()
+	assert.False(t, h.g.core.Live("s"), "the session idles out")
 }

@@ -52,6 +52,9 @@ type call struct {
 	// client is the client's request context: the upstream call's may end sooner
 	// (upstream_timeout).
 	client context.Context
+	// early is set once a held streamed call's status and stream headers went out with its
+	// first keep-alive (hold.go): the answer is written into that stream.
+	early *earlyStream
 }
 
 // newProxy is the reverse proxy to one upstream: it flushes every write (FlushInterval -1), so
@@ -156,7 +159,14 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 			}
 			c.id, c.anonymous, c.endAfter = anonymousID(), true, true
 		}
-		if !g.admit(w, r, c) {
+		admitted := g.admit(w, r, c)
+		if c.early != nil {
+			// Deferred, so that an answer the stream cannot carry as itself (an upstream error,
+			// a refusal) becomes an error event even when the proxy breaks off with a panic.
+			w = c.early
+			defer c.early.finish()
+		}
+		if !admitted {
 			return
 		}
 		if c.first && g.repl != nil && !c.anonymous {
@@ -192,6 +202,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c *call, body 
 		defer cancel()
 	}
 	out := r.WithContext(context.WithValue(ctx, callKey{}, c))
+	if c.early != nil {
+		// The stream's headers are sent: a compressed answer could not say so any more.
+		out.Header = out.Header.Clone()
+		out.Header.Del("Accept-Encoding")
+	}
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
