@@ -9,15 +9,49 @@
 //       one call, the SDK's own retries on; prints {"ok", "status", "error", "type",
 //       "retry_after", "should_retry", "elapsed_ms", "attempts"}: attempts are
 //       every request the SDK sent (sent_ms, answered_ms, status, retry_after_ms).
+//   node client.mjs <baseURL> held <session> <stream: 0|1> <words>
+//       one call, streamed or not, of a session the gateway holds. While it waits it says on
+//       stderr, a line each, when the response's status arrives ("headers <status>") and each
+//       ping event the gateway sends ("keepalive"), so that the test can resume the session
+//       once the client has seen them. Prints {"ok", "text", "events", "keepalives", "error"}.
 //
 // baseURL is the gateway's root (the SDK adds /v1/messages).
 import Anthropic from '@anthropic-ai/sdk';
 
 const [baseURL, mode, ...args] = process.argv.slice(2);
 if (!baseURL || !mode) {
-  console.error('usage: node client.mjs <baseURL> session <session> <words> | once <session> <maxRetries> [tenant]');
+  console.error('usage: node client.mjs <baseURL> session <session> <words> | once <session> <maxRetries> [tenant] | held <session> <stream: 0|1> <words>');
   process.exit(2);
 }
+
+// watching is a fetch that reports on stderr when a response's status arrives and each line of
+// its body equal to keepAlive, read from a copy of the body (tee) beside the SDK's own reading.
+const watching = (keepAlive) => {
+  const seen = { keepalives: 0, done: Promise.resolve() };
+  seen.fetch = async (url, init) => {
+    const res = await globalThis.fetch(url, init);
+    console.error(`headers ${res.status}`);
+    if (!res.body) return res;
+    const [mine, theirs] = res.body.tee();
+    seen.done = (async () => {
+      const decoder = new TextDecoder();
+      let pending = '';
+      for await (const chunk of mine) {
+        pending += decoder.decode(chunk, { stream: true });
+        const lines = pending.split('\n');
+        pending = lines.pop();
+        for (const line of lines) {
+          if (line === keepAlive) {
+            seen.keepalives++;
+            console.error('keepalive');
+          }
+        }
+      }
+    })().catch(() => {});
+    return new Response(theirs, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+  return seen;
+};
 
 const options = (session, maxRetries, tenant) => {
   const defaultHeaders = { 'x-claude-code-session-id': session };
@@ -97,6 +131,32 @@ if (mode === 'session') {
       }),
     );
   }
+} else if (mode === 'held') {
+  const [session, stream = '0', words = '8'] = args;
+  const seen = watching('event: ping');
+  const client = new Anthropic({ ...options(session, 0), fetch: seen.fetch, timeout: 30_000 });
+  const body = {
+    model: 'basin-sim',
+    max_tokens: Number(words),
+    messages: [{ role: 'user', content: 'Fix the failing test in the parser package, please.' }],
+  };
+  const out = { ok: false, text: '', events: 0 };
+  try {
+    if (stream === '1') {
+      for await (const ev of await client.messages.create({ ...body, stream: true })) {
+        out.events++;
+        if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') out.text += ev.delta.text;
+      }
+    } else {
+      const m = await client.messages.create(body);
+      out.text = m.content.map((b) => b.text ?? '').join('');
+    }
+    out.ok = true;
+  } catch (err) {
+    out.error = `${err.constructor.name}: ${err.message}`;
+  }
+  await seen.done;
+  console.log(JSON.stringify({ ...out, keepalives: seen.keepalives }));
 } else {
   console.error(`unknown mode ${mode}`);
   process.exit(2);
