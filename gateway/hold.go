@@ -55,7 +55,7 @@ const reasonClientGone = "client_gone"
 // heldKeepAliveEvery is how long a held streamed call waits before its stream begins with a
 // keep-alive, and how often another follows. Not sooner: a call released within it is answered
 // with the upstream's own status and headers, as if it had never been held. Well under the idle
-// timeouts of common load balancers (60 s) and of the agents' own stream readers (minutes).
+// timeouts of common load balancers and proxies (60 s).
 const heldKeepAliveEvery = 10 * time.Second
 
 // The keep-alives: an SSE comment, which every SSE parser skips (the OpenAI SDKs' included), and
