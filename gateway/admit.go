@@ -125,6 +125,9 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 		case admission.Refused:
 			g.refuseShed(w, c.req.Shape, d.RetryAfter)
 			return false
+		case admission.TooLate:
+			g.refuseTooLate(w, c.req.Shape, d.RetryAfter)
+			return false
 		case admission.Queued:
 			if g.repl != nil {
 				g.repl.queued(c.id, d.Arrival)
@@ -150,6 +153,17 @@ func (g *Gateway) refuseShed(w http.ResponseWriter, api endpoint, retryAfter tim
 	g.refuse(w, refusal{api: api, status: 529, reason: reasonShed, typ: "server_error", retryAfter: retryAfter,
 		message: "capacity is short: this session was shed to keep the deployment's working set within its cache; " +
 			"retrying soon will not help"})
+}
+
+// refuseTooLate answers a first call that cannot start within admission.start_deadline: at once,
+// retryable, with the wait estimate as Retry-After (bounded by MaxRetryAfter in refuse). A retry
+// keeps the session's place in the queue.
+func (g *Gateway) refuseTooLate(w http.ResponseWriter, api endpoint, retryAfter time.Duration) {
+	g.refuse(w, refusal{api: api, status: http.StatusServiceUnavailable, reason: reasonTooLate, typ: "server_error",
+		retryAfter: retryAfter,
+		message: fmt.Sprintf("the deployment is at its session budget and this session's first call would not start within %s "+
+			"(admission.start_deadline); retry after the time in Retry-After: a retry with the same session id keeps its place",
+			time.Duration(g.cfg.Admission.StartDeadline))})
 }
 
 func (g *Gateway) refuseShuttingDown(w http.ResponseWriter, api endpoint) {
@@ -214,6 +228,9 @@ func (g *Gateway) wait(w http.ResponseWriter, r *http.Request, c *call, wt *wait
 	switch msg.ev.Kind {
 	case admission.EventShed:
 		g.refuseShed(w, c.req.Shape, 0)
+		return waitDone
+	case admission.EventTooLate:
+		g.refuseTooLate(w, c.req.Shape, g.core.RetryAfter(g.now(), c.id))
 		return waitDone
 	case admission.EventAdmitted:
 		if !msg.owner {
@@ -352,7 +369,7 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 			}
 		case admission.EventResumed:
 			g.releaseHeldLocked(ev)
-		case admission.EventShed:
+		case admission.EventShed, admission.EventTooLate:
 			ws := g.mu.waiters[ev.ID]
 			delete(g.mu.waiters, ev.ID)
 			for _, w := range ws {

@@ -13,6 +13,7 @@ import (
 // Refusal reasons, sent in the x-basin-reason header and as the error code.
 const (
 	reasonQueueTimeout    = "queue_timeout"
+	reasonTooLate         = "too_late"
 	reasonTenantQuota     = "tenant_quota"
 	reasonShed            = "shed"
 	reasonShuttingDown    = "shutting_down"
@@ -58,7 +59,7 @@ type refusal struct {
 // (502, 504: the upstream's trouble, not the gateway's decision).
 func (r refusal) retryable() string {
 	switch r.reason {
-	case reasonQueueTimeout, reasonTenantQuota, reasonShuttingDown, reasonDegraded:
+	case reasonQueueTimeout, reasonTooLate, reasonTenantQuota, reasonShuttingDown, reasonDegraded:
 		return "true"
 	case reasonShed, reasonNoSession, reasonBodyTooLarge, reasonBadRequest:
 		return "false"

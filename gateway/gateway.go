@@ -329,6 +329,8 @@ func (g *Gateway) expire() {
 		// First: a session whose held call's client gave up is idle, and must not end before
 		// its call's release is delivered.
 		g.expireHolds(now)
+		// Queued sessions past admission.start_deadline are refused (the leader's core decides).
+		g.deliver(g.core.ExpireQueued(now))
 	}
 	g.deliver(g.core.Expire(now))
 }

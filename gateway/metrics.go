@@ -56,7 +56,7 @@ func newMetrics(g *Gateway, reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	// The refusal series exist from the start, so that a rate over them is 0 rather than absent.
-	for _, l := range [][2]string{{"503", reasonQueueTimeout}, {"429", reasonTenantQuota}, {"529", reasonShed},
+	for _, l := range [][2]string{{"503", reasonQueueTimeout}, {"503", reasonTooLate}, {"429", reasonTenantQuota}, {"529", reasonShed},
 		{"503", reasonShuttingDown}} {
 		m.refusals.WithLabelValues(l[0], l[1])
 	}

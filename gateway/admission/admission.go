@@ -545,9 +545,9 @@ func (c *Core) fitsLocked(s *session) bool {
 	if len(c.mu.live) == 0 {
 		return true // nothing live: admit even over budget, so the service makes progress
 	}
-	// Held sessions are out of the test: their calls wait, their prefixes leave the cache, and
-	// the room they leave is what the sessions that can run are admitted into (hold.go).
-	ws, reserved := c.activeLocked()
+	// Held sessions stay in the test: a hold reorders who runs among the admitted, it does not
+	// make room for more of them (hold.go).
+	ws, reserved := c.mu.workingSet, c.mu.reserved
 	if ws+s.context <= c.mu.o.ReferenceBudget {
 		return true // admission engages only past the reference budget
 	}

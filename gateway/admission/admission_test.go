@@ -455,13 +455,13 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]float64{
-		// b was admitted from the queue when a was held: a's context left the admission test.
-		"basin_gateway_sessions_live": 2, "basin_gateway_sessions_in_call": 2, "basin_gateway_sessions_queued": 0,
-		"basin_gateway_working_set_tokens": 125, "basin_gateway_reserved_tokens": 125,
+		// b stays queued when a is held: a's context stays in the admission test.
+		"basin_gateway_sessions_live": 1, "basin_gateway_sessions_in_call": 1, "basin_gateway_sessions_queued": 1,
+		"basin_gateway_working_set_tokens": 95, "basin_gateway_reserved_tokens": 95,
 		"basin_gateway_budget_tokens": 100, "basin_gateway_sessions_queued_stale": 0, "basin_gateway_sessions_staled_total": 0, "basin_gateway_reference_budget_tokens": 100,
 		"basin_gateway_affinity_enabled": 1, "basin_gateway_session_arrivals_total": 2,
 		"basin_gateway_session_completions_total": 0, "basin_gateway_admissions_total{immediate}": 1,
-		"basin_gateway_admissions_total{queued}": 1, "basin_gateway_queue_oldest_wait_seconds": 0,
+		"basin_gateway_admissions_total{queued}": 0, "basin_gateway_queue_oldest_wait_seconds": 1,
 		"basin_gateway_admission_count_only": 0,
 		"basin_gateway_sessions_held":        1, "basin_gateway_held_tokens": 95, "basin_gateway_held_calls": 1,
 		"basin_gateway_sessions_too_late_total": 0,

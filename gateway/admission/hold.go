@@ -18,9 +18,12 @@ import (
 //
 // Which sessions to hold and when to resume them is remediate's decision (one policy for the
 // daemon and the simulator); the core only keeps the hold list, holds the calls and releases
-// them. While a session is held, its context and demand leave the admission test: the door
-// opens for the sessions that can run, which is the point. Its context stays in the working
-// set the gateway reports (the Basin paper's W), and the held part is reported beside it.
+// them. A held session's context and demand stay in the admission test: holding reorders who
+// runs among the sessions already admitted, and must not make room for newcomers, or the
+// population grows by what is held — measured: a daemon acting from the start on the Basin
+// paper's 1P1D spike let 72 sessions live (W/C 3.2) and collapsed the run it otherwise saves.
+// Its context stays in the working set the gateway reports (the Basin paper's W), and the held
+// part is reported beside it.
 
 // DefaultHoldBound is how long a held call may wait before it passes anyway: well under the
 // 10-minute request timeout of the OpenAI and Anthropic SDKs (and Claude Code's default), and
@@ -215,12 +218,6 @@ func (c *Core) Held(id string) bool {
 	defer c.mu.Unlock()
 	s, ok := c.mu.live[id]
 	return ok && s.held
-}
-
-// activeLocked is the working set and the reserved tokens of the sessions not held: what the
-// admission test weighs a newcomer against.
-func (c *Core) activeLocked() (workingSet, reserved int64) {
-	return c.mu.workingSet - c.mu.heldCtx, c.mu.reserved - c.mu.heldDemand
 }
 
 // Abandon takes back a waiting call whose client gave up (or a gateway that stops answering

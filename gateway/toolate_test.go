@@ -1,0 +1,54 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A first call that cannot start within admission.start_deadline is refused at once, retryable,
+// with the wait estimate as Retry-After (bounded); one that has queued that long is refused then.
+// Session s is live from the clock's start: one admission, so the queue's head waits about as
+// long as the clock has run, the next one about twice that.
+func TestStartDeadlineRefusesEarlyAndRetryably(t *testing.T) {
+	h := startHold(t, func(c *Config) {
+		c.Admission.BudgetTokens = 1
+		c.Admission.StartDeadline = Duration(90 * time.Second)
+		c.MaxQueueWait = Duration(10 * time.Minute)
+	})
+	h.clock.Advance(time.Minute)
+
+	waiting := h.chatAsync(context.Background(), "waiting", 5, nil)
+	h.waitQueued(1)
+	r := h.chat("late", 5, nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+	assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
+	assert.Equal(t, "true", r.header.Get(ShouldRetryHeader))
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	require.NoError(t, err)
+	assert.Equal(t, int(MaxRetryAfter.Seconds()), ra, "a two-minute estimate, bounded")
+	assert.Equal(t, reasonTooLate, errorOf(t, r).Code)
+	assert.Len(t, h.state().Queue, 1, "the refused newcomer did not queue")
+
+	h.clock.Advance(90*time.Second - time.Second)
+	h.g.expire()
+	notAnswered(t, waiting, "a second before its deadline")
+	h.clock.Advance(time.Second)
+	h.g.expire()
+	select {
+	case r = <-waiting:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued call was not refused at its start deadline")
+	}
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+	assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
+	assert.Empty(t, h.state().Queue)
+	assert.Equal(t, uint64(2), h.state().Counters.TooLate)
+	assert.Equal(t, 2.0, testutil.ToFloat64(h.g.metrics.refusals.WithLabelValues("503", reasonTooLate)))
+}
