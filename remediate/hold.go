@@ -107,8 +107,8 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	switch {
 	case p.st.Mode == Incident && trouble && off && !blind && active > budget:
 		// Only the population that was live when the incident began: the sessions admitted
-		// since were admitted into the room the holds made, and holding them would only move
-		// the wait onto the sessions that can still finish in time.
+		// since came in under the incident's cut, once the population had drained under it, and
+		// holding them would only move the wait onto the sessions that can still finish in time.
 		cands := make([]LiveSession, 0, len(g.Sessions))
 		for _, s := range g.Sessions {
 			if !s.Held && s.Admitted.Before(p.st.ModeSince) {

@@ -47,7 +47,31 @@ type Rescue struct {
 	// run still collapsed.
 	Tries    []RescueTry `json:"tries"`
 	CutTries []RescueTry `json:"cut_tries"`
+	// LateActs are the daemon started after the collapse (LateActOffsets minutes after it began),
+	// holds on: whether each got the deployment out within LateRescueWithin.
+	LateActs []LateAct `json:"late_acts"`
 }
+
+// LateAct is one late start of the daemon on a collapsed run.
+type LateAct struct {
+	ActAtMin float64 `json:"act_at_min"`
+	// RecoveredAfterMin is minutes from acting to the first minute of RecoveryWindow minutes
+	// with a hit rate ≥ RecoveryHitRate (nil: never before the run's end).
+	RecoveredAfterMin *float64 `json:"recovered_after_min"`
+}
+
+// Rescued says whether acting then got the deployment out within LateRescueWithin.
+func (l LateAct) Rescued() bool {
+	return l.RecoveredAfterMin != nil && *l.RecoveredAfterMin <= LateRescueWithin.Minutes()
+}
+
+// LateActOffsets are the minutes after a collapse began at which `basin sim detect` starts the
+// daemon on the collapsed run (the operator who installs basin because the deployment is stuck),
+// and LateRescueWithin how soon it must get the deployment out to count as a rescue (issue 27's
+// target).
+var LateActOffsets = []float64{5, 15, 30}
+
+const LateRescueWithin = 15 * time.Minute
 
 // RescueTry is one re-run of the bisection.
 type RescueTry struct {
@@ -242,6 +266,27 @@ func lastRescue(r *Rescue, cal *detector.Calibration) error {
 	if r.LastCutMin, r.CutTries, err = bisectRescue(r.Scenario, r.Seed, cal, CutBudget, float64(start+5)); err != nil {
 		return fmt.Errorf("%s: %w", CutBudget, err)
 	}
+	sc, err := scenario.Load(r.Scenario)
+	if err != nil {
+		return err
+	}
+	sc.Seed = r.Seed
+	for _, off := range LateActOffsets {
+		act := time.Duration((float64(start) + off) * float64(time.Minute))
+		if act+LateRescueWithin > time.Duration(sc.Duration) {
+			continue // too near the end to tell
+		}
+		res, err := runLate(sc, cal, LateOptions{ActAt: act})
+		if err != nil {
+			return fmt.Errorf("act at %v: %w", act, err)
+		}
+		la := LateAct{ActAtMin: act.Minutes()}
+		if res.RecoveredMin != nil {
+			v := *res.RecoveredMin - act.Minutes()
+			la.RecoveredAfterMin = &v
+		}
+		r.LateActs = append(r.LateActs, la)
+	}
 	return nil
 }
 
@@ -308,8 +353,8 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		"gateway only counts, lending is off, the engine queues are in arrival order. *Margin* = last rescue time − " +
 		"first warning; *lead* = first utilisation alert − first warning.\n\n")
 	b.WriteString("| scenario | seed | first warning | warned by | after spike start | first utilisation alert | lead | " +
-		"collapse began | last rescue: daemon | margin | last rescue: budget cut | margin |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"collapse began | last rescue: daemon | margin | last rescue: budget cut | margin | daemon started late: minutes to recover |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	m := func(v *float64) string {
 		if v == nil {
 			return "—"
@@ -339,6 +384,8 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 	}
 	var leadPos int
 	var leads []float64
+	lateActs := 0
+	var lateFails []string
 	for _, r := range rescues {
 		l := lead[fmt.Sprintf("%s/%d", r.Scenario, r.Seed)]
 		ls := "—"
@@ -363,9 +410,22 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		if run.SpikeStartMin != nil && r.FirstWarningMin != nil {
 			after = fmt.Sprintf("%+.1f", *r.FirstWarningMin-*run.SpikeStartMin)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", r.Scenario, r.Seed,
+		var lates []string
+		for _, la := range r.LateActs {
+			lateActs++
+			v := "never"
+			if la.RecoveredAfterMin != nil {
+				v = fmt.Sprintf("%.0f", *la.RecoveredAfterMin)
+			}
+			if !la.Rescued() {
+				v = "**" + v + "** ✗"
+				lateFails = append(lateFails, fmt.Sprintf("%s seed %d at %.0f", r.Scenario, r.Seed, la.ActAtMin))
+			}
+			lates = append(lates, fmt.Sprintf("%+.0f: %s", la.ActAtMin-r.CollapseMin, v))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s |\n", r.Scenario, r.Seed,
 			m(r.FirstWarningMin), by, after, m(r.UtilisationFirstMin), ls, r.CollapseMin, last, m(r.MarginMin()), lastCut,
-			m(r.CutMarginMin()))
+			m(r.CutMarginMin()), strings.Join(lates, ", "))
 	}
 	med := "—"
 	if len(leads) > 0 {
@@ -381,6 +441,14 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 		"intervening from the start did not avoid the collapse — %d and %d); the first warning ahead of the first "+
 		"utilisation alert in %d (target: all); median lead %s minutes (target ≥ 5).\n",
 		len(rescues), daemon.warned2, cut.warned2, daemon.none, cut.none, leadPos, med)
+	fmt.Fprintf(&b, "\nStarted late on a collapsed run (the last column: the daemon, holds on, started the given minutes after the "+
+		"collapse began; minutes from then to the first of %d minutes with a hit rate ≥ %.2f; ✗ past %.0f minutes): "+
+		"%d of %d late starts got the deployment out within %.0f minutes", RecoveryWindow, RecoveryHitRate,
+		LateRescueWithin.Minutes(), lateActs-len(lateFails), lateActs, LateRescueWithin.Minutes())
+	if len(lateFails) > 0 {
+		fmt.Fprintf(&b, "; still failing to rescue: %s", strings.Join(lateFails, ", "))
+	}
+	b.WriteString(".\n")
 	bound.markdown(&b)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -132,6 +132,14 @@ func TestLastRescue(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
 	r := rs[0]
+	// Started late, holds on, the daemon gets this run out at every offset.
+	require.Len(t, r.LateActs, len(LateActOffsets))
+	for i, la := range r.LateActs {
+		assert.Equal(t, r.CollapseMin+LateActOffsets[i], la.ActAtMin)
+		if assert.NotNil(t, la.RecoveredAfterMin, "acting at %.0f", la.ActAtMin) {
+			t.Logf("acting at %.0f: recovered after %.0f minutes", la.ActAtMin, *la.RecoveredAfterMin)
+		}
+	}
 	for _, iv := range []struct {
 		name  string
 		last  *float64
@@ -175,14 +183,16 @@ func TestRescueMarkdownTargets(t *testing.T) {
 		{Scenario: "s-spike", Seed: 3, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(18)}},
 	}
 	rescues := []Rescue{
-		{Scenario: "s-spike", Seed: 1, CollapseMin: 25, LastRescueMin: f(22), LastCutMin: f(17.5), FirstWarningMin: f(16), UtilisationFirstMin: f(24)},
+		{Scenario: "s-spike", Seed: 1, CollapseMin: 25, LastRescueMin: f(22), LastCutMin: f(17.5), FirstWarningMin: f(16), UtilisationFirstMin: f(24),
+			LateActs: []LateAct{{ActAtMin: 30, RecoveredAfterMin: f(2)}, {ActAtMin: 40, RecoveredAfterMin: f(16)}, {ActAtMin: 55}}},
 		{Scenario: "s-spike", Seed: 2, CollapseMin: 22, LastRescueMin: f(15), LastCutMin: f(17), FirstWarningMin: f(14), UtilisationFirstMin: f(19)},
 		{Scenario: "s-spike", Seed: 3, CollapseMin: 30, FirstWarningMin: f(18)},
 	}
 	var b bytes.Buffer
 	require.NoError(t, RescueMarkdown(&b, rescues, runs))
 	out := b.String()
-	assert.Contains(t, out, "| s-spike | 1 | 16.0 | arrivals > peak | +1.0 | 24.0 | 8.0 | 25 | 22.0 | 6.0 | 17.5 | 1.5 |")
+	assert.Contains(t, out, "| s-spike | 1 | 16.0 | arrivals > peak | +1.0 | 24.0 | 8.0 | 25 | 22.0 | 6.0 | 17.5 | 1.5 | +5: 2, +15: **16** ✗, +30: **never** ✗ |")
+	assert.Contains(t, out, "1 of 3 late starts got the deployment out within 15 minutes; still failing to rescue: s-spike seed 1 at 40, s-spike seed 1 at 55.")
 	assert.Contains(t, out, "| s-spike | 2 | 14.0 | working set + arrivals > peak | -1.0 | 19.0 | 5.0 | 22 | 15.0 | 1.0 | 17.0 | 3.0 |")
 	assert.Contains(t, out, "| s-spike | 3 | 18.0 | — | +3.0 | — | no alert | 30 | none | — | none | — |")
 	// The daemon: seed 1 is warned 6 minutes ahead, seed 2 only 1. The budget cut: seed 1 only
