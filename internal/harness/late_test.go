@@ -86,7 +86,10 @@ func TestLateMarkdownNamesMisses(t *testing.T) {
 	for _, r := range []LateRow{{Scenario: "paper-1p1d-h100-spike", ActAtMin: 25, Holds: true, HoldBoundSeconds: def, Results: []*LateResult{fast}},
 		{Scenario: "paper-1p3d-h200-spike", ActAtMin: 60, Holds: true, HoldBoundSeconds: def, Results: []*LateResult{never}},
 		// A longer bound's row is shown but not held to the targets: it would miss none here.
-		{Scenario: "paper-1p3d-h200-spike", ActAtMin: 60, Holds: true, HoldBoundSeconds: 480, Results: []*LateResult{fast}}} {
+		{Scenario: "paper-1p3d-h200-spike", ActAtMin: 60, Holds: true, HoldBoundSeconds: 480, Results: []*LateResult{fast}},
+		{Scenario: "paper-1p1d-h100-spike", ActAtMin: 25, Holds: true, HoldBoundSeconds: def, StartDeadlineSeconds: 300,
+			Results: []*LateResult{{Result: &sim.Result{GoodputRatio: ptrOf(0.97), FirstCallWaitP50: ptrOf(0)}, ActAtMin: 25,
+				RecoveredMin: ptrOf(26), TooLate: 7}}}} {
 		r.aggregate(150 * time.Minute)
 		t1.Rows = append(t1.Rows, r)
 	}
@@ -98,4 +101,9 @@ func TestLateMarkdownNamesMisses(t *testing.T) {
 	assert.Contains(t, out, "every run recovered within 15 minutes of acting: **not met**, 1 of 2 runs; short: 1P3D H200 at 60 (0/1)")
 	assert.Contains(t, out, "1P3D H200 at 60: — < 0.75")
 	assert.Contains(t, out, "no admitted session refused or cut: met, 0 cut")
+	assert.Contains(t, out, "Where the default bound falls short: 1P3D H200 acting at 60: up to 3 sessions held")
+	assert.Contains(t, out, "; with a 8m0s bound, 0 releases and 1/1 runs out within 15 minutes (median 1 minutes, goodput ÷ twin 1.00)")
+	assert.Contains(t, out, "Refusing early (`admission.start_deadline`, the rows that name it) against holds alone on the same runs: "+
+		"1P1D H100 at 25: goodput ÷ twin 1.00 → 0.97, first-call wait p50 0 s → 0 s, 7 refused.")
+	assert.Contains(t, out, "| 1P1D H100 | 0.00 | 25 | on, 4m0s bound, refusing what cannot start within 5m0s |")
 }

@@ -34,6 +34,7 @@ func WriteLateMarkdown(w io.Writer, t *LateTable) error {
 	}
 	b.WriteString("\n")
 	writeLateTargets(&b, t)
+	writeLateWhy(&b, t)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -113,6 +114,73 @@ func writeLateTargets(b *strings.Builder, t *LateTable) {
 	// virtual time at most, which is what the gateway's timer does on the wall clock.
 	fmt.Fprintf(b, "- no held call beyond the hold bound (%.0f s, checked at the next event): %s, longest %.0f s.\n",
 		bound, verdict(longest <= bound+ObserveEvery.Seconds()), longest)
+}
+
+// writeLateWhy explains, from the table's own numbers, the rows where the default hold bound did
+// not get every run out within 15 minutes (the held calls that went on at the bound, each a
+// recompute, against the same runs with a longer bound), and what refusing early cost and saved
+// against holds alone on the same runs.
+func writeLateWhy(b *strings.Builder, t *LateTable) {
+	def := admission.DefaultHoldBound.Seconds()
+	find := func(r LateRow, bound, deadline float64) *LateRow {
+		for i, o := range t.Rows {
+			if o.Scenario == r.Scenario && o.ActAtMin == r.ActAtMin && o.Holds && o.HoldBoundSeconds == bound &&
+				o.StartDeadlineSeconds == deadline {
+				return &t.Rows[i]
+			}
+		}
+		return nil
+	}
+	var why []string
+	for _, r := range t.Rows {
+		if !r.Holds || r.HoldBoundSeconds != def || r.StartDeadlineSeconds != 0 || r.Within15 == r.Runs || r.Runs == 0 {
+			continue
+		}
+		mins := t.Options.Duration.Minutes() - r.ActAtMin
+		s := fmt.Sprintf("%s acting at %g: up to %d sessions held; their calls went on at the %s bound %d times, "+
+			"%.0f a minute of each run after acting, each a recompute of its whole context, while the sessions still "+
+			"running needed the same prefill", deploymentOf(r.Scenario), r.ActAtMin, r.HeldMax, boundText(def),
+			r.BoundReleases, float64(r.BoundReleases)/float64(r.Runs)/mins)
+		for _, o := range t.Rows {
+			if o.Scenario != r.Scenario || o.ActAtMin != r.ActAtMin || !o.Holds || o.HoldBoundSeconds == def || o.StartDeadlineSeconds != 0 {
+				continue
+			}
+			s += fmt.Sprintf("; with a %s bound, %d releases and %d/%d runs out within 15 minutes (median %s minutes, goodput ÷ twin %s)",
+				boundText(o.HoldBoundSeconds), o.BoundReleases, o.Within15, o.Runs, fmtNum(o.RecoverMedian, 0), fmtNum(o.RatioMedian, 2))
+		}
+		why = append(why, s)
+	}
+	if len(why) > 0 {
+		fmt.Fprintf(b, "\nWhere the default bound falls short: %s. A held call goes on at the bound whether or not there is room for "+
+			"it, so the deeper the trap, the more of the prefill those calls take; a longer bound rescues deeper traps, and "+
+			"`admission.hold_bound` allows up to just under the SDKs' 10-minute request timeout, but the default stays %s: "+
+			"a non-streamed held call's wait counts against that timeout together with the call it then makes, and Codex "+
+			"CLI's stream idle timeout is 5 minutes.\n", strings.Join(why, "; "), boundText(def))
+	}
+	var early []string
+	var refused uint64
+	var runs int
+	for _, r := range t.Rows {
+		if r.StartDeadlineSeconds == 0 {
+			continue
+		}
+		base := find(r, r.HoldBoundSeconds, 0)
+		if base == nil {
+			continue
+		}
+		refused += r.TooLate
+		runs += r.Runs
+		early = append(early, fmt.Sprintf("%s at %g: goodput ÷ twin %s → %s, first-call wait p50 %s s → %s s, %d refused",
+			deploymentOf(r.Scenario), r.ActAtMin, fmtNum(base.RatioMedian, 2), fmtNum(r.RatioMedian, 2),
+			fmtNum(base.FirstWaitP50Median, 0), fmtNum(r.FirstWaitP50Median, 0), r.TooLate))
+	}
+	if len(early) > 0 {
+		fmt.Fprintf(b, "\nRefusing early (`admission.start_deadline`, the rows that name it) against holds alone on the same runs: %s. "+
+			"In all %d sessions were refused over %d runs, %.0f a run: each heard within seconds, with a retryable 503 and a "+
+			"Retry-After, instead of waiting in a queue it could not get through in time; a simulated client does not "+
+			"retry, so each counts as lost here, which is what the goodput column charges. The gateway leaves it off by "+
+			"default.\n", strings.Join(early, "; "), refused, runs, float64(refused)/float64(max(runs, 1)))
+	}
 }
 
 // lateSetting names a row's levers: holds off, or on with their bound (bold: the default's, the
