@@ -645,11 +645,17 @@ func (c *Core) Begin(now time.Time, id string, promptEstimate int64) bool {
 	if !ok {
 		return false
 	}
+	c.beginLocked(s, promptEstimate)
+	return true
+}
+
+// beginLocked counts a call of s in flight and raises its tracked context to the call's prompt
+// estimate (Begin, BeginCall).
+func (c *Core) beginLocked(s *session, promptEstimate int64) {
 	s.inFlight++
 	if promptEstimate > s.context {
 		c.setContextLocked(s, promptEstimate)
 	}
-	return true
 }
 
 // Finish records the end of a live session's call with its context from the response's usage

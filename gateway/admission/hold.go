@@ -76,10 +76,7 @@ func (c *Core) BeginCall(now time.Time, id string, promptEstimate int64) CallVer
 	if !ok {
 		return CallNotLive
 	}
-	s.inFlight++
-	if promptEstimate > s.context {
-		c.setContextLocked(s, promptEstimate)
-	}
+	c.beginLocked(s, promptEstimate)
 	if !s.held || !s.waitSince.IsZero() {
 		// A second call while one already waits (a client that retried) passes: holding it too
 		// would only double what the session asks of the engine when both go.
