@@ -561,7 +561,7 @@ func (c *Core) admitLocked(now time.Time, s *session) {
 	s.inFlight = 1 // the first call is what is being admitted
 	s.demandCache = c.demandLocked(s)
 	c.mu.live[s.id] = s
-	c.noteLocked(s.id, true)
+	c.noteLocked(s.id, true, false)
 	c.mu.workingSet += s.context
 	c.mu.reserved += s.demandCache
 	c.mu.admits = append(c.mu.admits, now)
@@ -705,7 +705,7 @@ func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
 		c.unholdLocked(s)
 	}
 	delete(c.mu.live, s.id)
-	c.noteLocked(s.id, false)
+	c.noteLocked(s.id, false, false)
 	c.mu.workingSet -= s.context
 	c.mu.reserved -= s.demandCache
 	c.mu.tenants[s.tenant]--

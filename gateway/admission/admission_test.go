@@ -670,7 +670,7 @@ func TestLiveLog(t *testing.T) {
 	c.Arrive(t0, Request{ID: "b", FirstPrompt: 10})
 	ch, last, ok := c.LiveSince(0)
 	require.True(t, ok)
-	assert.Equal(t, []LiveChange{{"a", true}, {"b", true}}, ch)
+	assert.Equal(t, []LiveChange{{ID: "a", Live: true}, {ID: "b", Live: true}}, ch)
 	assert.Equal(t, uint64(2), last)
 
 	c.End(t0, "a")
@@ -678,7 +678,7 @@ func TestLiveLog(t *testing.T) {
 	require.NoError(t, err)
 	ch, last, ok = c.LiveSince(2)
 	require.True(t, ok)
-	assert.Equal(t, []LiveChange{{"a", false}, {"m", true}}, ch)
+	assert.Equal(t, []LiveChange{{ID: "a"}, {ID: "m", Live: true}}, ch)
 	assert.Equal(t, uint64(4), last)
 
 	// Past twice its length the log is cut back to the last two: 0 is out of reach.
@@ -688,7 +688,7 @@ func TestLiveLog(t *testing.T) {
 	assert.Equal(t, uint64(5), last)
 	ch, _, ok = c.LiveSince(3)
 	require.True(t, ok)
-	assert.Equal(t, []LiveChange{{"m", true}, {"b", false}}, ch)
+	assert.Equal(t, []LiveChange{{ID: "m", Live: true}, {ID: "b"}}, ch)
 	_, _, ok = c.LiveSince(9)
 	assert.False(t, ok, "a number from another core")
 	ids, last := c.LiveIDs()

@@ -103,6 +103,7 @@ func (c *Core) Hold(now time.Time, ids []string) int {
 			continue
 		}
 		c.holdLocked(now, s)
+		c.noteLocked(s.id, true, true)
 		c.mu.counters.Held++
 		n++
 	}
@@ -132,6 +133,7 @@ func (c *Core) Resume(now time.Time, ids []string) []Event {
 			continue
 		}
 		c.unholdLocked(s)
+		c.noteLocked(s.id, true, false)
 		c.mu.counters.Resumed++
 		if e, ok := c.releaseLocked(now, s, ResumeReasonResumed); ok {
 			evs = append(evs, e)

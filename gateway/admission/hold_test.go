@@ -166,3 +166,55 @@ func TestAbandonedWaitingCall(t *testing.T) {
 	assert.Zero(t, c.Snapshot(at(80), false).HeldCalls)
 	check(t, c)
 }
+
+// The live log carries the hold list, so that a follower's copy of the live set knows which
+// sessions the leader holds: a hold and a resume are changes of a live session, and the set
+// taken whole lists the held ones.
+func TestLiveLogCarriesTheHoldList(t *testing.T) {
+	c := liveThree(t, Options{LiveLog: 100})
+	_, from, ok := c.LiveSince(0)
+	require.True(t, ok)
+	c.Hold(at(10), []string{"b", "c"})
+	c.Resume(at(11), []string{"c"})
+	c.End(at(12), "b")
+	ch, _, ok := c.LiveSince(from)
+	require.True(t, ok)
+	assert.Equal(t, []LiveChange{{ID: "b", Live: true, Held: true}, {ID: "c", Live: true, Held: true},
+		{ID: "c", Live: true}, {ID: "b"}}, ch, "an end says nothing of the hold list")
+
+	c.Hold(at(13), []string{"a"})
+	ids, held, last := c.LiveSet()
+	assert.ElementsMatch(t, []string{"a", "c"}, ids)
+	assert.Equal(t, []string{"a"}, held)
+	_, want := c.LiveIDs()
+	assert.Equal(t, want, last)
+	check(t, c)
+}
+
+// Merge takes a session new to the core as held when the merged state holds it (a new leader
+// loading its predecessor's table, a follower taking in a held session), and leaves the hold list
+// of the sessions it already has alone. A merged held session counts as held (its context out of
+// the admission test) and its next call waits.
+func TestMergeKeepsTheHoldList(t *testing.T) {
+	c := liveThree(t, Options{LiveLog: 100})
+	c.Hold(at(5), []string{"a"})
+	_, from, _ := c.LiveSince(0)
+	evs, err := c.Merge(at(6), State{Live: []LiveSession{
+		{ID: "a", Context: 100},             // live here and held: stays held
+		{ID: "b", Context: 200, Held: true}, // live here, not held: stays as it is
+		{ID: "m", Admitted: at(1), LastDone: at(1), Context: 50, Held: true},
+	}})
+	require.NoError(t, err)
+	assert.Empty(t, evs)
+	assert.True(t, c.Held("a"))
+	assert.False(t, c.Held("b"))
+	assert.True(t, c.Held("m"))
+	s := c.Snapshot(at(6), false)
+	assert.Equal(t, 2, s.Held)
+	assert.Equal(t, int64(100+50), s.HeldTokens)
+	ch, _, ok := c.LiveSince(from)
+	require.True(t, ok)
+	assert.Equal(t, []LiveChange{{ID: "m", Live: true, Held: true}}, ch)
+	assert.Equal(t, CallHeld, c.BeginCall(at(7), "m", 60))
+	check(t, c)
+}

@@ -264,13 +264,13 @@ func (c *Core) Restore(now time.Time, st State) error {
 		s.priority = c.priority(s.arrival, s.predicted)
 		s.demandCache = c.demandLocked(s)
 		c.mu.live[s.id] = s
-		c.noteLocked(s.id, true)
 		c.mu.workingSet += s.context
 		c.mu.reserved += s.demandCache
 		c.mu.tenants[s.tenant]++
 		if ls.Held {
 			c.holdLocked(now, s)
 		}
+		c.noteLocked(s.id, true, s.held)
 	}
 	for id, a := range st.Retry {
 		c.mu.retry[id] = memo{arrival: a, until: now.Add(c.mu.o.RetryMemory)}
@@ -295,11 +295,12 @@ func (c *Core) inCallLocked() int {
 
 // Merge takes another replica's view into the core, for replicated mode: a new admission leader
 // merges the table its predecessor persisted, and a replica that reconnects reports the
-// sessions it admitted or served while the leader could not be reached. Sessions live in st
-// but not here become live as they are — already admitted, so never checked against the budget
-// (sessions are never cut); a session queued here leaves the queue with an EventAdmitted, since
-// its admission happened elsewhere. Sessions live in both keep this core's calls in flight and
-// the larger context and later last call. A budget in st (Budget > 0, or CountOnly) replaces
+// sessions it admitted or served while the leader could not be reached, and a follower takes
+// in a session the leader admitted or knows live. Sessions live in st but not here become live
+// as they are — already admitted, so never checked against the budget (sessions are never
+// cut), and held if st holds them; a session queued here leaves the queue with an
+// EventAdmitted, since its admission happened elsewhere. Sessions live in both keep this core's
+// calls in flight, its hold list, and the larger context and later last call. A budget in st (Budget > 0, or CountOnly) replaces
 // this core's; retry and shed memories are added. Merging can only add load, so it admits no
 // one from the queue beyond the sessions it makes live.
 func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
@@ -352,10 +353,13 @@ func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
 		s.priority = c.priority(s.arrival, s.predicted)
 		s.demandCache = c.demandLocked(s)
 		c.mu.live[s.id] = s
-		c.noteLocked(s.id, true)
 		c.mu.workingSet += s.context
 		c.mu.reserved += s.demandCache
 		c.mu.tenants[s.tenant]++
+		if ls.Held {
+			c.holdLocked(now, s)
+		}
+		c.noteLocked(s.id, true, s.held)
 		delete(c.mu.retry, s.id)
 	}
 	for id, a := range st.Retry {
