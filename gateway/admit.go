@@ -44,42 +44,44 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 	}
 	for range rounds {
 		now := g.now()
-		if g.repl == nil {
-			// Alone, a held session's call waits here (hold.go); replicated, holds are not
-			// enforced and a live session's call passes as it always has.
-			switch v, wt := g.beginCall(now, c); v {
-			case admission.CallPass:
-				return true
-			case admission.CallHeld:
-				res := g.waitHeld(w, r, c, wt, now)
-				if c.early != nil {
-					// The stream has begun with keep-alives: whatever answers the call from here
-					// on, a refusal included, is written into it.
-					w = c.early
+		// A held session's call waits here (hold.go), on every replica.
+		v, hw := g.beginCall(now, c)
+		if v == admission.CallNotLive && !g.isStopping() && g.repl != nil {
+			var res remoteResult
+			switch res, hw = g.repl.admitRemote(w, r, c); res {
+			case remoteAdmitted:
+				v = admission.CallPass
+				if hw != nil {
+					v = admission.CallHeld // live at the leader, which holds it
 				}
-				switch res {
-				case heldPass:
-					return true
-				case heldRetry:
-					continue
-				default:
-					return false
-				}
+			case remoteAnswered:
+				return false
 			}
-		} else if g.core.Begin(now, c.id, c.req.Prompt) {
+		}
+		switch v {
+		case admission.CallPass:
 			return true
+		case admission.CallHeld:
+			res := g.waitHeld(w, r, c, hw, now)
+			if c.early != nil {
+				// The stream has begun with keep-alives: whatever answers the call from here
+				// on, a refusal included, is written into it.
+				w = c.early
+			}
+			switch res {
+			case heldPass:
+				return true
+			case heldRetry:
+				continue
+			default:
+				return false
+			}
 		}
 		if g.isStopping() {
 			g.refuseStopping(w, c)
 			return false
 		}
 		if g.repl != nil {
-			switch g.repl.admitRemote(w, r, c) {
-			case remoteAdmitted:
-				return true
-			case remoteAnswered:
-				return false
-			}
 			if why := g.repl.degradedReason(); why != "" && g.cfg.Replication.DegradedAdmission == DegradedRefuse {
 				g.refuse(w, refusal{api: c.req.Shape, status: http.StatusServiceUnavailable, reason: reasonDegraded,
 					typ: "server_error", retryAfter: g.repl.retryAfterLease(),

@@ -27,6 +27,29 @@ func (c core) Begin(now time.Time, id string, promptEstimate int64) bool {
 	return true
 }
 
+// BeginCall begins a call of a live session, held or not. A held call is reported begun too:
+// it counts in flight at the leader as here, so the session does not idle out there while its
+// call waits on this replica.
+func (c core) BeginCall(now time.Time, id string, promptEstimate int64) admission.CallVerdict {
+	v := c.Core.BeginCall(now, id, promptEstimate)
+	if v != admission.CallNotLive && c.repl != nil {
+		c.repl.report(repBegin, id, promptEstimate)
+	}
+	return v
+}
+
+// Abandon takes back a held call whose client gave up; the leader, told it began, is told it
+// finished (with no tokens, which keeps the session's context).
+func (c core) Abandon(now time.Time, id string) bool {
+	if !c.Core.Abandon(now, id) {
+		return false
+	}
+	if c.repl != nil {
+		c.repl.report(repFinish, id, 0)
+	}
+	return true
+}
+
 // Finish finishes a call of a live session.
 func (c core) Finish(now time.Time, id string, contextTokens int64) []admission.Event {
 	evs := c.Core.Finish(now, id, contextTokens)

@@ -325,10 +325,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 // next to a bound of minutes.
 func (g *Gateway) expire() {
 	now := g.now()
+	// First: a session whose held call's client gave up is idle, and must not end before its
+	// call's release is delivered. Every replica releases the calls it holds at the bound.
+	g.expireHolds(now)
 	if g.repl == nil {
-		// First: a session whose held call's client gave up is idle, and must not end before
-		// its call's release is delivered.
-		g.expireHolds(now)
 		// Queued sessions past admission.start_deadline are refused (the leader's core decides).
 		g.deliver(g.core.ExpireQueued(now))
 	}

@@ -35,9 +35,13 @@ import (
 // stream is passed on as it comes, anything else becomes one error event in the stream. A call
 // that does not stream has no such way to say it is alive, and waits silently as before.
 //
-// Replicated, holds are not enforced: a follower's calls do not ask the leader whether they
-// pass, so POST /admin/holds is refused rather than shrinking the admission test for sessions
-// whose calls would go on running.
+// Replicated, the leader decides and every replica enforces. POST /admin/holds changes the
+// leader's hold list (a follower forwards it, as every admin request); the leader's live log
+// carries each hold and resume to the followers with the answers to their reports, and each
+// follower holds its own calls of the sessions the leader holds (replica.followHolds), on its
+// own clock for the bound. A follower's waiting call is reported to the leader as begun, so the
+// session counts in flight there too and does not idle out; a resume reaches the follower with
+// its next report's answer (within report_interval, and a second at most).
 
 // heldResult is how a held call's wait ended.
 type heldResult int
@@ -70,17 +74,30 @@ var (
 func (g *Gateway) beginCall(now time.Time, c *call) (admission.CallVerdict, *waiter) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if c.forwarded {
+		// A follower's call asking the leader (serveArrive) is not held here, where its wait
+		// would hold the RPC: the answer carries the session's hold, and the follower holds it.
+		if g.core.Begin(now, c.id, c.req.Prompt) {
+			return admission.CallPass, nil
+		}
+		return admission.CallNotLive, nil
+	}
 	v := g.core.BeginCall(now, c.id, c.req.Prompt)
 	if v != admission.CallHeld {
 		return v, nil
 	}
+	return v, g.heldWaiterLocked(now, c)
+}
+
+// heldWaiterLocked registers the waiter of a call the core just held (g.mu held).
+func (g *Gateway) heldWaiterLocked(now time.Time, c *call) *waiter {
 	wt := &waiter{ch: make(chan waitMsg, 1), anonymous: c.anonymous}
 	if c.req.Stream {
 		wt.ping, wt.nextPing = make(chan struct{}, 1), now.Add(heldKeepAliveEvery)
 	}
 	g.mu.held[c.id] = append(g.mu.held[c.id], wt)
 	g.log.Debug("call held", "session", c.id, "tenant", c.tenant)
-	return v, wt
+	return wt
 }
 
 // waitHeld holds a call until its release, the client going away or the gateway stopping; since
@@ -430,11 +447,6 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 		badField(w, "reason", "reason: required, say why sessions are held or resumed")
 		return
 	}
-	if g.repl != nil {
-		httpjson.WriteError(w, http.StatusNotImplemented, "invalid_request_error", "not_implemented", "",
-			"holds are not enforced on a replicated gateway: its followers' calls do not ask the leader whether they pass")
-		return
-	}
 	now := g.now()
 	// Under g.mu, so that two changes of the hold list do not interleave and the counts read
 	// after are this change's.
@@ -451,6 +463,11 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 	}
 	g.deliverLocked(evs)
 	g.mu.Unlock()
+	if g.repl != nil {
+		// On the leader (a follower forwarded the request): the hold list is in the table
+		// before the answer, so a successor keeps it.
+		g.repl.saveNow("holds")
+	}
 	res := adminapi.HoldResult{Added: added, Resumed: int(after.Counters.Resumed - before.Resumed), Released: released,
 		HeldSessions: after.Held, HeldTokens: after.HeldTokens, HeldCalls: after.HeldCalls}
 	g.log.Info("hold list changed", "reason", req.Reason, "held", res.Added, "resumed", res.Resumed,

@@ -340,6 +340,19 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 		_ = r.lease.Release(lctx)
 		return
 	}
+	// The table's hold list is the last leader's (saved before each change was answered); this
+	// replica's copy of it may be a report behind. Merge keeps a local session's hold, so the
+	// table's is set here.
+	var hold, resume []string
+	for _, ls := range st.Live {
+		if ls.Held {
+			hold = append(hold, ls.ID)
+		} else {
+			resume = append(resume, ls.ID)
+		}
+	}
+	g.core.Core.Hold(now, hold)
+	evs = append(evs, g.core.Core.Resume(now, resume)...)
 	g.raiseDaemonTerm(meta.DaemonTerm)
 	if meta.Affinity != nil {
 		g.affinity.Store(*meta.Affinity)

@@ -99,11 +99,13 @@ type livePosition struct {
 }
 
 // liveUpdate brings a follower's copy of the live set to the leader's position To: the changes
-// since the follower's position, or, with Whole, the set itself in Live (Changes empty).
+// since the follower's position, or, with Whole, the set itself in Live and the held sessions
+// among it in Held (Changes empty).
 type liveUpdate struct {
 	To      livePosition           `json:"to"`
 	Whole   bool                   `json:"whole,omitempty"`
 	Live    []string               `json:"live,omitempty"`
+	Held    []string               `json:"held,omitempty"`
 	Changes []admission.LiveChange `json:"changes,omitempty"`
 }
 
@@ -125,15 +127,17 @@ const (
 	remoteAnswered                     // the client has its answer (a refusal), or is gone
 )
 
-// admitRemote asks the leader to admit c's session when this replica follows.
-func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call) remoteResult {
+// admitRemote asks the leader to admit c's session when this replica follows. A session the
+// leader admitted earlier and holds comes back admitted and held: its call waits here, on the
+// waiter returned with remoteAdmitted.
+func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call) (remoteResult, *waiter) {
 	if _, ok := r.isLeading(); ok {
-		return remoteLocal
+		return remoteLocal, nil
 	}
 	if c.forwarded {
 		// Asked as the leader, which this replica no longer is: the follower asks again.
 		r.notLeader(w)
-		return remoteAnswered
+		return remoteAnswered, nil
 	}
 	// asked is the epoch of a leader that said it no longer leads; the store names the next
 	// one within a lease of that answer (a handover takes one at most), so the wait for it is
@@ -154,7 +158,7 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 				case <-time.After(r.opTimeout / 10):
 					r.refreshLeader(req.Context())
 				case <-req.Context().Done():
-					return remoteAnswered
+					return remoteAnswered, nil
 				}
 				continue
 			}
@@ -165,7 +169,7 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 		ans, status, err := r.arrive(req.Context(), gone, li.AdminURL, c)
 		switch {
 		case req.Context().Err() != nil:
-			return remoteAnswered // the client left; the leader cancels its wait
+			return remoteAnswered, nil // the client left; the leader cancels its wait
 		case errors.Is(err, errLeaderChanged):
 			continue
 		case status == http.StatusMisdirectedRequest:
@@ -181,23 +185,23 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 		r.answeredByLeader()
 		if !ans.Admitted {
 			relay(w, ans)
-			return remoteAnswered
+			return remoteAnswered, nil
 		}
-		r.adopt(c, *ans.Session)
 		c.first = ans.First
-		return remoteAdmitted
+		_, wt := r.adopt(c, *ans.Session)
+		return remoteAdmitted, wt
 	}
 }
 
 // decideHere is a follower's first call when no leader can decide: the replica is degraded,
 // and the call passes if its session was live at the leader at the last contact, or is decided
 // by the local core.
-func (r *replica) decideHere(c *call, why string) remoteResult {
+func (r *replica) decideHere(c *call, why string) (remoteResult, *waiter) {
 	r.setDegraded(why)
-	if r.passKnown(c) {
-		return remoteAdmitted
+	if ok, wt := r.passKnown(c); ok {
+		return remoteAdmitted, wt
 	}
-	return remoteLocal
+	return remoteLocal, nil
 }
 
 var errLeaderChanged = errors.New("the admission leader changed")
@@ -276,21 +280,35 @@ func (r *replica) refreshLeader(ctx context.Context) {
 }
 
 // adopt puts a session the leader admitted (or knows live) into the local core and begins this
-// call in it. The leader counted the call already, so nothing is reported for its begin.
-func (r *replica) adopt(c *call, ls admission.LiveSession) {
+// call in it. The leader counted the call already, so nothing is reported for its begin. A
+// session the leader holds is held here: its call waits (CallHeld, on the waiter returned), as
+// it would have on the leader, which passed it on for this replica to hold.
+func (r *replica) adopt(c *call, ls admission.LiveSession) (admission.CallVerdict, *waiter) {
 	g := r.g
 	now := g.now()
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	evs, err := g.core.Merge(now, admission.State{Live: []admission.LiveSession{ls}})
 	if err != nil {
 		r.log.Error("the leader's session", "session", ls.ID, "err", err)
 	}
-	g.core.Core.Begin(now, c.id, c.req.Prompt)
+	v := admission.CallPass
+	if c.first {
+		// Admitted for this very call: a hold acts on sessions already running, never on the
+		// call that starts one.
+		g.core.Core.Begin(now, c.id, c.req.Prompt)
+	} else if g.core.Core.BeginCall(now, c.id, c.req.Prompt) == admission.CallHeld {
+		v = admission.CallHeld
+	}
+	var wt *waiter
+	if v == admission.CallHeld {
+		wt = g.heldWaiterLocked(now, c)
+	}
 	if _, ok := g.mu.sessions[c.id]; !ok {
 		g.addSessionLocked(c.id, &sessionInfo{upstream: g.pickUpstream(c.id)})
 	}
 	g.deliverLocked(evs)
-	g.mu.Unlock()
+	return v, wt
 }
 
 // relay writes the leader's refusal to the client as the leader wrote it.
@@ -470,8 +488,8 @@ func (r *replica) liveUpdate(epoch uint64, from livePosition) liveUpdate {
 			return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Changes: changes}
 		}
 	}
-	ids, last := core.LiveIDs()
-	return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Whole: true, Live: ids}
+	ids, held, last := core.LiveSet()
+	return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Whole: true, Live: ids, Held: held}
 }
 
 // report queues one call event for the leader, when this replica follows.
@@ -603,13 +621,14 @@ func (r *replica) sendReport(ctx context.Context) {
 	if ans.View.Replicas > 0 {
 		r.mu.seen = max(r.mu.seen, ans.View.Replicas)
 	}
-	r.mu.known.apply(known, ans.Live)
+	changed, all := r.mu.known.apply(known, ans.Live)
 	r.mu.Unlock()
 	r.answeredByLeader()
 	now := g.now()
 	for _, id := range ans.Unknown {
 		g.deliver(g.core.Core.End(now, id))
 	}
+	r.followHolds(changed, all)
 }
 
 // forwardAdmin sends an admin request to the leader when this replica follows; it reports
@@ -651,12 +670,14 @@ func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
 // view is this replica's own state of replicated mode.
 func (r *replica) view() *adminapi.ReplicationView {
 	epoch, leading := r.isLeading()
+	heldCalls := r.g.core.Snapshot(r.g.now(), false).HeldCalls
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := &adminapi.ReplicationView{ReplicaID: r.id, Leading: leading, Epoch: epoch, Leader: r.mu.leader.ReplicaID,
 		LeaderEpoch: r.mu.leader.Epoch, Degraded: r.mu.degraded != "", DegradedReason: r.mu.degraded,
 		DegradedAdmission: r.cfg.DegradedAdmission, ReplicasSeen: r.mu.seen, PendingReports: len(r.mu.ops),
-		KnownLive: len(r.mu.known.ids), KnownEpoch: r.mu.known.at.Epoch}
+		KnownLive: len(r.mu.known.ids), KnownEpoch: r.mu.known.at.Epoch, KnownHeld: len(r.mu.known.held),
+		HeldCalls: heldCalls}
 	if leading {
 		v.Leader, v.LeaderEpoch = r.id, epoch
 	}

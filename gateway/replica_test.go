@@ -22,6 +22,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/internal/testclock"
 )
 
 // replicaConfig is a replicated-mode configuration in front of upstream, sharing the store at
@@ -501,4 +502,179 @@ func TestArrivalSurvivesClockSkew(t *testing.T) {
 			assert.WithinDuration(t, tc.want, got, 200*time.Millisecond)
 		})
 	}
+}
+
+// heldPair is a leader on the real clock and a follower on a settable one, on one store, in front
+// of an upstream that counts the model calls it is sent, with a budget that admits every session.
+type heldPair struct {
+	leader, follower *harness
+	clock            *testclock.Clock
+	sent             *atomic.Int64
+}
+
+func startHeldPair(t *testing.T) *heldPair {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	sent := &atomic.Int64{}
+	ok := okJSON(100, 10)
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.URL.Path, "/sessions/") {
+			sent.Add(1)
+		}
+		ok(w, r)
+	})
+	// The leader first, so that the follower, whose clock stands still, never leads.
+	admin := httptest.NewUnstartedServer(nil)
+	leader := startOn(t, replicaConfig(t, "gw-0", mr.Addr(), admin, up.URL, ""), nil, admin)
+	waitFor(t, "gw-0 leads", func() bool { return leader.replication().Leading })
+	clock := testclock.New(time.Now())
+	admin = httptest.NewUnstartedServer(nil)
+	follower := startOn(t, replicaConfig(t, "gw-1", mr.Addr(), admin, up.URL, ""), clock.Now, admin)
+	l, _ := leaderOf(t, []*harness{leader, follower})
+	require.Same(t, leader, l)
+	r := leader.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":1000000,"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	return &heldPair{leader: leader, follower: follower, clock: clock, sent: sent}
+}
+
+// holds posts a change of the hold list to h's admin API.
+func (p *heldPair) holds(t *testing.T, h *harness, body string) response {
+	t.Helper()
+	r := h.adminDo(http.MethodPost, "/admin/holds", testToken, body)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	return r
+}
+
+// TestFollowerHoldsTheLeadersHolds: replicated, the leader decides holds and every replica
+// enforces them. Sessions held through the leader's admin API have their calls held on the
+// follower — one the follower had served (it learns the hold from its copy of the live set) and
+// one it never saw (the leader passes the call back to it to hold). A held call counts in flight
+// at the leader, reaches no upstream, and goes once the leader resumes its session, whichever
+// replica the resume was sent to.
+func TestFollowerHoldsTheLeadersHolds(t *testing.T) {
+	p := startHeldPair(t)
+	leader, follower := p.leader, p.follower
+	require.Equal(t, http.StatusOK, follower.chat("a", 5, nil).status)
+	require.Equal(t, http.StatusOK, leader.chat("b", 5, nil).status)
+	follower.settle()
+	leader.settle()
+	waitFor(t, "the leader sees a's call end", func() bool { st := leader.state(); return st.Live == 2 && st.InCall == 0 })
+	require.Equal(t, int64(2), p.sent.Load())
+
+	var res adminapi.HoldResult
+	require.NoError(t, json.Unmarshal(p.holds(t, leader, `{"hold":["a","b"],"reason":"test"}`).body, &res))
+	assert.Equal(t, 2, res.Added)
+	assert.Equal(t, 2, res.HeldSessions)
+	waitFor(t, "the follower learns the holds", func() bool { return follower.replication().KnownHeld == 2 })
+	assert.True(t, follower.g.core.Held("a"), "a, live on the follower, is held there")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := follower.chatAsync(ctx, "a", 5, nil)
+	waitFor(t, "a's call held on the follower", func() bool { return follower.replication().HeldCalls == 1 })
+	b := follower.chatAsync(ctx, "b", 5, nil)
+	waitFor(t, "b's call held on the follower", func() bool { return follower.replication().HeldCalls == 2 })
+	notAnswered(t, a, "before the resume")
+	notAnswered(t, b, "before the resume")
+	assert.Equal(t, int64(2), p.sent.Load(), "no held call reached the upstream")
+	waitFor(t, "the held calls count in flight at the leader", func() bool { return leader.state().InCall == 2 })
+	st := follower.state() // forwarded: the leader's
+	assert.Equal(t, 2, st.Held)
+	assert.Zero(t, st.HeldCalls, "the leader holds none of them itself")
+	// The leader holds its own calls of them.
+	al := leader.chatAsync(ctx, "a", 5, nil)
+	waitFor(t, "a's call held on the leader", func() bool { return leader.state().HeldCalls == 1 })
+
+	// Resumed through the leader: a's calls go on both replicas, b still waits.
+	p.holds(t, leader, `{"resume":["a"],"reason":"test"}`)
+	r := answered(t, a)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	r = answered(t, al)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	notAnswered(t, b, "b still held")
+	assert.Equal(t, 1, follower.replication().HeldCalls)
+
+	// Resumed through the follower, which forwards it to the leader: b goes.
+	rr := p.holds(t, follower, `{"resume":["b"],"reason":"test"}`)
+	assert.Contains(t, rr.header.Values(ReplicaHeader), "gw-0", "answered by the leader")
+	r = answered(t, b)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	follower.settle()
+	leader.settle()
+	assert.Equal(t, int64(5), p.sent.Load())
+	waitFor(t, "the leader sees every call finish", func() bool { st := leader.state(); return st.InCall == 0 && st.Held == 0 })
+	v := follower.replication()
+	assert.Zero(t, v.HeldCalls)
+	assert.Zero(t, v.KnownHeld)
+	assert.False(t, follower.g.core.Held("a"))
+	assert.False(t, follower.g.core.Held("b"))
+}
+
+// TestFollowerReleasesAHeldCallAtTheHoldBound: a follower bounds the calls it holds on its own
+// clock, as a gateway alone does: a call waits until it has waited admission.hold_bound, then
+// goes; the session stays held, so its next call waits again.
+func TestFollowerReleasesAHeldCallAtTheHoldBound(t *testing.T) {
+	p := startHeldPair(t)
+	leader, follower := p.leader, p.follower
+	require.Equal(t, http.StatusOK, follower.chat("a", 5, nil).status)
+	follower.settle()
+	p.holds(t, leader, `{"hold":["a"],"reason":"test"}`)
+	waitFor(t, "the follower learns the hold", func() bool { return follower.g.core.Held("a") })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := follower.chatAsync(ctx, "a", 5, nil)
+	waitFor(t, "a's call held on the follower", func() bool { return follower.replication().HeldCalls == 1 })
+	p.clock.Advance(admission.DefaultHoldBound - time.Second)
+	follower.g.expire()
+	notAnswered(t, a, "a second before the bound")
+	p.clock.Advance(time.Second)
+	follower.g.expire()
+	r := answered(t, a)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	follower.settle()
+	assert.Equal(t, int64(2), p.sent.Load())
+	_, hist := gather(t, follower)
+	assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="hold_bound"}`])
+	assert.Equal(t, 1, leader.state().Held, "the session stays held")
+
+	// Still held: its next call waits again, and leaves nothing in flight when its client gives up.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	a = follower.chatAsync(ctx2, "a", 5, nil)
+	waitFor(t, "a's next call held", func() bool { return follower.replication().HeldCalls == 1 })
+	waitFor(t, "counted in flight at the leader", func() bool { return leader.state().InCall == 1 })
+	cancel2()
+	<-a
+	waitFor(t, "the abandoned call finished at the leader", func() bool { return leader.state().InCall == 0 })
+	assert.Zero(t, follower.replication().HeldCalls)
+}
+
+// TestHoldsOutliveTheLeader: the hold list is in the table before POST /admin/holds is answered,
+// so the next leader holds the same sessions — those it had served and those it had not — and
+// its followers hold their calls.
+func TestHoldsOutliveTheLeader(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(100, 10))
+	hs := startReplicas(t, 3, mr.Addr(), up.URL, "")
+	leader, fs := leaderOf(t, hs)
+	r := leader.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":1000000,"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, http.StatusOK, leader.chat("a", 5, nil).status)
+	require.Equal(t, http.StatusOK, fs[0].chat("b", 5, nil).status)
+	waitFor(t, "the leader sees both", func() bool { st := leader.state(); return st.Live == 2 && st.InCall == 0 })
+	r = leader.adminDo(http.MethodPost, "/admin/holds", testToken, `{"hold":["a","b"],"reason":"test"}`)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+
+	require.NoError(t, leader.stop())
+	newLeader, rest := leaderOf(t, fs)
+	st := newLeader.state()
+	assert.Equal(t, 2, st.Live)
+	assert.Equal(t, 2, st.Held, "the new leader holds what the old one held")
+	assert.True(t, newLeader.g.core.Held("a"), "a, which it never served, from the table")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := rest[0].chatAsync(ctx, "a", 5, nil)
+	waitFor(t, "a's call held on the follower", func() bool { return rest[0].replication().HeldCalls == 1 })
+	notAnswered(t, a, "held after the handover")
 }

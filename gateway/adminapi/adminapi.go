@@ -49,6 +49,11 @@ type ReplicationView struct {
 	// calls pass while no leader answers; KnownEpoch is the leader epoch the copy is from.
 	KnownLive  int    `json:"known_live_sessions"`
 	KnownEpoch uint64 `json:"known_epoch,omitempty"`
+	// KnownHeld counts the sessions of that copy on the leader's hold list, and HeldCalls the
+	// calls of held sessions this replica holds now: /admin/state, forwarded to the leader,
+	// counts only the leader's own.
+	KnownHeld int `json:"known_held_sessions"`
+	HeldCalls int `json:"held_calls"`
 }
 
 // AffinityView is the sticky decode routing switch.
