@@ -678,7 +678,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	var gwErr string
 	if d.gw != nil {
 		read := d.gw.State
-		if d.mayHold(a) {
+		if d.mayHold(a, acting) {
 			read = d.gw.StateSessions
 		}
 		st, err := read(ctx)
@@ -863,10 +863,11 @@ func (g gatewayActuator) Hold(ctx context.Context, hold, resume []string, reason
 
 // mayHold says whether this step reads the gateway's live sessions for the hold rule: only
 // while the rule can act — the detector drifting or trapped, or sessions already held — since
-// the listing grows with the live sessions. A replicated deployment (a store) does not hold:
-// its gateways do not enforce holds yet, so the rule is given nothing to choose among.
-func (d *Daemon) mayHold(a detector.Assessment) bool {
-	if d.cfg.Store.Enabled() || d.cfg.Remediate.DisableHolds {
+// the listing grows with the live sessions, and only on the acting daemon (a standby plans
+// nothing). A replicated deployment holds as a single gateway does: its admission leader keeps
+// the hold list, whichever replica the admin URL reaches, and every replica enforces it.
+func (d *Daemon) mayHold(a detector.Assessment, acting bool) bool {
+	if !acting || d.cfg.Remediate.DisableHolds {
 		return false
 	}
 	if a.State == detector.Drifting || a.State == detector.Trapped {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/internal/testclock"
@@ -464,4 +465,46 @@ func TestHAServeHandsOver(t *testing.T) {
 	t.Logf("b took over %v after a stopped", took)
 	assert.Less(t, took, 900*time.Millisecond, "a released the lease: b need not wait for the TTL")
 	assert.Equal(t, uint64(2), b.StatusNow().Term)
+}
+
+// TestHAOnlyTheActingDaemonHolds: with a store (a replicated deployment, whose gateways enforce
+// holds on every replica), the acting daemon holds the lowest-priority live sessions in a trap as
+// a daemon alone does; the standby neither lists the live sessions nor holds any.
+func TestHAOnlyTheActingDaemonHolds(t *testing.T) {
+	p := newHAPair(t, "a", "b")
+	a, b := p.ds[0], p.ds[1]
+	for i := range 10 {
+		p.gw.sessions = append(p.gw.sessions, admission.LiveSession{ID: fmt.Sprintf("s%d", i), Admitted: time.Unix(0, 0),
+			Priority: time.Unix(int64(i), 0), Context: 150_000})
+	}
+	for range 4 {
+		p.step(0, 1)
+	}
+	p.collapse()
+	held := func() []holdCall {
+		p.gw.mu.Lock()
+		defer p.gw.mu.Unlock()
+		return append([]holdCall(nil), p.gw.holds...)
+	}
+	for range 40 {
+		p.step(0, 1)
+		if len(held()) > 0 {
+			break
+		}
+	}
+	require.Equal(t, RoleActing, a.StatusNow().Role)
+	holds := held()
+	require.NotEmpty(t, holds, "the acting daemon held sessions")
+	assert.Equal(t, []string{"s9", "s8", "s7", "s6", "s5", "s4"}, holds[0].Hold)
+
+	p.gw.mu.Lock()
+	listed := p.gw.stateSessions
+	p.gw.mu.Unlock()
+	p.step(1) // the standby alone, still trapped
+	p.gw.mu.Lock()
+	assert.Equal(t, listed, p.gw.stateSessions, "the standby does not list the live sessions")
+	p.gw.mu.Unlock()
+	assert.Len(t, held(), len(holds), "the standby holds nothing")
+	assert.Equal(t, RoleStandby, b.StatusNow().Role)
+	assert.Nil(t, b.StatusNow().LastPlan, "the standby plans nothing")
 }
