@@ -588,8 +588,6 @@ func TestSessionCountsSplitTheSLOClauses(t *testing.T) {
 type callHoldGate struct {
 	from, until time.Duration
 	waiting     []int64
-	heldAt      map[int64]time.Duration
-	late        time.Duration // longest a held call waited past until
 }
 
 func (g *callHoldGate) Arrive(now time.Duration, s SessionInfo) Verdict {
