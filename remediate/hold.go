@@ -22,14 +22,15 @@ import (
 //
 // The rule, decided on every step from the gateway's live sessions:
 //
-//   - Hold, in incident mode with the detector drifting or trapped and the hit rate off its
-//     plateau on enough evidence: the live sessions not held, lowest priority first, until the
+//   - Hold, in incident mode with the detector trapped for HoldAfter (then, while sessions are
+//     held, drifting, trapped or recovering) and the hit rate off its plateau on enough
+//     evidence: the live sessions not held, lowest priority first, until the
 //     active working set (the contexts of the sessions not held) is at or under B. B is the
 //     budget the step just decided — in an incident, the incident cut — so holding and
 //     admitting use one number: the active working set the cache can carry.
 //   - Resume, once the hit rate is no longer off its plateau (or no reading says it is): the held
 //     sessions, highest priority first, while the active working set with them stays under
-//     max(B, B_ref), at most HoldResumeFraction × B of context a step, so the recomputes arrive
+//     max(B, B_ref, 0.9 × knee·C), at most HoldResumeFraction × B of context a step, so the recomputes arrive
 //     a few at a time. While an incident holds B under B_ref, newcomers are admitted only up to
 //     B and the band above it is the held sessions'; once B is back at B_ref, newcomers go
 //     first: nothing is resumed while sessions queue for admission, because a held session
@@ -85,6 +86,15 @@ type LiveSession struct {
 // recomputes stay a few long sessions' prompts, which one prefill instance does in seconds).
 const DefaultHoldResumeFraction = 0.1
 
+// DefaultHoldAfter: holds begin once the detector has been trapped for 3 minutes, in an incident,
+// with the hit rate still off its plateau. A held session waits minutes, and a median session's
+// deadline is about 6.5 minutes from its start (4 × its unloaded time): a hold costs its session's
+// goodput unless the deployment is stuck. Measured on the scenario matrix (docs/results.md), holds
+// that began with the incident — on drifting, or on a first trapped reading — held about 20
+// sessions in most rows at 0.5–1.2 × peak and left basin short of the best baseline on 32 rows (by
+// up to 19.5%), where the incident's cut alone got the cache back within minutes.
+const DefaultHoldAfter = 3 * time.Minute
+
 // holds applies the hold rule (see the top of this file) with B the budget this step decided.
 func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	o, a, g := p.o, in.Assessment, in.Gateway
@@ -93,10 +103,12 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	}
 	reading := a.HitEvidence.Enough
 	off := reading && a.HitRate < a.Plateau-o.LeaveDrop
-	// Recovering counts: with the held sessions out of the working set the detector reads, it
-	// leaves trapped as soon as the first holds land, while the hit rate is still off its plateau
-	// and the active sessions' contexts keep growing.
-	trouble := a.State == detector.Drifting || a.State == detector.Trapped || a.State == detector.Recovering
+	// The first hold waits for a trap that has lasted HoldAfter (DefaultHoldAfter says why): the
+	// detector's, so a daemon that starts acting on a deployment trapped for long holds at once. Once sessions are held, drifting and recovering count too: with the held sessions out
+	// of the working set the detector reads, it leaves trapped as soon as the first holds land,
+	// while the hit rate is still off its plateau and the active sessions' contexts keep growing.
+	trouble := a.State == detector.Trapped && !in.At.Before(a.Since.Add(o.HoldAfter)) ||
+		g.Held > 0 && (a.State == detector.Drifting || a.State == detector.Trapped || a.State == detector.Recovering)
 	active := g.WorkingSet - g.HeldTokens
 	held, live := g.Held, len(g.Sessions)
 	// Room for resumes is measured against what the gateway admits newcomers to at once (its

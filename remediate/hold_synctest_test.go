@@ -14,8 +14,9 @@ import (
 
 // TestHoldLifecycleOnTheBubblesClock steps the policy every 5 s on the synctest bubble's clock
 // against a small model of a trapped gateway: ten sessions of 150K on a 1M cache, each active
-// session finishing after 3 minutes of running, a newcomer arriving every minute, and a hit rate
-// of 0.95 while the active working set fits the cache, 0.3 past it. The policy holds at once,
+// session finishing after 6 minutes of running, a newcomer arriving every minute, and a hit rate
+// of 0.95 while the active working set fits the cache, 0.3 past it. The policy holds once the
+// incident has lasted HoldAfter,
 // resumes nothing while the hit rate is off its plateau, resumes at most one quota of context a
 // step, never holds a session admitted after the incident began, and ends the incident only
 // once nobody is held.
@@ -48,6 +49,8 @@ func TestHoldLifecycleOnTheBubblesClock(t *testing.T) {
 		hit := 0.3
 		var incidentAt time.Time
 		held, resumedAll, newcomers := 0, false, 0
+		var lastState detector.State
+		var since time.Time
 		for step := 0; step < 12*30; step++ { // 30 minutes
 			now := time.Now()
 			g := view()
@@ -55,7 +58,12 @@ func TestHoldLifecycleOnTheBubblesClock(t *testing.T) {
 			if hit > 0.9 {
 				state = detector.Recovering
 			}
-			plan := p.Decide(Inputs{At: now, Assessment: assess(now, state, hit), Gateway: g, GatewayOK: true})
+			if state != lastState {
+				lastState, since = state, now
+			}
+			a := assess(now, state, hit)
+			a.Since = since
+			plan := p.Decide(Inputs{At: now, Assessment: a, Gateway: g, GatewayOK: true})
 			if incidentAt.IsZero() && p.State().Mode == Incident {
 				incidentAt = now
 			}
@@ -95,7 +103,7 @@ func TestHoldLifecycleOnTheBubblesClock(t *testing.T) {
 				if !s.Held {
 					s.ran += 5 * time.Second
 				}
-				if s.ran >= 3*time.Minute {
+				if s.ran >= 6*time.Minute {
 					continue
 				}
 				kept = append(kept, s)

@@ -52,12 +52,35 @@ func apply(g Gateway, h *HoldAction) Gateway {
 	return g
 }
 
+// trappedAt is an assessment at at of a detector trapped since DefaultHoldAfter before t0, hit
+// rate 0.3.
+func trappedAt(at time.Time) detector.Assessment {
+	a := assess(at, detector.Trapped, 0.3)
+	a.Since = t0.Add(-DefaultHoldAfter)
+	return a
+}
+
+// inIncident steps p into the incident on trappedGW as the detector goes trapped, DefaultHoldAfter
+// before t0: the cut, and no hold yet.
+func inIncident(t *testing.T, p *Policy) {
+	t.Helper()
+	at := t0.Add(-DefaultHoldAfter)
+	plan := p.Decide(Inputs{At: at, Assessment: trappedAt(at), Gateway: trappedGW(), GatewayOK: true})
+	require.Equal(t, Incident, p.State().Mode)
+	require.NotNil(t, plan.Budget)
+	require.Equal(t, int64(700_000), plan.Budget.To, "the incident cut")
+	require.Nil(t, plan.Hold, "the cut first: no hold before the incident has lasted HoldAfter")
+}
+
 func TestHoldsTheLowestPriorityUntilTheActiveSetFits(t *testing.T) {
 	p := newPolicy(t, Options{})
+	inIncident(t, p)
 	g := trappedGW()
-	plan := p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Trapped, 0.3), Gateway: g, GatewayOK: true})
-	require.NotNil(t, plan.Budget)
-	assert.Equal(t, int64(700_000), plan.Budget.To, "the incident cut")
+	g.Budget = 700_000
+	early := t0.Add(-time.Second)
+	plan := p.Decide(Inputs{At: early, Assessment: trappedAt(early), Gateway: g, GatewayOK: true})
+	require.Nil(t, plan.Hold, "a second short of HoldAfter: %q", plan.Reasons)
+	plan = p.Decide(Inputs{At: t0, Assessment: trappedAt(t0), Gateway: g, GatewayOK: true})
 	require.NotNil(t, plan.Hold, "%q", plan.Reasons)
 	// 1.5M active, B 700K: hold 150K sessions from the lowest priority until ≤ 700K: six of them.
 	assert.Equal(t, []string{"s9", "s8", "s7", "s6", "s5", "s4"}, plan.Hold.Hold)
@@ -74,7 +97,7 @@ func TestHoldsTheLowestPriorityUntilTheActiveSetFits(t *testing.T) {
 	g.Sessions = append(g.Sessions, LiveSession{ID: "new", Admitted: t0.Add(time.Second), Priority: t0, Context: 200_000})
 	g.WorkingSet += 200_000
 	now := t0.Add(5 * time.Second)
-	plan = p.Decide(Inputs{At: now, Assessment: assess(now, detector.Trapped, 0.3), Gateway: g, GatewayOK: true})
+	plan = p.Decide(Inputs{At: now, Assessment: trappedAt(now), Gateway: g, GatewayOK: true})
 	require.NotNil(t, plan.Hold, "active 800K > 700K: hold one more")
 	assert.Equal(t, []string{"s3"}, plan.Hold.Hold, "the lowest-priority session live before holding began, not the newcomer")
 }
@@ -105,7 +128,10 @@ func TestHoldsDoNotEngage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, tc.opts)
-			in := Inputs{At: t0, Assessment: assess(t0, tc.state, tc.hit), Gateway: trappedGW(), GatewayOK: true}
+			inIncident(t, p)
+			a := assess(t0, tc.state, tc.hit)
+			a.Since = t0.Add(-DefaultHoldAfter)
+			in := Inputs{At: t0, Assessment: a, Gateway: trappedGW(), GatewayOK: true}
 			if tc.mutate != nil {
 				tc.mutate(&in)
 			}
@@ -117,11 +143,12 @@ func TestHoldsDoNotEngage(t *testing.T) {
 
 func TestResumesHighestPriorityFirstIntoTheRoom(t *testing.T) {
 	p := newPolicy(t, Options{})
+	inIncident(t, p)
 	g := trappedGW()
-	plan := p.Decide(Inputs{At: t0, Assessment: assess(t0, detector.Trapped, 0.3), Gateway: g, GatewayOK: true})
+	g.Budget = 700_000
+	plan := p.Decide(Inputs{At: t0, Assessment: trappedAt(t0), Gateway: g, GatewayOK: true})
 	require.NotNil(t, plan.Hold)
 	g = apply(g, plan.Hold)
-	g.Budget = plan.Budget.To
 	// Three active sessions end: 150K active, 550K of room under B 700K.
 	g.Sessions = g.Sessions[3:]
 	g.WorkingSet -= 450_000
@@ -154,15 +181,15 @@ func TestResumesHighestPriorityFirstIntoTheRoom(t *testing.T) {
 	assert.Empty(t, plan.Hold.Hold)
 	assert.Equal(t, 5, plan.Hold.Held)
 
-	// The room is what the gateway admits newcomers to at once: its reference budget, 1M. With
-	// no quota to speak of, 150K + 5 × 150K ≤ 1M; a sixth would not fit.
+	// The room is the margin under the knee B_ref keeps, without B_ref's cap at C: 0.9 × 1.34 ×
+	// 1M = 1.206M. With no quota to speak of, 150K + 6 × 150K ≤ 1.206M: every held session.
 	p2 := newPolicy(t, Options{HoldResumeFraction: 1})
 	p2.st = p.st
 	p2.o.HoldResumeFraction = 2
 	plan = p2.Decide(Inputs{At: now, Assessment: assess(now, detector.Recovering, 0.95), Gateway: g, GatewayOK: true})
 	require.NotNil(t, plan.Hold)
-	assert.Equal(t, []string{"s4", "s5", "s6", "s7", "s8"}, plan.Hold.Resume)
-	assert.Contains(t, fmt.Sprint(plan.Hold.Reasons), "at most 1.00M")
+	assert.Equal(t, []string{"s4", "s5", "s6", "s7", "s8", "s9"}, plan.Hold.Resume)
+	assert.Contains(t, fmt.Sprint(plan.Hold.Reasons), "at most 1.21M")
 }
 
 func TestHoldResumeFractionValidated(t *testing.T) {

@@ -104,6 +104,9 @@ type Options struct {
 	// HoldResumeFraction is the most held context resumed a step, as a fraction of B, in
 	// (0, 1]: held sessions come back a few at a time, each paying one recompute.
 	HoldResumeFraction float64 `yaml:"hold_resume_fraction"`
+	// HoldAfter is how long the detector must have been trapped, in an incident with the hit rate
+	// off its plateau, before the first hold (hold.go).
+	HoldAfter time.Duration `yaml:"hold_after"`
 }
 
 // withDefaults fills zero fields with the defaults.
@@ -133,6 +136,7 @@ func (o Options) withDefaults() Options {
 	dd(&o.ReferenceWindow, DefaultReferenceWindow)
 	dd(&o.ShedInterval, DefaultShedInterval)
 	f(&o.HoldResumeFraction, DefaultHoldResumeFraction)
+	dd(&o.HoldAfter, DefaultHoldAfter)
 	return o
 }
 
@@ -168,6 +172,7 @@ func (o Options) Validate() error {
 		pos("reference_window", o.ReferenceWindow),
 		pos("shed_interval", o.ShedInterval),
 		frac("hold_resume_fraction", o.HoldResumeFraction, 0, 1),
+		pos("hold_after", o.HoldAfter),
 	)
 	if err != nil {
 		return err

@@ -486,7 +486,7 @@ func TestHAOnlyTheActingDaemonHolds(t *testing.T) {
 		defer p.gw.mu.Unlock()
 		return append([]holdCall(nil), p.gw.holds...)
 	}
-	for range 40 {
+	for range 40 + int(remediate.DefaultHoldAfter/stepEvery) {
 		p.step(0, 1)
 		if len(held()) > 0 {
 			break

@@ -573,20 +573,29 @@ func auditLines(t testing.TB, dataDir string) []remediate.Record {
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-// gatewayRefusals sums basin_gateway_refusals_total over its codes and reasons, as the gateway's
-// admin /metrics exports it.
-func gatewayRefusals(t testing.TB, url string) float64 {
+// gatewayRefusals reads basin_gateway_refusals_total from the gateway's admin /metrics, keyed
+// "code/reason".
+func gatewayRefusals(t testing.TB, url string) map[string]float64 {
 	t.Helper()
 	code, b := call(t, http.MethodGet, url, "", "")
 	require.Equal(t, http.StatusOK, code)
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	require.NoError(t, err)
-	var n float64
+	out := map[string]float64{}
 	if f, ok := fams["basin_gateway_refusals_total"]; ok {
 		for _, m := range f.GetMetric() {
-			n += m.GetCounter().GetValue()
+			var code, reason string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "code":
+					code = l.GetValue()
+				case "reason":
+					reason = l.GetValue()
+				}
+			}
+			out[code+"/"+reason] += m.GetCounter().GetValue()
 		}
 	}
-	return n
+	return out
 }

@@ -30,13 +30,23 @@ func TestDaemonHoldsInATrap(t *testing.T) {
 	e.gw.mu.Unlock()
 
 	e.intoIncident(d)
-	e.step(d)
-	e.gw.mu.Lock()
-	holds := append([]holdCall(nil), e.gw.holds...)
-	listed := e.gw.stateSessions
-	e.gw.mu.Unlock()
+	since := d.StatusNow().Policy.ModeSince
+	var holds []holdCall
+	var listed int
+	for range 2 * int(remediate.DefaultHoldAfter/stepEvery) {
+		e.step(d)
+		e.gw.mu.Lock()
+		holds = append([]holdCall(nil), e.gw.holds...)
+		listed = e.gw.stateSessions
+		e.gw.mu.Unlock()
+		if len(holds) > 0 {
+			break
+		}
+	}
 	assert.Positive(t, listed, "trapped: the live sessions are listed")
 	require.NotEmpty(t, holds, "the daemon held sessions")
+	// The cut first; the first hold once the incident has lasted HoldAfter with the trap still there.
+	assert.GreaterOrEqual(t, e.deploymentClock().Now().Sub(since), remediate.DefaultHoldAfter)
 	// 1.5M live, B cut to 700K: the six lowest-priority sessions, s9 first.
 	assert.Equal(t, []string{"s9", "s8", "s7", "s6", "s5", "s4"}, holds[0].Hold)
 	assert.Contains(t, holds[0].Reason, "holding 6 sessions' next calls so the other 4 fit the cache")
