@@ -337,9 +337,9 @@ type Core struct {
 		liveLog liveLog
 		// The hold list (hold.go): how many sessions are held, their contexts and demands, how
 		// many of their calls wait now and how long released calls waited in all.
-		nHeld, waiting      int
-		heldCtx, heldDemand int64
-		heldWait            time.Duration
+		nHeld, waiting int
+		heldCtx        int64
+		heldWait       time.Duration
 		// holdCheck: no waiting call reaches the hold bound before it (ExpireHolds).
 		holdCheck time.Time
 		// deadlineCheck: no queued session reaches its start deadline before it (ExpireQueued).
@@ -628,9 +628,6 @@ func (c *Core) setContextLocked(s *session, ctx int64) {
 	s.peak = max(s.peak, ctx)
 	d := c.demandLocked(s)
 	c.mu.reserved += d - s.demandCache
-	if s.held {
-		c.mu.heldDemand += d - s.demandCache
-	}
 	s.demandCache = d
 }
 

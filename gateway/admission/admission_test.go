@@ -40,12 +40,11 @@ func check(t testing.TB, c *Core) {
 	}
 	assert.Equal(t, ws, c.mu.workingSet, "working set")
 	assert.Equal(t, res, c.mu.reserved, "reserved")
-	var hctx, hdem int64
+	var hctx int64
 	var nh, waiting int
 	for _, s := range c.mu.live {
 		if s.held {
 			hctx += s.context
-			hdem += s.demandCache
 			nh++
 		}
 		if !s.waitSince.IsZero() {
@@ -54,7 +53,6 @@ func check(t testing.TB, c *Core) {
 		}
 	}
 	assert.Equal(t, hctx, c.mu.heldCtx, "held context")
-	assert.Equal(t, hdem, c.mu.heldDemand, "held demand")
 	assert.Equal(t, nh, c.mu.nHeld, "held sessions")
 	assert.Equal(t, waiting, c.mu.waiting, "waiting calls")
 	assert.Equal(t, len(c.mu.queued), c.mu.queue.Len())

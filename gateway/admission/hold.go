@@ -110,19 +110,18 @@ func (c *Core) Hold(now time.Time, ids []string) int {
 	return n
 }
 
-// holdLocked puts a live session on the hold list: its context and demand leave the admission
-// test.
+// holdLocked puts a live session on the hold list. Its context is counted apart for the reports;
+// it stays in the admission test (see above).
 func (c *Core) holdLocked(now time.Time, s *session) {
 	s.held = true
 	s.heldSince = now
 	c.mu.heldCtx += s.context
-	c.mu.heldDemand += s.demandCache
 	c.mu.nHeld++
 }
 
 // Resume takes sessions off the hold list (ids not held are skipped). A resumed session's waiting
-// call is released (EventResumed); its demand is back in the admission test, and may put the
-// reserved tokens over the budget: a resumed session is an admitted one, never cut.
+// call is released (EventResumed). Its demand never left the admission test, so resuming it
+// admits nobody new.
 func (c *Core) Resume(now time.Time, ids []string) []Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -207,7 +206,6 @@ func (c *Core) unholdLocked(s *session) {
 	s.held = false
 	s.heldSince = time.Time{}
 	c.mu.heldCtx -= s.context
-	c.mu.heldDemand -= s.demandCache
 	c.mu.nHeld--
 }
 

@@ -125,6 +125,9 @@ func TestLastRescue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the simulator")
 	}
+	if raceEnabled {
+		t.Skip("some thirty simulated runs, sequential: the plain pass covers them")
+	}
 	runs, err := EvaluateDetector([]string{"paper-1p1d-h100-spike"}, []uint64{2})
 	require.NoError(t, err)
 	require.True(t, runs[0].Collapsed)

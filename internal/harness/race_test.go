@@ -1,0 +1,7 @@
+//go:build race
+
+package harness
+
+// raceEnabled: the race detector slows the simulator about tenfold. TestLastRescue runs some
+// thirty 150-minute simulations; the plain `go test` pass runs it, the race pass skips it.
+const raceEnabled = true
