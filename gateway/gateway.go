@@ -328,8 +328,10 @@ func (g *Gateway) expire() {
 	// First: a session whose held call's client gave up is idle, and must not end before its
 	// call's release is delivered. Every replica releases the calls it holds at the bound.
 	g.expireHolds(now)
-	if g.repl == nil {
-		// Queued sessions past admission.start_deadline are refused (the leader's core decides).
+	if g.repl == nil || g.repl.deciding() {
+		// Queued sessions past admission.start_deadline are refused by the core that queued
+		// them: replicated, the leader's, which queues followers' first calls too (their refusal
+		// is relayed), or a degraded replica's own.
 		g.deliver(g.core.ExpireQueued(now))
 	}
 	g.deliver(g.core.Expire(now))

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,4 +54,40 @@ func TestStartDeadlineRefusesEarlyAndRetryably(t *testing.T) {
 	assert.Empty(t, h.state().Queue)
 	assert.Equal(t, uint64(2), h.state().Counters.TooLate)
 	assert.Equal(t, 2.0, testutil.ToFloat64(h.g.metrics.refusals.WithLabelValues("503", reasonTooLate)))
+}
+
+// TestFollowersFirstCallRefusedAtTheStartDeadline: replicated, a first call sent to a follower
+// queues in the leader's core; at admission.start_deadline the leader refuses it, and the
+// follower relays the refusal (503 too_late, retryable) to its client.
+func TestFollowersFirstCallRefusedAtTheStartDeadline(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(100, 10))
+	hs := make([]*harness, 2)
+	for i := range hs {
+		admin := httptest.NewUnstartedServer(nil)
+		cfg := replicaConfig(t, fmt.Sprintf("gw-%d", i), mr.Addr(), admin, up.URL, "")
+		cfg.Admission.StartDeadline = Duration(2 * time.Second)
+		cfg.MaxQueueWait = Duration(time.Minute)
+		hs[i] = startOn(t, cfg, nil, admin)
+	}
+	leader, fs := leaderOf(t, hs)
+	follower := fs[0]
+	// One token of budget: a live session keeps every newcomer queued.
+	require.Equal(t, http.StatusOK, leader.chat("a", 5, nil).status)
+
+	start := time.Now()
+	late := follower.chatAsync(context.Background(), "b", 5, nil)
+	leader.waitQueued(1)
+	var r response
+	select {
+	case r = <-late:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower's queued first call was not refused at its start deadline")
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second, "refused at the deadline, not before")
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+	assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
+	assert.Equal(t, "true", r.header.Get(ShouldRetryHeader))
+	assert.Empty(t, leader.state().Queue)
+	assert.Equal(t, uint64(1), leader.state().Counters.TooLate)
 }
