@@ -11,6 +11,17 @@
 // "current" mode a demand is a session's current context, in "peak" mode its predicted peak. When
 // nothing is live, the head is admitted even over budget, so the service always makes progress.
 //
+// The size term peak/r can be capped (Options.MaxLead): p = arrival + min(peak/r, MaxLead), so
+// age wins once a session has waited MaxLead. A client that stops waiting after a while (the
+// gateway answers a queued first call 503 at its max_queue_wait) needs the cap under that wait:
+// a prediction is only as good as what it has seen, and the peak predictor of a fresh gateway has
+// seen nothing — it calls every session four times its first call until one ends, then the
+// quantile of the few peaks it has, which are the short sessions' that ended first. Priorities
+// are fixed at arrival, so uncapped, the first sessions kept their know-nothing predictions while
+// later ones, larger by their first calls, were called smaller and overtook them for as long as
+// they kept arriving: the earliest timed out. With the cap, a prediction reorders only the
+// sessions that arrive within MaxLead of each other.
+//
 // One departure from the paper, for sustained overload (arrivals above what the deployment can
 // complete, so the backlog only grows): a queued session that has waited Options.StaleAfter goes
 // stale — behind every fresh one, the stale ones newest first (the adaptive LIFO of Facebook's
@@ -63,6 +74,15 @@ type Options struct {
 	ReferenceBudget int64
 	// TokensPerSecond is r in p = arrival + peak/r (default 30, the paper's).
 	TokensPerSecond float64
+	// MaxLead caps the size term of the priority: p = arrival + min(peak/r, MaxLead), so a
+	// session that has waited MaxLead is ahead of every session that arrives after it, whatever
+	// their predicted peaks (0: no cap, the paper's order). A client that gives up waiting after
+	// some time (the gateway's max_queue_wait) needs it under that time: uncapped, a 100K-token
+	// prediction puts a session 55 minutes behind in time at r = 30, and a prediction that knows
+	// nothing yet (the fallback's multiple of the first call, before any session has ended) puts
+	// the first sessions of a fresh gateway behind every later one the predictor has learnt to
+	// call smaller, until they time out. See the package documentation.
+	MaxLead time.Duration
 	// ArrivalOrder orders the queue by arrival only (p = arrival), as the paper's hardware
 	// prototype did; otherwise the queue is size-aware.
 	ArrivalOrder bool
@@ -157,6 +177,9 @@ func (o Options) Validate() error {
 	}
 	if !(o.TokensPerSecond > 0) || math.IsInf(o.TokensPerSecond, 0) {
 		errs = append(errs, fmt.Errorf("priority_tokens_per_sec: must be > 0, got %v", o.TokensPerSecond))
+	}
+	if o.MaxLead < 0 {
+		errs = append(errs, fmt.Errorf("max_lead: must be ≥ 0 (0: no cap), got %v", o.MaxLead))
 	}
 	if o.TenantQuota < 0 {
 		errs = append(errs, fmt.Errorf("tenant_quota: must be ≥ 0, got %d", o.TenantQuota))
@@ -395,11 +418,17 @@ func (c *Core) demandLocked(s *session) int64 {
 	return s.context
 }
 
+// priority is a session's fixed priority, p = arrival + lead, its lead peak/r capped at
+// Options.MaxLead (see there).
 func (c *Core) priority(arrival time.Time, peak int64) time.Time {
 	if c.mu.o.ArrivalOrder {
 		return arrival
 	}
-	return arrival.Add(time.Duration(float64(peak) / c.mu.o.TokensPerSecond * float64(time.Second)))
+	lead := float64(peak) / c.mu.o.TokensPerSecond * float64(time.Second)
+	if m := c.mu.o.MaxLead; m > 0 && lead > float64(m) {
+		return arrival.Add(m)
+	}
+	return arrival.Add(time.Duration(lead))
 }
 
 // Live reports whether a session is admitted and live: its calls pass without admission.
