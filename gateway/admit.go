@@ -229,7 +229,9 @@ func (g *Gateway) wait(w http.ResponseWriter, r *http.Request, c *call, wt *wait
 	}
 	switch msg.ev.Kind {
 	case admission.EventShed:
-		g.refuseShed(w, c.req.Shape, 0)
+		// Shed just now: refused for the whole shed memory (the gateway leaves it at the
+		// core's default).
+		g.refuseShed(w, c.req.Shape, admission.DefaultShedMemory)
 		return waitDone
 	case admission.EventTooLate:
 		g.refuseTooLate(w, c.req.Shape, g.core.RetryAfter(g.now(), c.id))

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -67,14 +68,23 @@ func (r refusal) retryable() string {
 	return ""
 }
 
-// refuse writes r and counts it: in the error format of the call's API, with Retry-After (bounded
-// by MaxRetryAfter where a retry can succeed; the true time where it cannot, for the clients that
-// read it as information) and retry-after-ms, which the SDKs read first, and x-should-retry.
+// refuse writes r and counts it: in the error format of the call's API, with x-should-retry and,
+// where a retry can succeed, Retry-After bounded by MaxRetryAfter and retry-after-ms, which the
+// SDKs read first. Where a retry cannot succeed there is no Retry-After at all: some clients wait
+// it out whatever x-should-retry says (Codex 0.171 slept through a shed session's Retry-After of
+// 1697 s; Claude Code exited at once), so the time a refused session may return goes in the
+// body's message, for the person reading it, instead.
 func (g *Gateway) refuse(w http.ResponseWriter, r refusal) {
 	g.metrics.refusals.WithLabelValues(strconv.Itoa(r.status), r.reason).Inc()
 	retry := r.retryable()
-	if retry == "true" {
+	switch retry {
+	case "true":
 		r.retryAfter = min(r.retryAfter, MaxRetryAfter)
+	case "false":
+		if r.retryAfter > 0 {
+			r.message += fmt.Sprintf(" This session id is refused for another %s.", r.retryAfter.Round(time.Second))
+		}
+		r.retryAfter = 0
 	}
 	g.log.Debug("call refused", "status", r.status, "reason", r.reason, "retry_after", r.retryAfter, "api", r.api)
 	h := w.Header()

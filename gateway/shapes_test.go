@@ -188,6 +188,11 @@ func TestRefusalsAreInEachShapesFormat(t *testing.T) {
 			again := call("victim", "c")
 			require.Equal(t, 529, again.status, "%s", again)
 			assert.Equal(t, "false", again.header.Get("x-should-retry"))
+			for _, r := range []response{s, again} {
+				assert.Empty(t, r.header.Get("Retry-After"), "no Retry-After where a retry cannot help: some clients sleep it out")
+				assert.Empty(t, r.header.Get("retry-after-ms"))
+				assert.Contains(t, string(r.body), "This session id is refused for another ", "the body says when it may return")
+			}
 
 			if tc.path == "/v1/messages" {
 				assert.Equal(t, "overloaded_error", anthropicErrorOf(t, r).Error.Type)
@@ -214,15 +219,25 @@ func TestRetryAfterIsBoundedWhereARetryHelps(t *testing.T) {
 	}{
 		{reasonQueueTimeout, http.StatusServiceUnavailable, "60", "true"},
 		{reasonTenantQuota, http.StatusTooManyRequests, "60", "true"},
-		// A shed session stays refused for the shed memory: the truth, and no retry.
-		{reasonShed, 529, "1792", "false"},
+		{reasonDegraded, http.StatusServiceUnavailable, "60", "true"},
+		// A shed session stays refused for the shed memory: no retry, and no Retry-After that
+		// a client could sleep through; the body says when the session may return.
+		{reasonShed, 529, "", "false"},
+		{reasonBadRequest, http.StatusBadRequest, "", "false"},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			w := httptest.NewRecorder()
-			h.g.refuse(w, refusal{api: agentcall.Messages, status: tc.status, reason: tc.reason, retryAfter: 1792 * time.Second})
+			h.g.refuse(w, refusal{api: agentcall.Messages, status: tc.status, reason: tc.reason, retryAfter: 1792 * time.Second,
+				message: "refused."})
 			assert.Equal(t, tc.status, w.Code)
 			assert.Equal(t, tc.retryAfter, w.Header().Get("Retry-After"))
-			assert.Equal(t, tc.retryAfter+"000", w.Header().Get("retry-after-ms"))
+			if tc.retryAfter == "" {
+				assert.Empty(t, w.Header().Get("retry-after-ms"))
+				assert.Contains(t, anthropicErrorOf(t, response{status: w.Code, header: w.Header(), body: w.Body.Bytes()}).Error.Message,
+					"refused for another 29m52s", "the body says when the session may return")
+			} else {
+				assert.Equal(t, tc.retryAfter+"000", w.Header().Get("retry-after-ms"))
+			}
 			assert.Equal(t, tc.shouldRetry, w.Header().Get("x-should-retry"))
 		})
 	}
