@@ -24,8 +24,13 @@
 //     number of token ids;
 //   - shared tokens (a system prompt every session shares, which a radix cache keeps resident) = the
 //     same formula over the leading system or developer messages;
-//   - output tokens = max_completion_tokens, else max_tokens, else 256; prompt plus output must fit
-//     one decode instance's KV memory (400 context_length_exceeded otherwise).
+//   - output tokens = the length Options.Workload gives the session's call, at most the request's
+//     limit (max_completion_tokens, else max_tokens or max_output_tokens, else what is left of the
+//     context), as a model ends its turn whatever limit the client set; finish_reason "stop"
+//     (end_turn; Responses "completed") when the workload's length ended it, "length"
+//     (max_tokens; "incomplete") when the limit cut it. Without a Workload, and with ignore_eos,
+//     exactly the limit (256 without one). Prompt plus limit must fit one decode instance's KV
+//     memory (400 context_length_exceeded otherwise).
 //
 // A later call of a session is taken to extend the conversation, so its cached prefix is the
 // previous prompt (unless evicted). The answer is filler text of exactly completion_tokens
@@ -62,6 +67,10 @@
 //	PUT  /admin/lending         switch lending ({"enabled":…, "max_fraction":…}; POST works too)
 //	GET  /admin/state           the simulator's ground truth: virtual time, sessions, working set, …
 //	GET  /healthz               "ok"
+//
+// Every answer carries X-Basin-Sim-Speed (SpeedHeader), the speed in decimal, and every
+// /metrics/{instance} the gauge basin_sim_speed (SpeedMetric): a simulated deployment announces its
+// speed so that what reads it converts its rates and windows; a real engine sends neither.
 //
 // Non-streaming answers carry x-basin-sim-prompt-tokens and x-basin-sim-cached-tokens headers;
 // streaming ones carry x-basin-sim-prompt-tokens. Errors have OpenAI's shape (Anthropic's,

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,9 +95,19 @@ type genRequest struct {
 	includeUsage bool
 	prompt       int // tokens
 	shared       int // leading tokens every session shares (system prompt)
-	output       int
-	session      string // the client's session id; empty: a one-call session
-	endAfter     bool
+	// limit is the most output tokens the call may have: max_completion_tokens, else
+	// max_tokens (max_output_tokens), else what fits the context (with a Workload) or
+	// DefaultOutputTokens (without). limited says the client set it.
+	limit   int
+	limited bool
+	// ignoreEOS is SGLang's and vLLM's ignore_eos: generate exactly limit tokens.
+	ignoreEOS bool
+	// output is the answer's length, set when the call is submitted (limit until then), and
+	// truncated says the limit, not the model's end of turn, ended it (finish_reason length).
+	output    int
+	truncated bool
+	session   string // the client's session id; empty: a one-call session
+	endAfter  bool
 	// previousResponseID continues a Responses conversation the server keeps; noStore: the
 	// call's response is not kept (store: false).
 	previousResponseID string
@@ -110,13 +121,14 @@ type genRequest struct {
 func (s *Server) parseGenerate(ep endpoint, h http.Header, body []byte) (genRequest, *apiError) {
 	c, err := agentcall.Read(ep, body)
 	req := genRequest{endpoint: ep, model: c.Model, stream: c.Stream, includeUsage: c.IncludeUsage,
-		output: DefaultOutputTokens}
+		limit: DefaultOutputTokens}
 	if err != nil {
 		if fe := (*agentcall.FieldError)(nil); errors.As(err, &fe) {
 			return req, invalid(fe.Field, "%s", fe.Error())
 		}
 		return req, invalid("", "request body: %v", err)
 	}
+	var apiErr *apiError
 	if req.model == "" {
 		req.model = s.o.ModelName
 	}
@@ -142,10 +154,18 @@ func (s *Server) parseGenerate(ep endpoint, h http.Header, body []byte) (genRequ
 		if *f.v > int64(s.maxTokens) {
 			return req, s.tooLong(ep, req.prompt, *f.v)
 		}
-		req.output = int(*f.v) // max_completion_tokens, checked last, wins
+		req.limit, req.limited = int(*f.v), true // max_completion_tokens, checked last, wins
 	}
-	if req.prompt+req.output > s.maxTokens {
-		return req, s.tooLong(ep, req.prompt, int64(req.output))
+	if !req.limited && s.o.Workload != nil {
+		// No limit but the context: a model answering at its own length may use what is left.
+		req.limit = max(1, s.maxTokens-req.prompt)
+	}
+	if req.prompt+req.limit > s.maxTokens {
+		return req, s.tooLong(ep, req.prompt, int64(req.limit))
+	}
+	req.output = req.limit
+	if req.ignoreEOS, apiErr = readIgnoreEOS(body); apiErr != nil {
+		return req, apiErr
 	}
 	req.session, _ = c.Identity(h, agentcall.SessionHeaders())
 	if v := strings.TrimSpace(h.Get("x-session-end")); v != "" {
@@ -166,6 +186,46 @@ func (s *Server) tooLong(ep endpoint, prompt int, output int64) *apiError {
 		param, s.maxTokens, prompt, output)
 	e.code = "context_length_exceeded"
 	return e
+}
+
+// ignoreEOSKey is the sampling parameter of SGLang and vLLM that makes a call generate exactly its
+// max_tokens (benchmark clients send it to fix output lengths).
+const ignoreEOSKey = "ignore_eos"
+
+// readIgnoreEOS reads the body's top-level ignore_eos, which internal/agentcall does not read (the
+// gateway has no use for it). Bodies without the key, nearly all, are not decoded again. Like
+// agentcall, it refuses the key sent twice: JSON parsers disagree on which one counts.
+func readIgnoreEOS(body []byte) (bool, *apiError) {
+	if !bytes.Contains(body, []byte(`"`+ignoreEOSKey+`"`)) {
+		return false, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return false, nil // not an object: agentcall has judged the body already
+	}
+	var v *bool
+	seen := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return false, invalid(ignoreEOSKey, "%s: reading the body for it: %v", ignoreEOSKey, err)
+		}
+		if tok != ignoreEOSKey {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return false, invalid(ignoreEOSKey, "%s: reading the body for it: %v", ignoreEOSKey, err)
+			}
+			continue
+		}
+		if seen {
+			return false, invalid(ignoreEOSKey, "%s: sent twice; which one counts is ambiguous", ignoreEOSKey)
+		}
+		seen = true
+		if err := dec.Decode(&v); err != nil {
+			return false, invalid(ignoreEOSKey, "%s: must be a boolean: %v", ignoreEOSKey, err)
+		}
+	}
+	return v != nil && *v, nil
 }
 
 // fillerWords make up the generated text. Each is three letters, so that n words joined by spaces
@@ -255,6 +315,9 @@ func (g *generation) choice(chunk bool, from, to int, stop bool) choice {
 	c := choice{}
 	if stop {
 		reason := "stop"
+		if g.req.truncated {
+			reason = "length"
+		}
 		c.FinishReason = &reason
 	}
 	text := filler(from, to)
@@ -290,12 +353,13 @@ func (s *Server) serveGenerate(ep endpoint) http.HandlerFunc {
 			writeErrorFor(ep, w, apiErr)
 			return
 		}
-		g := &generation{req: req, id: idPrefix(ep) + strconv.FormatUint(s.ids.Add(1), 10), created: s.o.Now().Unix()}
-		c, apiErr := s.submit(req, g.id)
+		id := idPrefix(ep) + strconv.FormatUint(s.ids.Add(1), 10)
+		c, apiErr := s.submit(&req, id)
 		if apiErr != nil {
 			writeErrorFor(ep, w, apiErr)
 			return
 		}
+		g := &generation{req: req, id: id, created: s.o.Now().Unix()}
 		em := emitterFor(g)
 		if req.stream {
 			s.stream(w, r, c, em)
@@ -318,9 +382,9 @@ func idPrefix(ep endpoint) string {
 	return "chatcmpl-sim-"
 }
 
-// submit hands the call to the simulator. id is the answer's id, which a Responses call
-// continuing it names.
-func (s *Server) submit(req genRequest, id string) (*call, *apiError) {
+// submit hands the call to the simulator, setting its output length. id is the answer's id,
+// which a Responses call continuing it names.
+func (s *Server) submit(req *genRequest, id string) (*call, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -362,6 +426,7 @@ func (s *Server) submit(req genRequest, id string) (*call, *apiError) {
 	if !known {
 		ss = &session{key: key, id: req.session, endAfterCall: oneCall}
 	}
+	req.output, req.truncated = s.outputLocked(ss, req)
 	c := newCall(s, req.stream)
 	c.sess = ss
 	err := s.mu.sim.Submit(sim.ExternalCall{Session: key, Shared: req.shared, Prompt: req.prompt,
@@ -375,6 +440,7 @@ func (s *Server) submit(req genRequest, id string) (*call, *apiError) {
 	}
 	s.mu.sessions[key] = ss
 	ss.call = c
+	ss.calls++
 	if chained {
 		s.mu.chains[id] = chainLink{key: key, context: req.prompt + req.output}
 		ss.responses = append(ss.responses, id)
@@ -384,6 +450,27 @@ func (s *Server) submit(req genRequest, id string) (*call, *apiError) {
 		"shared_tokens", req.shared, "output_tokens", req.output, "stream", req.stream, "virtual_now", s.mu.sim.Now())
 	s.kick()
 	return c, nil
+}
+
+// outputLocked is the length of the session's next answer and whether its limit cut it: the
+// length the workload gives the session's call (see Options.Workload), at most the call's limit;
+// the limit itself without a workload or with ignore_eos.
+func (s *Server) outputLocked(ss *session, req *genRequest) (int, bool) {
+	if req.ignoreEOS {
+		return req.limit, true
+	}
+	if s.o.Workload == nil {
+		return req.limit, false
+	}
+	for len(ss.outputs) <= ss.calls {
+		// The session's calls so far have used up the outputs of the workload sessions drawn for
+		// it: it goes on with another's.
+		for _, c := range s.o.Workload.Session(s.mu.rng).Calls {
+			ss.outputs = append(ss.outputs, c.Output)
+		}
+	}
+	natural := max(1, ss.outputs[ss.calls])
+	return min(natural, req.limit), natural > req.limit
 }
 
 func errBusy(id string) *apiError {

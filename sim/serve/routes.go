@@ -31,7 +31,10 @@ func (s *Server) routes() http.Handler {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
 			message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(SpeedHeader, s.speedHeader)
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // allow answers 405 with an Allow header to methods other than those listed (HEAD comes with GET).

@@ -6,14 +6,29 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/enginemetrics"
+)
+
+// A simulated deployment announces its speed — virtual seconds per wall second — so that what
+// watches it (basin's daemon, gateway, risk) converts the deployment's rates and windows, while
+// its own timeouts stay in wall time. A real engine sends neither: its readers take speed 1.
+const (
+	// SpeedMetric is the gauge every /metrics/{instance} exports, without labels.
+	SpeedMetric = "basin_sim_speed"
+	// SpeedHeader is on every HTTP answer, the speed in decimal ("60").
+	SpeedHeader = "X-Basin-Sim-Speed"
+	speedHelp   = "Simulated seconds per wall-clock second of this simulated engine; real engines do not export it"
 )
 
 // Defaults of Options.
@@ -38,6 +53,9 @@ const (
 	maxVirtual = time.Duration(1 << 62)
 	// never is an expiry that does not come.
 	never = time.Duration(math.MaxInt64)
+	// outputStream tells the answers' random stream from the simulator's, which share the seed
+	// ("outp" in ASCII).
+	outputStream = 0x6f75_7470
 )
 
 // Options configure a served simulation. The zero value of every field but Sim and Speed has a
@@ -65,6 +83,17 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives call aborts, lending switches and session expiries (discarded when nil).
 	Logger *slog.Logger
+	// Workload, when set, gives the answers their lengths, as a model stops at its end of turn
+	// whatever limit the client set: a session's calls take the output lengths of a session drawn
+	// from it (its i-th call the drawn session's i-th call's; once those run out, another
+	// session's), each at most the request's limit (max_completion_tokens, else max_tokens or
+	// max_output_tokens, else what is left of the context), which ends it with finish_reason
+	// "length" (Messages: stop_reason "max_tokens"; Responses: status "incomplete"). `basin sim
+	// serve` passes the scenario's workload. Nil: every answer is exactly the request's limit
+	// (DefaultOutputTokens without one) and ends with "stop", for tests that size calls exactly.
+	// Either way, ignore_eos: true (SGLang's and vLLM's sampling parameter) asks for exactly the
+	// limit, ended by it. Draws come from a random stream seeded with Sim.Seed.
+	Workload sim.Workload
 }
 
 // withDefaults fills zero fields, and the simulator options a served simulation always takes.
@@ -124,6 +153,8 @@ type Server struct {
 	instances []string                // engine instances, in the simulator's order
 	metrics   map[string]http.Handler // by instance
 	maxTokens int                     // prompt + output must fit one decode instance's KV
+	// speedHeader is Speed as SpeedHeader carries it on every answer.
+	speedHeader string
 
 	wake    chan struct{} // a Submit or a lever changed the next event; cap 1
 	stopped chan struct{} // closed when Run returns
@@ -143,6 +174,8 @@ type Server struct {
 		// chains are the Responses answers of live sessions by id, for the calls that continue
 		// them (previous_response_id).
 		chains map[string]chainLink
+		// rng draws the workload's sessions whose output lengths the answers take.
+		rng *rand.Rand
 	}
 }
 
@@ -164,6 +197,10 @@ type session struct {
 	endAfterCall bool
 	// responses are the ids of its Responses answers, forgotten with it.
 	responses []string
+	// calls counts the calls submitted; outputs are the lengths the workload gives its calls,
+	// drawn as needed (Options.Workload).
+	calls   int
+	outputs []int
 }
 
 // New builds a server; the virtual clock starts now. It fails, naming the fields, if an option or
@@ -189,6 +226,7 @@ func New(o Options) (*Server, error) {
 	s.mu.sessions = map[string]*session{}
 	s.mu.chains = map[string]chainLink{}
 	s.mu.nextExpiry = never
+	s.mu.rng = rand.New(rand.NewPCG(o.Sim.Seed, outputStream))
 	for _, st := range sm.Stats() {
 		s.instances = append(s.instances, st.Name)
 	}
@@ -196,9 +234,15 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: engine metrics: %w", err)
 	}
+	speed := prometheus.NewGauge(prometheus.GaugeOpts{Name: SpeedMetric, Help: speedHelp})
+	speed.Set(o.Speed)
 	for name, reg := range regs {
+		if err := reg.Register(speed); err != nil {
+			return nil, fmt.Errorf("serve: engine metrics of %s: %w", name, err)
+		}
 		s.metrics[name] = enginemetrics.Handler(reg)
 	}
+	s.speedHeader = strconv.FormatFloat(o.Speed, 'f', -1, 64)
 	s.handler = s.routes()
 	return s, nil
 }

@@ -159,6 +159,12 @@ type responseObject struct {
 	Output             []outputMessage `json:"output"`
 	PreviousResponseID *string         `json:"previous_response_id"`
 	Usage              *responsesUsage `json:"usage"`
+	// IncompleteDetails says why an incomplete response stopped: max_output_tokens.
+	IncompleteDetails *incompleteDetails `json:"incomplete_details"`
+}
+
+type incompleteDetails struct {
+	Reason string `json:"reason"`
 }
 
 func (e responsesEmitter) object(status string, u *responsesUsage, text *string) responseObject {
@@ -170,14 +176,26 @@ func (e responsesEmitter) object(status string, u *responsesUsage, text *string)
 		r.PreviousResponseID = &prev
 	}
 	if text != nil {
-		r.Output = append(r.Output, e.message("completed", *text))
+		r.Output = append(r.Output, e.message(status, *text))
+	}
+	if status == "incomplete" {
+		r.IncompleteDetails = &incompleteDetails{Reason: "max_output_tokens"}
 	}
 	return r
 }
 
+// endStatus is the finished response's status: completed when the model's own length ended it,
+// incomplete when max_output_tokens (or the context) cut it, as OpenAI reports it.
+func (e responsesEmitter) endStatus() string {
+	if e.g.req.truncated {
+		return "incomplete"
+	}
+	return "completed"
+}
+
 func (e responsesEmitter) message(status, text string) outputMessage {
 	m := outputMessage{Type: "message", ID: "msg_" + e.g.id, Status: status, Role: "assistant", Content: []outputText{}}
-	if status == "completed" {
+	if status != "in_progress" {
 		m.Content = append(m.Content, outputText{Type: "output_text", Text: text, Annotations: []any{}})
 	}
 	return m
@@ -192,7 +210,7 @@ func (e responsesEmitter) usage(ev sim.CallEvent) *responsesUsage {
 
 func (e responsesEmitter) whole(ev sim.CallEvent) any {
 	text := filler(0, e.g.req.output)
-	return e.object("completed", e.usage(ev), &text)
+	return e.object(e.endStatus(), e.usage(ev), &text)
 }
 
 // responsesEvent is a Responses stream event; only the fields of its type are set.
@@ -245,13 +263,14 @@ func (e responsesEmitter) close(send sendFunc, ev sim.CallEvent) error {
 	zero := 0
 	text := filler(0, e.g.req.output)
 	part := outputText{Type: "output_text", Text: text, Annotations: []any{}}
-	item := e.message("completed", text)
-	done := e.object("completed", e.usage(ev), &text)
+	status := e.endStatus()
+	item := e.message(status, text)
+	done := e.object(status, e.usage(ev), &text)
 	for _, x := range []responsesEvent{
 		{Type: "response.output_text.done", OutputIndex: &zero, ContentIndex: &zero, ItemID: item.ID, Text: &text},
 		{Type: "response.content_part.done", OutputIndex: &zero, ContentIndex: &zero, ItemID: item.ID, Part: &part},
 		{Type: "response.output_item.done", OutputIndex: &zero, Item: &item},
-		{Type: "response.completed", Response: &done},
+		{Type: "response." + status, Response: &done},
 	} {
 		if err := e.emit(send, x); err != nil {
 			return err
@@ -320,11 +339,20 @@ func (e messagesEmitter) message(ev sim.CallEvent, stop bool, output int) messag
 	m := messageObject{ID: e.g.id, Type: "message", Role: "assistant", Model: e.g.req.model, Content: []textBlock{},
 		Usage: e.usage(ev, output)}
 	if stop {
-		reason := "end_turn"
+		reason := e.stopReason()
 		m.StopReason = &reason
 		m.Content = append(m.Content, textBlock{Type: "text", Text: filler(0, e.g.req.output)})
 	}
 	return m
+}
+
+// stopReason is end_turn when the model's own length ended the answer, max_tokens when the
+// request's limit cut it.
+func (e messagesEmitter) stopReason() string {
+	if e.g.req.truncated {
+		return "max_tokens"
+	}
+	return "end_turn"
 }
 
 func (e messagesEmitter) whole(ev sim.CallEvent) any { return e.message(ev, true, e.g.req.output) }
@@ -359,7 +387,7 @@ func (e messagesEmitter) close(send sendFunc, ev sim.CallEvent) error {
 	}{"content_block_stop", 0}); err != nil {
 		return err
 	}
-	reason := "end_turn"
+	reason := e.stopReason()
 	if err := send("message_delta", struct {
 		Type  string `json:"type"`
 		Delta struct {
