@@ -75,8 +75,18 @@
 // wall overhead (loopback, JSON, the server's scheduling) counts Speed milliseconds, so runs meant
 // to measure latency want a modest Speed.
 //
-// A session that fails between calls does not tell the server; servers end idle sessions
-// themselves (`basin sim serve` after its idle timeout).
+// # Ending sessions
+//
+// Every session the load generator starts, it ends. A completed session ends with its last call
+// (x-session-end: true). Any other that sent a call — failed on an upstream error or a broken
+// stream, refused, shed, killed at KillAt, cut by a cancelled run — is ended when it stops with
+// POST {target}/v1/sessions/{id}/end, on a context of its own bounded by EndTimeout, so that it
+// does not hold what the server admitted it with until the server's idle timeout (the gateway's
+// is ten minutes). A 404 means the server holds nothing for it (the gateway ends a session whose
+// first call failed by itself; a bare engine has no such endpoint). An end that gets no answer (a
+// gateway restarting after a crash) is asked again every EndRetryEvery while the run lasts and
+// once more as it ends; the report's session_ends counts the sessions ended and names those that
+// could not be, and the log warns of them.
 //
 // # Goodput
 //

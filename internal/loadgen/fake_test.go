@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,25 +79,48 @@ type reply struct {
 	blockUntil time.Time
 }
 
-// fake is an OpenAI-compatible server whose replies a script chooses per session and attempt.
+// fake is an OpenAI-compatible server whose replies a script chooses per session and attempt. It
+// ends sessions as the gateway does (POST /v1/sessions/{id}/end: 200 for a session it has seen a
+// call of, else 404) and records each end; while down, it drops every request unanswered, as a
+// crashed server would.
 type fake struct {
 	script func(session string, attempt int) reply
-	mu     struct {
+	// down, when set, says whether the server is down at that instant; crashed takes it down
+	// for good.
+	down    func(time.Time) bool
+	crashed atomic.Bool
+	mu      struct {
 		sync.Mutex
 		attempts  map[string]int // by session
 		headers   []http.Header
 		bodies    []chatRequest
 		cancelled int
+		// ends counts the end requests answered 200, by session; endAt is when the last came.
+		ends  map[string]int
+		endAt map[string]time.Time
+		// lastCall is when the last call was answered.
+		lastCall time.Time
 	}
 }
 
 func newFake(script func(session string, attempt int) reply) *fake {
 	f := &fake{script: script}
 	f.mu.attempts = map[string]int{}
+	f.mu.ends = map[string]int{}
+	f.mu.endAt = map[string]time.Time{}
 	return f
 }
 
 func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.crashed.Load() || f.down != nil && f.down(time.Now()) {
+		panic(http.ErrAbortHandler) // the connection drops with no answer
+	}
+	if id, ok := strings.CutPrefix(r.URL.Path, "/v1/sessions/"); ok && r.Method == http.MethodPost {
+		if id, ok := strings.CutSuffix(id, "/end"); ok {
+			f.serveEnd(w, id)
+			return
+		}
+	}
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
@@ -110,6 +134,7 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	n := f.mu.attempts[id]
 	f.mu.attempts[id]++
+	f.mu.lastCall = time.Now()
 	f.mu.headers = append(f.mu.headers, r.Header.Clone())
 	f.mu.bodies = append(f.mu.bodies, req)
 	f.mu.Unlock()
@@ -163,6 +188,36 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" done\"},\"finish_reason\":\"stop\"}]}\n\n")
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":%s}\n\n", usage)
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// serveEnd ends a session the server has seen a call of, as the gateway does: 200 and counted, or
+// 404 when it knows no such session.
+func (f *fake) serveEnd(w http.ResponseWriter, id string) {
+	f.mu.Lock()
+	_, seen := f.mu.attempts[id]
+	if seen {
+		f.mu.ends[id]++
+		f.mu.endAt[id] = time.Now()
+	}
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if !seen {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error":{"message":"session %q is not live","code":"session_not_found"}}`, id)
+		return
+	}
+	_, _ = io.WriteString(w, `{"ended":true}`)
+}
+
+// ends returns the sessions ended, with how many times each.
+func (f *fake) ends() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.mu.ends {
+		out[k] = v
+	}
+	return out
 }
 
 func (f *fake) attempts() map[string]int {
@@ -448,6 +503,9 @@ func TestKillAtCancelsSessionsInFlight(t *testing.T) {
 	require.GreaterOrEqual(t, before, 2, "sessions before the kill")
 	require.Less(t, before, rep.Sessions.Arrived, "sessions after the kill")
 	assert.Equal(t, before, rep.Sessions.Killed)
+	// Killed sessions are ended at the server, as the simulator ends them at KillAt.
+	checkEnded(t, f, rep)
+	assert.Equal(t, before, rep.SessionEnds.Ended)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	assert.Equal(t, before, f.mu.cancelled, "every in-flight call of a killed session was cancelled")

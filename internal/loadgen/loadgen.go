@@ -24,6 +24,7 @@ type runner struct {
 	so     sim.Options
 	client *http.Client
 	start  time.Time // wall
+	ends   *ender
 
 	// counts are the sessions so far by how they ended, for Progress; ended counts them all.
 	counts struct {
@@ -51,6 +52,8 @@ type session struct {
 	conv     *conversation
 	jitter   *rand.Rand
 	cancel   context.CancelCauseFunc
+	// sent is set once a call has gone out: from then on the server may hold the session.
+	sent bool
 
 	started   time.Duration // virtual
 	firstWait time.Duration // virtual; -1 until the first call's first token
@@ -93,6 +96,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer tr.CloseIdleConnections()
 		r.client = &http.Client{Transport: tr}
 	}
+	r.ends = newEnder(r)
 	r.mu.killed = make([]bool, len(so.Streams))
 	r.mu.live = make([]map[*session]struct{}, len(so.Streams))
 	for i := range so.Streams {
@@ -124,6 +128,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
+	// Ends that find no server are asked again until the sessions are done or ctx is.
+	endCtx, stopEnds := context.WithCancel(ctx)
+	endsDone := make(chan struct{})
+	go func() {
+		defer close(endsDone)
+		r.ends.retry(endCtx)
+	}()
+
 	var (
 		sessions []*session
 		wg       sync.WaitGroup
@@ -146,6 +158,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		})
 	}
 	wg.Wait()
+	stopEnds()
+	<-endsDone
+	ends := r.ends.final(ctx)
 	stopKills()
 	kills.Wait()
 	stopProgress()
@@ -154,9 +169,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.Progress(r.progress(len(ofs)))
 	}
 	rep := r.report(sessions, cut)
+	rep.SessionEnds = ends
 	o.Logger.Info("load run done", "arrived", rep.Sessions.Arrived, "completed", rep.Sessions.Completed,
 		"rejected", rep.Sessions.Rejected, "shed", rep.Sessions.Shed, "killed", rep.Sessions.Killed,
-		"error", rep.Sessions.Error, "unfinished", rep.Sessions.Unfinished, "interrupted", rep.Interrupted)
+		"error", rep.Sessions.Error, "unfinished", rep.Sessions.Unfinished, "interrupted", rep.Interrupted,
+		"sessions_ended", ends.Ended, "sessions_not_ended", ends.Failed)
 	return rep, nil
 }
 
@@ -277,7 +294,8 @@ func (r *runner) unregister(s *session) {
 	delete(r.mu.live[s.of.Stream], s)
 }
 
-// runSession sends the session's calls in order and records how it ends.
+// runSession sends the session's calls in order and records how it ends. A session that sent a
+// call and did not complete is then ended at the server (see ender), whatever stopped it.
 func (r *runner) runSession(ctx context.Context, s *session) {
 	s.started = r.virtual(r.o.Now())
 	defer func() {
@@ -285,6 +303,9 @@ func (r *runner) runSession(ctx context.Context, s *session) {
 		r.count(s.outcome)
 		r.o.Logger.Debug("session ended", "session", s.id, "class", s.class, "outcome", s.outcome,
 			"calls_done", len(s.calls), "calls", len(s.spec.Calls), "retries", s.retries, "err", s.err)
+		if s.sent && s.outcome != Completed {
+			r.ends.end(ctx, s.id)
+		}
 	}()
 	if !r.register(s) {
 		s.outcome, s.err = Killed, errKilled
@@ -343,6 +364,7 @@ func (r *runner) call(ctx context.Context, s *session, i int, body []byte) (sent
 	last := i == len(s.spec.Calls)-1
 	for {
 		sent := r.o.Now()
+		s.sent = true
 		a := r.send(ctx, s.id, last, body)
 		if ctx.Err() != nil && a.verdict != vOK {
 			r.fail(ctx, s, fmt.Errorf("call %d: %w", i, a.err))

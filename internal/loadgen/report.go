@@ -72,8 +72,11 @@ type Report struct {
 	// that reported both; null when none did.
 	PrefixHitRate *float64 `json:"prefix_hit_rate"`
 	// Retries counts the refused calls sent again.
-	Retries    int             `json:"retries"`
-	PerSession []SessionResult `json:"per_session,omitempty"`
+	Retries int `json:"retries"`
+	// SessionEnds counts the sessions, in the window or not, that did not end with their last
+	// call and were ended at the server when they stopped (see EndTimeout).
+	SessionEnds SessionEnds     `json:"session_ends"`
+	PerSession  []SessionResult `json:"per_session,omitempty"`
 }
 
 // SessionResult is one session's record.
