@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/serve"
 )
 
@@ -22,6 +23,7 @@ func simServe(ctx context.Context, env Env, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on")
 	traffic := fs.String("traffic", "external", "external: only HTTP clients; scenario: also the scenario's own arrivals")
 	idle := fs.Duration("idle-timeout", serve.DefaultIdleTimeout, "end a session idle this long (virtual time)")
+	outputs := fs.String("output-lengths", "workload", "workload: answers are as long as the scenario's workload's calls, at most the request's max_tokens (a model ends its turn); max-tokens: exactly max_tokens")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -33,6 +35,18 @@ func simServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var workload sim.Workload
+	switch *outputs {
+	case "workload":
+		// The scenario's own sessions: its base stream's workload.
+		if len(o.Streams) == 0 || o.Streams[0].Workload == nil {
+			return fmt.Errorf("--output-lengths workload: scenario %s has no workload", sc.Name)
+		}
+		workload = o.Streams[0].Workload
+	case "max-tokens":
+	default:
+		return fmt.Errorf("%w: --output-lengths: %q, want workload or max-tokens", errUsage, *outputs)
+	}
 	switch *traffic {
 	case "external":
 		o.Streams = nil
@@ -42,7 +56,7 @@ func simServe(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("%w: --traffic: %q, want external or scenario", errUsage, *traffic)
 	}
 	logger := slog.New(slog.NewTextHandler(env.Stderr, nil))
-	srv, err := serve.New(serve.Options{Sim: o, Speed: *speed, IdleTimeout: *idle, Logger: logger})
+	srv, err := serve.New(serve.Options{Sim: o, Speed: *speed, IdleTimeout: *idle, Logger: logger, Workload: workload})
 	if err != nil {
 		return err
 	}
@@ -51,7 +65,7 @@ func simServe(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	logger.Info("serving simulated deployment", "scenario", sc.Name, "policy", o.Policy, "speed", *speed,
+	logger.Info("serving simulated deployment", "scenario", sc.Name, "policy", o.Policy, "speed", *speed, "output_lengths", *outputs,
 		"addr", "http://"+ln.Addr().String(), "metrics", "http://"+ln.Addr().String()+"/metrics")
 
 	ctx, cancel := context.WithCancel(ctx)
