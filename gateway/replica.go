@@ -232,14 +232,20 @@ func (r *replica) isLeading() (uint64, bool) {
 }
 
 // run campaigns, follows the leadership and does the periodic work until ctx is done; then it
-// releases the lease so a successor takes over at once.
+// saves the table a last time and releases the lease so a successor takes over at once.
 func (r *replica) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := r.lease.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	// The campaign stops only once the last save is written: it releases the lease as it
+	// returns (lease.Campaign.Run), so a campaign stopped with ctx could release before the save
+	// and leave it unwritten, and a second Release here would find the lease gone and warn.
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLease()
+	var leaseDone sync.WaitGroup
+	leaseDone.Go(func() {
+		if err := r.lease.Run(leaseCtx); err != nil && !errors.Is(err, context.Canceled) {
 			r.log.Error("admission lease", "err", err)
 		}
 	})
+	var wg sync.WaitGroup
 	wg.Go(func() { r.reportLoop(ctx) })
 	tick := time.NewTicker(replicaTick)
 	defer tick.Stop()
@@ -259,13 +265,9 @@ func (r *replica) run(ctx context.Context) {
 			}
 			r.stepDown("shutting down")
 			wg.Wait()
-			if leading {
-				rctx, cancel := context.WithTimeout(context.Background(), r.opTimeout)
-				if err := r.lease.Release(rctx); err != nil {
-					r.log.Warn("releasing the admission lease; a successor waits for its TTL", "err", err)
-				}
-				cancel()
-			}
+			// Released once, by the campaign as it returns.
+			stopLease()
+			leaseDone.Wait()
 			_ = r.closeFn()
 			return
 		case ch := <-r.changes:

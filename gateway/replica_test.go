@@ -678,3 +678,28 @@ func TestHoldsOutliveTheLeader(t *testing.T) {
 	waitFor(t, "a's call held on the follower", func() bool { return rest[0].replication().HeldCalls == 1 })
 	notAnswered(t, a, "held after the handover")
 }
+
+// TestGracefulLeaderReleasesOnce: a leader that shuts down saves the table and releases its
+// lease once — no warning that the lease was not held (it used to release it twice: its
+// campaign on stopping, then itself) — and a follower leads well within a lease, with the
+// session the leader admitted.
+func TestGracefulLeaderReleasesOnce(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	hs := startReplicas(t, 2, mr.Addr(), up.URL, "")
+	leader, fs := leaderOf(t, hs)
+	require.Equal(t, http.StatusOK, leader.chat("a", 5, nil).status)
+
+	require.NoError(t, leader.stop())
+	stopped := time.Now()
+	out := leader.log.String()
+	assert.NotContains(t, out, "lease not held", "the lease is released once")
+	assert.NotContains(t, out, "level=WARN msg=\"releasing", "%s", out)
+	assert.NotContains(t, out, "release on stop failed", "%s", out)
+	assert.NotContains(t, out, "renewal failed", "stopping is not a failure of the store: %s", out)
+	assert.Contains(t, out, "released the lease", "the campaign released it")
+
+	waitFor(t, "the follower leads", func() bool { return fs[0].replication().Leading })
+	assert.Less(t, time.Since(stopped), time.Duration(fs[0].cfg.Store.LeaseTTL), "handed over at once, not at the lease's end")
+	assert.Equal(t, 1, fs[0].state().Live, "the last save carried the table")
+}

@@ -184,6 +184,9 @@ func (c *Campaign) renew(ctx context.Context, now time.Time, epoch uint64, deadl
 			return
 		}
 	}
+	if ctx.Err() != nil {
+		return // the campaign is stopping (Run releases next): not a failure of the store
+	}
 	c.metrics.errors.WithLabelValues("renew").Inc()
 	c.opts.Logger.Warn("lease: renewal failed; retrying until the deadline", "lease", c.opts.Prefix, "epoch", epoch,
 		"deadline", deadline, "err", fmt.Errorf("renew %s: %w", c.opts.leaseKey(), err))
@@ -208,6 +211,9 @@ func (c *Campaign) acquire(ctx context.Context, now time.Time, seen uint64) {
 		}
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return // the campaign is stopping
+		}
 		c.metrics.errors.WithLabelValues("acquire").Inc()
 		c.opts.Logger.Warn("lease: acquire failed", "lease", c.opts.Prefix, "err", fmt.Errorf("acquire %s: %w", c.opts.leaseKey(), err))
 		return

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -365,4 +367,32 @@ func TestOptionsValidate(t *testing.T) {
 		_, err = New(client, o)
 		assert.ErrorContains(t, err, "lease basin:prod:admission: register metrics")
 	})
+}
+
+// TestStoppingIsNotAStoreFailure: a step cut short because its campaign is stopping (its context
+// cancelled) is neither counted nor logged as a failed renewal or acquisition — a graceful
+// shutdown used to warn "renewal failed" — and the leader stays leader until it releases.
+func TestStoppingIsNotAStoreFailure(t *testing.T) {
+	cl := newCluster(t)
+	var logs strings.Builder
+	o := Options{Prefix: testPrefix, Owner: "a", TTL: 9 * time.Second, Now: cl.clock.Now,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	a, err := New(cl.client, o)
+	require.NoError(t, err)
+	o.Owner = "b"
+	b, err := New(cl.client, o)
+	require.NoError(t, err)
+	a.Step(t.Context())
+	_, ok := a.Leader()
+	require.True(t, ok)
+
+	stopped, cancel := context.WithCancel(t.Context())
+	cancel()
+	a.Step(stopped) // a renewal
+	b.Step(stopped) // an acquisition
+	_, ok = a.Leader()
+	assert.True(t, ok, "still leader until its deadline or its release")
+	assert.Equal(t, 0.0, testutil.ToFloat64(a.metrics.errors.WithLabelValues("renew")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(b.metrics.errors.WithLabelValues("acquire")))
+	assert.NotContains(t, logs.String(), "failed", "%s", logs.String())
 }
