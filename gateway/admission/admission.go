@@ -100,6 +100,11 @@ type Options struct {
 	DrainWindow time.Duration
 	// IdleTimeout ends a live session whose last call finished this long ago (default 10 min).
 	IdleTimeout time.Duration
+	// DormantFloor is the shortest idleness that makes a live session dormant (default
+	// DefaultDormantFloor; negative: no session is ever dormant, each counts until it ends or
+	// idles out). Past it, a session is dormant once idle twice the 99th percentile of the tool
+	// gaps the core has seen, or the idle timeout before it has seen enough: see dormant.go.
+	DormantFloor time.Duration
 	// StaleAfter is how long a session may wait before it goes stale: behind every fresh
 	// session, the stale ones newest first, each still by size (key peak/r − arrival). Default
 	// DefaultStaleAfter; negative: never (the queue keeps the priority order). See the package
@@ -150,7 +155,8 @@ func (o Options) withDefaults() Options {
 		v   *time.Duration
 		def time.Duration
 	}{{&o.RetryMemory, DefaultRetryMemory}, {&o.ShedMemory, DefaultShedMemory}, {&o.DrainWindow, DefaultDrainWindow},
-		{&o.IdleTimeout, DefaultIdleTimeout}, {&o.StaleAfter, DefaultStaleAfter}, {&o.HoldBound, DefaultHoldBound}} {
+		{&o.IdleTimeout, DefaultIdleTimeout}, {&o.StaleAfter, DefaultStaleAfter}, {&o.HoldBound, DefaultHoldBound},
+		{&o.DormantFloor, DefaultDormantFloor}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
@@ -329,6 +335,10 @@ type session struct {
 	// waiting call began to wait.
 	held                 bool
 	heldSince, waitSince time.Time
+	// dormant: idle long past the workload's tool time (dormant.go), its context and demand out
+	// of the working set and the admission test; finished: a call of it finished here, so the
+	// gap to its next call is a tool gap.
+	dormant, finished bool
 }
 
 type memo struct {
@@ -367,6 +377,11 @@ type Core struct {
 		holdCheck time.Time
 		// deadlineCheck: no queued session reaches its start deadline before it (ExpireQueued).
 		deadlineCheck time.Time
+		// gaps are the recent tool gaps; nDormant and dormantCtx the dormant sessions and their
+		// contexts, out of workingSet and reserved (dormant.go).
+		gaps       toolGaps
+		nDormant   int
+		dormantCtx int64
 	}
 }
 
@@ -391,6 +406,9 @@ type Counters struct {
 	Resumed           uint64 `json:"resumed"`
 	CallsHeld         uint64 `json:"calls_held"`
 	HoldBoundReleases uint64 `json:"hold_bound_releases"`
+	// Dormant counts live sessions that went dormant, Woken the dormant ones that called again.
+	Dormant uint64 `json:"dormant"`
+	Woken   uint64 `json:"woken"`
 }
 
 // New returns a Core, or an error naming every bad option.
@@ -571,8 +589,10 @@ func (c *Core) fitsLocked(s *session) bool {
 	if c.mu.o.CountOnly {
 		return true // no budget yet: count only
 	}
-	if len(c.mu.live) == 0 {
-		return true // nothing live: admit even over budget, so the service makes progress
+	if c.activeLocked() == 0 {
+		// Nothing live but dormant sessions, which free nothing until they end: admit even over
+		// budget, so the service makes progress.
+		return true
 	}
 	// Held sessions stay in the test: a hold reorders who runs among the admitted, it does not
 	// make room for more of them (hold.go).
@@ -647,16 +667,21 @@ func (c *Core) drainLocked(now time.Time) []Event {
 	return evs
 }
 
-// setContextLocked moves a live session's context and its demand.
+// setContextLocked moves a live session's context and its demand (a dormant session's apart).
 func (c *Core) setContextLocked(s *session, ctx int64) {
-	c.mu.workingSet += ctx - s.context
-	if s.held {
-		c.mu.heldCtx += ctx - s.context
-	}
+	delta := ctx - s.context
 	s.context = ctx
 	s.peak = max(s.peak, ctx)
 	d := c.demandLocked(s)
-	c.mu.reserved += d - s.demandCache
+	if s.dormant {
+		c.mu.dormantCtx += delta
+	} else {
+		c.mu.workingSet += delta
+		c.mu.reserved += d - s.demandCache
+	}
+	if s.held {
+		c.mu.heldCtx += delta
+	}
 	s.demandCache = d
 }
 
@@ -671,13 +696,14 @@ func (c *Core) Begin(now time.Time, id string, promptEstimate int64) bool {
 	if !ok {
 		return false
 	}
-	c.beginLocked(s, promptEstimate)
+	c.beginLocked(now, s, promptEstimate)
 	return true
 }
 
 // beginLocked counts a call of s in flight and raises its tracked context to the call's prompt
-// estimate (Begin, BeginCall).
-func (c *Core) beginLocked(s *session, promptEstimate int64) {
+// estimate (Begin, BeginCall); the call wakes a dormant session and may close a tool gap.
+func (c *Core) beginLocked(now time.Time, s *session, promptEstimate int64) {
+	c.noteCallLocked(now, s)
 	s.inFlight++
 	if promptEstimate > s.context {
 		c.setContextLocked(s, promptEstimate)
@@ -697,7 +723,11 @@ func (c *Core) Finish(now time.Time, id string, contextTokens int64) []Event {
 	if s.inFlight > 0 {
 		s.inFlight--
 	}
+	if s.dormant {
+		c.wakeLocked(s) // a call finished that began elsewhere (a replica's report): it calls
+	}
 	s.lastDone = now
+	s.finished = true
 	if contextTokens > 0 {
 		c.setContextLocked(s, contextTokens)
 	}
@@ -732,8 +762,13 @@ func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
 	}
 	delete(c.mu.live, s.id)
 	c.noteLocked(s.id, false, false)
-	c.mu.workingSet -= s.context
-	c.mu.reserved -= s.demandCache
+	if s.dormant {
+		c.mu.nDormant--
+		c.mu.dormantCtx -= s.context
+	} else {
+		c.mu.workingSet -= s.context
+		c.mu.reserved -= s.demandCache
+	}
 	c.mu.tenants[s.tenant]--
 	if c.mu.tenants[s.tenant] <= 0 {
 		delete(c.mu.tenants, s.tenant)
@@ -742,19 +777,30 @@ func (c *Core) endLocked(now time.Time, s *session, reason string) Event {
 	return Event{Kind: EventEnded, ID: s.id, At: now, Reason: reason, Peak: s.peak}
 }
 
-// Expire ends live sessions idle (no call in flight) for longer than the idle timeout.
+// Expire ends live sessions idle (no call in flight) for longer than the idle timeout, and makes
+// those idle past the workload's tool time dormant (dormant.go; held sessions are not): the room
+// either frees admits from the queue.
 func (c *Core) Expire(now time.Time) []Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgetLocked(now)
 	var evs []Event
+	dormantAfter, slept := c.dormantAfterLocked(), false
 	for _, s := range c.mu.live {
-		if s.inFlight == 0 && now.Sub(s.lastDone) >= c.mu.o.IdleTimeout {
+		if s.inFlight > 0 {
+			continue
+		}
+		switch idle := now.Sub(s.lastDone); {
+		case idle >= c.mu.o.IdleTimeout:
 			evs = append(evs, c.endLocked(now, s, "idle"))
+		case idle >= dormantAfter && !s.dormant && !s.held:
+			c.sleepLocked(s)
+			c.mu.counters.Dormant++
+			slept = true
 		}
 	}
 	sort.Slice(evs, func(i, j int) bool { return evs[i].ID < evs[j].ID })
-	if len(evs) > 0 {
+	if len(evs) > 0 || slept {
 		evs = append(evs, c.drainLocked(now)...)
 	}
 	return evs

@@ -32,14 +32,26 @@ func check(t testing.TB, c *Core) {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ws, res int64
+	var ws, res, dctx int64
+	nd := 0
 	for _, s := range c.mu.live {
+		assert.Equal(t, c.demandLocked(s), s.demandCache, "cached demand of %s", s.id)
+		if s.dormant {
+			// Dormant: out of the working set and the admission test, counted apart; never held
+			// and never in a call (a call wakes it).
+			dctx += s.context
+			nd++
+			assert.False(t, s.held, "dormant %s is not held", s.id)
+			assert.Zero(t, s.inFlight, "dormant %s has no call in flight", s.id)
+			continue
+		}
 		ws += s.context
 		res += c.demandLocked(s)
-		assert.Equal(t, c.demandLocked(s), s.demandCache, "cached demand of %s", s.id)
 	}
 	assert.Equal(t, ws, c.mu.workingSet, "working set")
 	assert.Equal(t, res, c.mu.reserved, "reserved")
+	assert.Equal(t, dctx, c.mu.dormantCtx, "dormant context")
+	assert.Equal(t, nd, c.mu.nDormant, "dormant sessions")
 	var hctx int64
 	var nh, waiting int
 	for _, s := range c.mu.live {
@@ -348,20 +360,32 @@ func TestRetryAfterFollowsDrainRate(t *testing.T) {
 func TestRandomOperations(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, mode := range []Mode{ModeCurrent, ModePeak} {
-		c := core(t, Options{Budget: 5000, ReferenceBudget: 3000, Mode: mode, TenantQuota: 20})
+		// A low dormant floor, and a client that leaves one session in ten behind, calling it
+		// again only now and then: sessions go dormant, wake and idle out among the other
+		// operations.
+		c := core(t, Options{Budget: 5000, ReferenceBudget: 3000, Mode: mode, TenantQuota: 20, DormantFloor: 2 * time.Second})
+		for range minToolGaps {
+			c.mu.gaps.add(time.Second) // it has seen a workload of one-second tools
+		}
 		now := t0
 		var live, queued []string
+		left := map[string]bool{}
+		pick := func() (string, bool) {
+			id := live[rng.IntN(len(live))]
+			return id, !left[id] || rng.IntN(100) == 0
+		}
 		n := 0
 		for range 5000 {
 			now = now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
 			var evs []Event
-			switch op := rng.IntN(10); {
+			switch op := rng.IntN(12); {
 			case op < 3:
 				id := fmt.Sprint("s", n)
 				n++
 				d := c.Arrive(now, Request{ID: id, Tenant: fmt.Sprint(rng.IntN(3)), FirstPrompt: int64(100 + rng.IntN(500)),
 					PredictedPeak: int64(rng.IntN(3000))})
 				evs = d.Events
+				left[id] = rng.IntN(10) == 0
 				switch d.Verdict {
 				case Admitted:
 					live = append(live, id)
@@ -369,14 +393,25 @@ func TestRandomOperations(t *testing.T) {
 					queued = append(queued, id)
 				}
 			case op < 6 && len(live) > 0:
-				id := live[rng.IntN(len(live))]
-				c.Begin(now, id, int64(rng.IntN(3000)))
+				id, ok := pick()
+				if !ok {
+					break
+				}
+				if rng.IntN(4) > 0 {
+					c.Begin(now, id, int64(rng.IntN(3000)))
+				} // else: finish the call in flight (an admission's first call), so sessions idle
 				evs = c.Finish(now, id, int64(rng.IntN(3000)))
 			case op < 8 && len(live) > 0:
-				i := rng.IntN(len(live))
-				evs = c.End(now, live[i])
+				if id, ok := pick(); ok {
+					evs = c.End(now, id)
+				}
 			case op < 9 && len(queued) > 0:
 				evs = c.Cancel(now, queued[rng.IntN(len(queued))])
+			case op < 10:
+				evs = c.Expire(now)
+			case op < 11 && len(live) > 0:
+				c.Hold(now, []string{live[rng.IntN(len(live))]})
+				evs = c.Resume(now, []string{live[rng.IntN(len(live))]})
 			default:
 				evs = c.Shed(now, 1, nil, "random")
 			}
@@ -401,7 +436,9 @@ func TestRandomOperations(t *testing.T) {
 			check(t, c)
 		}
 		snap := c.Snapshot(now, false)
-		assert.Equal(t, len(live), snap.Live, "mode %s: every admission was reported exactly once", mode)
+		assert.Equal(t, len(live), snap.Live+snap.Dormant, "mode %s: every admission was reported exactly once", mode)
+		assert.Positive(t, snap.Counters.Dormant, "mode %s: sessions went dormant", mode)
+		assert.Positive(t, snap.Counters.Woken, "mode %s: dormant sessions woke", mode)
 	}
 }
 
@@ -464,6 +501,8 @@ func TestCollectorExportsTheCore(t *testing.T) {
 		"basin_gateway_sessions_held":        1, "basin_gateway_held_tokens": 95, "basin_gateway_held_calls": 1,
 		"basin_gateway_sessions_too_late_total": 0,
 		"basin_gateway_calls_held_total":        1, "basin_gateway_hold_bound_releases_total": 0,
+		"basin_gateway_sessions_dormant": 0, "basin_gateway_dormant_tokens": 0, "basin_gateway_dormant_after_seconds": 600,
+		"basin_gateway_sessions_dormant_total": 0, "basin_gateway_sessions_woken_total": 0,
 	}, got)
 }
 

@@ -76,7 +76,7 @@ func (c *Core) BeginCall(now time.Time, id string, promptEstimate int64) CallVer
 	if !ok {
 		return CallNotLive
 	}
-	c.beginLocked(s, promptEstimate)
+	c.beginLocked(now, s, promptEstimate)
 	if !s.held || !s.waitSince.IsZero() {
 		// A second call while one already waits (a client that retried) passes: holding it too
 		// would only double what the session asks of the engine when both go.
@@ -91,15 +91,17 @@ func (c *Core) BeginCall(now time.Time, id string, promptEstimate int64) CallVer
 	return CallHeld
 }
 
-// Hold puts live sessions on the hold list (unknown, ended and already held ids are skipped) and
-// returns how many it added. Their calls in flight finish; their next calls wait.
+// Hold puts live sessions on the hold list (unknown, ended, dormant and already held ids are
+// skipped) and returns how many it added. Their calls in flight finish; their next calls wait. A
+// dormant session is not held: its context is already out of the working set, and if it calls
+// again it is active, and the policy may hold it then (dormant.go).
 func (c *Core) Hold(now time.Time, ids []string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for _, id := range ids {
 		s, ok := c.mu.live[id]
-		if !ok || s.held {
+		if !ok || s.held || s.dormant {
 			continue
 		}
 		c.holdLocked(now, s)

@@ -16,6 +16,7 @@ type stateCollector struct {
 	countOnly, stale, staled                                      *prometheus.Desc
 	held, heldTokens, heldCalls, callsHeld, boundReleases         *prometheus.Desc
 	tooLate                                                       *prometheus.Desc
+	dormant, dormantTokens, dormantAfter, wentDormant, woken      *prometheus.Desc
 }
 
 // NewCollector exports a core's state and counters as the gateway's basin_gateway_* metrics, read
@@ -31,15 +32,18 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &stateCollector{
-		core:        core,
-		now:         now,
-		affinityOn:  affinity,
-		live:        d("basin_gateway_sessions_live", "Sessions admitted and not yet ended (including those between calls)."),
-		inCall:      d("basin_gateway_sessions_in_call", "Live sessions with a model call in flight (the others are running tools or thinking)."),
-		queued:      d("basin_gateway_sessions_queued", "Sessions waiting in the admission queue."),
-		oldestWait:  d("basin_gateway_queue_oldest_wait_seconds", "How long the longest-waiting queued session has waited (0 with an empty queue)."),
-		workingSet:  d("basin_gateway_working_set_tokens", "Working set W: the sum of the current contexts of the live sessions."),
-		reserved:    d("basin_gateway_reserved_tokens", "Sum of the live sessions' demands on the budget (current contexts, or predicted peaks in peak mode)."),
+		core:       core,
+		now:        now,
+		affinityOn: affinity,
+		live: d("basin_gateway_sessions_live",
+			"Sessions admitted and not yet ended (including those between calls), but the dormant ones (basin_gateway_sessions_dormant)."),
+		inCall:     d("basin_gateway_sessions_in_call", "Live sessions with a model call in flight (the others are running tools or thinking)."),
+		queued:     d("basin_gateway_sessions_queued", "Sessions waiting in the admission queue."),
+		oldestWait: d("basin_gateway_queue_oldest_wait_seconds", "How long the longest-waiting queued session has waited (0 with an empty queue)."),
+		workingSet: d("basin_gateway_working_set_tokens",
+			"Working set W: the sum of the current contexts of the live sessions, but the dormant ones (basin_gateway_dormant_tokens)."),
+		reserved: d("basin_gateway_reserved_tokens",
+			"Sum of the live sessions' demands on the budget (current contexts, or predicted peaks in peak mode), but the dormant ones'."),
 		budget:      d("basin_gateway_budget_tokens", "Admission budget B in tokens."),
 		reference:   d("basin_gateway_reference_budget_tokens", "Reference budget: admission engages when the working set exceeds it."),
 		countOnly:   d("basin_gateway_admission_count_only", "1 while the gateway admits every session and only counts, until a budget is set through the admin API (admission.count_only)."),
@@ -57,6 +61,15 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 			"Held calls that went on because they had waited the hold bound (their sessions stay held)."),
 		tooLate: d("basin_gateway_sessions_too_late_total",
 			"Sessions refused because their first call could not start within admission.start_deadline (at arrival or in the queue)."),
+		dormant: d("basin_gateway_sessions_dormant",
+			"Live sessions idle long past the workload's tool time (basin_gateway_dormant_after_seconds): out of the working set, "+
+				"the reserved tokens and basin_gateway_sessions_live until they call again."),
+		dormantTokens: d("basin_gateway_dormant_tokens", "Contexts of the dormant sessions (not in basin_gateway_working_set_tokens)."),
+		dormantAfter: d("basin_gateway_dormant_after_seconds",
+			"Idleness that makes a live session dormant now: twice the 99th percentile of the tool gaps seen, within the dormant "+
+				"floor and the idle timeout (the idle timeout until enough gaps are seen)."),
+		wentDormant: d("basin_gateway_sessions_dormant_total", "Live sessions that went dormant."),
+		woken:       d("basin_gateway_sessions_woken_total", "Dormant sessions that called again (active again, never refused)."),
 	}
 }
 
@@ -64,7 +77,8 @@ func newStateCollector(core *Core, now func() time.Time, affinity func() bool) *
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.live, c.inCall, c.queued, c.workingSet, c.reserved, c.budget, c.reference,
 		c.affinity, c.arrivals, c.completions, c.admissions, c.oldestWait, c.countOnly, c.stale, c.staled,
-		c.held, c.heldTokens, c.heldCalls, c.callsHeld, c.boundReleases, c.tooLate} {
+		c.held, c.heldTokens, c.heldCalls, c.callsHeld, c.boundReleases, c.tooLate,
+		c.dormant, c.dormantTokens, c.dormantAfter, c.wentDormant, c.woken} {
 		ch <- d
 	}
 }
@@ -97,6 +111,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.callsHeld, s.Counters.CallsHeld)
 	counter(c.boundReleases, s.Counters.HoldBoundReleases)
 	counter(c.tooLate, s.Counters.TooLate)
+	gauge(c.dormant, float64(s.Dormant))
+	gauge(c.dormantTokens, float64(s.DormantTokens))
+	gauge(c.dormantAfter, s.DormantAfterSeconds)
+	counter(c.wentDormant, s.Counters.Dormant)
+	counter(c.woken, s.Counters.Woken)
 	aff := 0.0
 	if c.affinityOn != nil && c.affinityOn() {
 		aff = 1

@@ -25,10 +25,12 @@ type Snapshot struct {
 	CountOnly       bool  `json:"count_only"`
 	Budget          int64 `json:"budget_tokens"`
 	ReferenceBudget int64 `json:"reference_budget_tokens"`
-	Reserved        int64 `json:"reserved_tokens"`
-	WorkingSet      int64 `json:"working_set_tokens"`
-	Engaged         bool  `json:"engaged"`
-	Live            int   `json:"live_sessions"`
+	// Reserved and WorkingSet are the demands and the contexts of the live sessions that are not
+	// dormant; Live counts those sessions (the dormant ones are reported apart, below).
+	Reserved   int64 `json:"reserved_tokens"`
+	WorkingSet int64 `json:"working_set_tokens"`
+	Engaged    bool  `json:"engaged"`
+	Live       int   `json:"live_sessions"`
 	// InCall counts the live sessions with a model call in flight (the rest are running tools or
 	// thinking): the served fraction of the paper's risk rule is InCall ÷ Live.
 	InCall int `json:"sessions_in_call"`
@@ -46,6 +48,15 @@ type Snapshot struct {
 	HeldTokens            int64   `json:"held_tokens"`
 	HeldCalls             int     `json:"held_calls"`
 	OldestHeldCallSeconds float64 `json:"oldest_held_call_seconds"`
+	// Dormant is how many live sessions are dormant (idle long past the workload's tool time,
+	// see dormant.go), DormantTokens their contexts: out of WorkingSet, Reserved and Live, still
+	// admitted (a call wakes one). DormantAfterSeconds is the idleness that makes a session
+	// dormant now (the idle timeout until the core has seen enough tool gaps), ToolGaps how
+	// many gaps it was learnt from.
+	Dormant             int     `json:"dormant_sessions"`
+	DormantTokens       int64   `json:"dormant_tokens"`
+	DormantAfterSeconds float64 `json:"dormant_after_seconds"`
+	ToolGaps            int     `json:"tool_gaps"`
 	// Sessions lists the live sessions ([] when none) with the full listing; nil (null in JSON)
 	// when not listed (SnapshotTail, or Snapshot without the queue).
 	Sessions []LiveSession   `json:"sessions"`
@@ -78,10 +89,12 @@ func (c *Core) SnapshotTail(now time.Time, tail int) Snapshot {
 
 func (c *Core) snapshotLocked(now time.Time) Snapshot {
 	s := Snapshot{Mode: c.mu.o.Mode, CountOnly: c.mu.o.CountOnly, Budget: c.mu.o.Budget, ReferenceBudget: c.mu.o.ReferenceBudget,
-		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: len(c.mu.live), InCall: c.inCallLocked(),
+		Reserved: c.mu.reserved, WorkingSet: c.mu.workingSet, Live: c.activeLocked(), InCall: c.inCallLocked(),
 		Engaged: !c.mu.o.CountOnly && (c.mu.workingSet > c.mu.o.ReferenceBudget || c.mu.queue.Len() > 0), Counters: c.mu.counters,
 		Queued: c.mu.queue.Len(), Stale: c.mu.stale, Queue: []QueuedSession{},
-		Held: c.mu.nHeld, HeldTokens: c.mu.heldCtx, HeldCalls: c.mu.waiting}
+		Held: c.mu.nHeld, HeldTokens: c.mu.heldCtx, HeldCalls: c.mu.waiting,
+		Dormant: c.mu.nDormant, DormantTokens: c.mu.dormantCtx, DormantAfterSeconds: c.dormantAfterLocked().Seconds(),
+		ToolGaps: len(c.mu.gaps.sorted)}
 	for _, q := range c.mu.queue.Items() {
 		s.OldestWaitSeconds = max(s.OldestWaitSeconds, now.Sub(q.arrival).Seconds())
 	}
@@ -134,6 +147,10 @@ type LiveSession struct {
 	// HeldCallSeconds is how long its held call has waited, when one waits (listings only:
 	// the call does not outlive the process).
 	HeldCallSeconds float64 `json:"held_call_seconds,omitempty"`
+	// Dormant: idle long past the workload's tool time (dormant.go), its context out of the
+	// working set and its demand out of the admission test until it calls again; kept across
+	// restarts, so a restarted gateway does not count it back.
+	Dormant bool `json:"dormant,omitempty"`
 }
 
 // State is what survives a restart: the live-session table (so sessions in flight are not
@@ -210,7 +227,8 @@ func (c *Core) LiveSessionAt(now time.Time, id string) (LiveSession, bool) {
 
 func liveSessionOf(s *session) LiveSession {
 	return LiveSession{ID: s.id, Tenant: s.tenant, Arrival: s.arrival, Admitted: s.admitted,
-		LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted, Priority: s.priority, Held: s.held}
+		LastDone: s.lastDone, Context: s.context, Peak: s.peak, PredictedPeak: s.predicted, Priority: s.priority, Held: s.held,
+		Dormant: s.dormant}
 }
 
 // liveLocked lists the live sessions by id, with how long their held calls have waited.
@@ -262,15 +280,7 @@ func (c *Core) Restore(now time.Time, st State) error {
 		s := &session{id: ls.ID, tenant: ls.Tenant, arrival: ls.Arrival, admitted: ls.Admitted, lastDone: ls.LastDone,
 			context: ls.Context, peak: max(ls.Peak, ls.Context), predicted: ls.PredictedPeak, seq: c.mu.seq, heapIndex: -1}
 		s.priority = c.priority(s.arrival, s.predicted)
-		s.demandCache = c.demandLocked(s)
-		c.mu.live[s.id] = s
-		c.mu.workingSet += s.context
-		c.mu.reserved += s.demandCache
-		c.mu.tenants[s.tenant]++
-		if ls.Held {
-			c.holdLocked(now, s)
-		}
-		c.noteLocked(s.id, true, s.held)
+		c.addLiveLocked(now, s, ls)
 	}
 	for id, a := range st.Retry {
 		c.mu.retry[id] = memo{arrival: a, until: now.Add(c.mu.o.RetryMemory)}
@@ -281,6 +291,23 @@ func (c *Core) Restore(now time.Time, st State) error {
 		}
 	}
 	return nil
+}
+
+// addLiveLocked makes s, restored or merged as ls describes it, live: held or dormant as ls says
+// (held when it says both, which no core exports: a held session is never dormant).
+func (c *Core) addLiveLocked(now time.Time, s *session, ls LiveSession) {
+	s.demandCache = c.demandLocked(s)
+	c.mu.live[s.id] = s
+	c.mu.workingSet += s.context
+	c.mu.reserved += s.demandCache
+	c.mu.tenants[s.tenant]++
+	switch {
+	case ls.Held:
+		c.holdLocked(now, s)
+	case ls.Dormant && s.inFlight == 0:
+		c.sleepLocked(s) // it went dormant elsewhere (or before a restart), counted there
+	}
+	c.noteLocked(s.id, true, s.held)
 }
 
 func (c *Core) inCallLocked() int {
@@ -333,6 +360,9 @@ func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
 			s.peak = max(s.peak, ls.Peak)
 			if ls.LastDone.After(s.lastDone) {
 				s.lastDone = ls.LastDone
+				if s.dormant && !ls.Dormant {
+					c.wakeLocked(s) // it called elsewhere since
+				}
 			}
 			continue
 		}
@@ -351,15 +381,7 @@ func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
 		s.context, s.peak, s.predicted = ls.Context, max(ls.Peak, ls.Context), ls.PredictedPeak
 		s.queued, s.stale = false, false
 		s.priority = c.priority(s.arrival, s.predicted)
-		s.demandCache = c.demandLocked(s)
-		c.mu.live[s.id] = s
-		c.mu.workingSet += s.context
-		c.mu.reserved += s.demandCache
-		c.mu.tenants[s.tenant]++
-		if ls.Held {
-			c.holdLocked(now, s)
-		}
-		c.noteLocked(s.id, true, s.held)
+		c.addLiveLocked(now, s, ls)
 		delete(c.mu.retry, s.id)
 	}
 	for id, a := range st.Retry {
