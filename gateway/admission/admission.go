@@ -4,8 +4,8 @@
 //
 // The rule is the Basin paper's. A session is admitted whole at its first call and is never cut
 // for budget afterwards: its later calls always pass. While the working set W (the current
-// contexts of all live sessions) is at or under the reference budget, every session is admitted at
-// once. Past it, new sessions queue, ordered by a fixed priority p = arrival + peak/r (smaller first:
+// contexts of all live sessions but the dormant ones, below) is at or under the reference budget,
+// every session is admitted at once. Past it, new sessions queue, ordered by a fixed priority p = arrival + peak/r (smaller first:
 // small sessions may overtake a little, late ones never jump far ahead), and the head of the queue
 // is admitted when its demand fits the budget B next to the demands of the live sessions — in
 // "current" mode a demand is a session's current context, in "peak" mode its predicted peak. When
@@ -30,6 +30,14 @@
 // time; this way fresh sessions wait at most StaleAfter, the capacity goes to sessions that can
 // still finish, stale ones get what is left, and the oldest are the lowest priority, the ones the
 // shedding rule drops.
+//
+// A live session idle long past the workload's tool time is dormant (dormant.go): the core learns
+// the tool time from the gaps between a session's calls, and a session quiet for twice their 99th
+// percentile (at least Options.DormantFloor, at most the idle timeout, and no session at all before
+// it has seen enough gaps) leaves the working set and the admission test — its prefix is aging
+// out of the engine's cache, and a client that never ends its sessions must not read as a
+// trapped deployment — until it calls again, when it is active again without a decision. The idle
+// timeout still ends it.
 //
 // Every mutating method takes the current time and returns the events it caused (sessions
 // admitted from the queue, sessions shed); the caller delivers them. Core is safe for concurrent
