@@ -11,9 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/basin-dev/basin/collector"
@@ -79,7 +82,34 @@ type Result struct {
 	Source      string
 	// CallsPerSession is K of the scenario's workload (the endpoint's metrics do not say).
 	CallsPerSession float64
+	// Admission is what the gateway's metrics said of its admission at the end of each measured
+	// step, one per point; nil where the gateway was not scraped.
+	Admission []*Admission
+	// SessionEnds is how the sessions the run cut short, or that did not complete, were ended at
+	// the endpoint (every one is, so that none holds a budget after the run).
+	SessionEnds loadgen.SessionEnds
 }
+
+// Admission is the gateway's admission at the end of a step, as its metrics said.
+type Admission struct {
+	// BudgetTokens is its budget B; 0 while it only counts (admission.count_only).
+	BudgetTokens float64 `json:"budget_tokens"`
+	// ReservedTokens is the live sessions' demand on it, QueuedSessions the first calls waiting.
+	ReservedTokens float64 `json:"reserved_tokens"`
+	QueuedSessions float64 `json:"queued_sessions"`
+	// CacheTokens is the cache capacity C the step's point was divided by.
+	CacheTokens float64 `json:"cache_tokens"`
+}
+
+// capped says whether the budget held the step's working set back: a budget is set, and sessions
+// waited for it or what was admitted filled it.
+func (a *Admission) capped() bool {
+	return a != nil && a.BudgetTokens > 0 && (a.QueuedSessions >= 1 || a.ReservedTokens >= capFill*a.BudgetTokens)
+}
+
+// capFill is the share of the budget reserved from which a step counts as held at the budget even
+// with no session queued at the instant it ended.
+const capFill = 0.95
 
 // Run drives the steps and fits the knee. It stops by itself after the last step, or when ctx is
 // done: then the error wraps ctx's, and the Result holds the points of the steps completed.
@@ -119,8 +149,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	colDone := make(chan error, 1)
 	go func() { colDone <- col.Run(ctx) }()
 	genDone := make(chan error, 1)
+	var ends loadgen.SessionEnds // written before genDone is
 	go func() {
-		_, err := loadgen.Run(ctx, loadgen.Options{Target: o.Target, Scenario: &sc, Speed: o.Speed, Logger: o.Logger})
+		rep, err := loadgen.Run(ctx, loadgen.Options{Target: o.Target, Scenario: &sc, Speed: o.Speed, Logger: o.Logger})
+		if rep != nil {
+			ends = rep.SessionEnds
+		}
 		genDone <- err
 	}()
 	src := o.Source
@@ -128,12 +162,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		src = "basin calibrate --target " + o.Target
 	}
 	res := &Result{Multipliers: o.Multipliers, Step: o.Step, Source: src, CallsPerSession: k}
-	// Nothing of the run outlives Run: the collector and the generator's calls are stopped.
+	// Nothing of the run outlives Run: the collector and the generator's calls are stopped, and
+	// the generator ends at the endpoint every session it cut short before it returns.
 	defer func() {
 		cancel()
 		<-colDone
 		if genDone != nil {
 			<-genDone
+		}
+		res.SessionEnds = ends
+		if ends.Failed > 0 {
+			o.Logger.Warn("sessions of the step load not ended: they hold the gateway's budget until its idle timeout",
+				"count", ends.Failed, "of", ends.Asked, "ids", ends.FailedIDs, "err", ends.LastError)
 		}
 	}()
 	start := time.Now()
@@ -171,15 +211,82 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				break wait
 			}
 		}
-		p, err := point(col.Snapshot(), o.Speed)
+		snap := col.Snapshot()
+		p, err := point(snap, o.Speed)
 		if err != nil {
 			return res, fmt.Errorf("step %d (×%g): %w", i+1, o.Multipliers[i], err)
 		}
 		res.Points = append(res.Points, p)
+		res.Admission = append(res.Admission, admission(snap))
 	}
 	report(len(o.Multipliers))
 	res.Calibration, err = detector.NewCalibration(res.Points, k, time.Now().UTC(), src)
-	return res, err
+	return res, res.explain(err)
+}
+
+// explain adds to a fit's error what the run knows of its cause: a knee beyond the measured range
+// under a gateway whose budget held the steps back is the budget's doing (budgetCap).
+func (r *Result) explain(err error) error {
+	if !errors.Is(err, detector.ErrNoDrop) {
+		return err
+	}
+	if why := r.budgetCap(); why != "" {
+		return fmt.Errorf("%w: %s", err, why)
+	}
+	return err
+}
+
+// budgetCap explains a knee beyond the measured range by the gateway's budget, when it held the
+// steps back: the working set cannot pass what the budget admits, so more arrivals only queued
+// at the gateway and the engines never saw the load that would have shown the knee. Empty when
+// no step was held at the budget.
+func (r *Result) budgetCap() string {
+	first := -1
+	for i, a := range r.Admission {
+		if a.capped() {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return ""
+	}
+	last := len(r.Admission) - 1
+	for !r.Admission[last].capped() {
+		last--
+	}
+	a := r.Admission[last]
+	maxWC := 0.0
+	for _, p := range r.Points[first:] {
+		maxWC = max(maxWC, p.WorkingSetOverCache)
+	}
+	capped := 0
+	for _, a := range r.Admission {
+		if a.capped() {
+			capped++
+		}
+	}
+	return fmt.Sprintf("the gateway's admission budget capped the working set: %d of %d steps were held at it "+
+		"(from step %d on W/C reached at most %.2f; at step %d the budget was %.0f tokens, %.2f× the cache of %.0f, "+
+		"with %.0f tokens reserved and %.0f sessions queued), so the engines never saw the load that shows the knee; "+
+		"calibrate with the gateway counting only (admission.count_only: true) or with a budget out of reach, "+
+		"and the daemon stopped or paused",
+		capped, len(r.Admission), first+1, maxWC, last+1, a.BudgetTokens, a.BudgetTokens/a.CacheTokens, a.CacheTokens,
+		a.ReservedTokens, a.QueuedSessions)
+}
+
+// admission reads the gateway's admission from a step's snapshot; nil without a fresh budget (no
+// gateway scraped).
+func admission(s collector.Snapshot) *Admission {
+	b, ok := s.Get(collector.Budget)
+	if !ok {
+		return nil
+	}
+	c, _ := s.Get(collector.CacheCapacity)
+	a := &Admission{BudgetTokens: b, CacheTokens: c}
+	a.ReservedTokens, _ = s.Get(collector.Reserved)
+	a.QueuedSessions, _ = s.Get(collector.QueuedSessions)
+	return a
 }
 
 // Partial is what a live calibration measured before it stopped short of a calibration: the points
@@ -220,6 +327,27 @@ func (r *Result) SavePartial(path string, reason error, now time.Time) error {
 	}
 	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("save partial calibration %s: %w", path, err)
+	}
+	return nil
+}
+
+// PartialPath is where the partial file of a calibration meant for out goes: beside it, with
+// .partial.json for .json (calibration.partial.json for calibration.json).
+func PartialPath(out string) string {
+	return strings.TrimSuffix(out, ".json") + ".partial.json"
+}
+
+// SaveCalibration writes c to out (atomically) and then removes the partial file beside it
+// (PartialPath), left by an earlier run that stopped short: once the calibration is written, the
+// partial file is an older, incomplete measurement of the same thing, and it would be read for
+// the current one. A partial file is kept only while no calibration has replaced it.
+func SaveCalibration(c *detector.Calibration, out string) error {
+	if err := c.Save(out); err != nil {
+		return err
+	}
+	partial := PartialPath(out)
+	if err := os.Remove(partial); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the earlier partial calibration %s: %w", partial, err)
 	}
 	return nil
 }

@@ -3,9 +3,12 @@ package calibrate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/sim/scenario"
 	"github.com/basin-dev/basin/sim/serve/servetest"
@@ -43,6 +47,7 @@ func TestLiveCalibrationAgainstSimServe(t *testing.T) {
 	for _, p := range res.Points {
 		assert.True(t, p.HitRate > 0 && p.HitRate <= 1, "hit rate %v", p.HitRate)
 	}
+	endedAll(t, res, targets)
 	if err == nil {
 		assert.Positive(t, res.Calibration.KneeRatio)
 		assert.Less(t, res.Calibration.PeakCompletionRatePerS, 0.2, "rates in the endpoint's time, not ×speed")
@@ -61,11 +66,16 @@ const liveSpeed = 50
 // reaches: it is how basin sees sessions) and returns the workload, the metrics targets and the
 // gateway's URL.
 func startDeployment(t *testing.T, speed float64) (*scenario.Scenario, []collector.Target, string) {
+	return startDeploymentBudget(t, speed, 1_000_000_000_000)
+}
+
+// startDeploymentBudget is startDeployment with the gateway's budget in tokens.
+func startDeploymentBudget(t *testing.T, speed float64, budget int) (*scenario.Scenario, []collector.Target, string) {
 	t.Helper()
 	ts := servetest.Start(t, speed)
 	sc, err := scenario.Load("paper-1p1d-h100")
 	require.NoError(t, err)
-	cfg, err := gateway.ParseConfig([]byte("upstreams: [" + ts.URL + "]\nadmission: {budget_tokens: 1000000000000}\n"))
+	cfg, err := gateway.ParseConfig(fmt.Appendf(nil, "upstreams: [%s]\nadmission: {budget_tokens: %d}\n", ts.URL, budget))
 	require.NoError(t, err)
 	g, err := gateway.New(gateway.Options{Config: cfg, Getenv: func(k string) string {
 		if k == gateway.AdminTokenEnv {
@@ -83,6 +93,30 @@ func startDeployment(t *testing.T, speed float64) (*scenario.Scenario, []collect
 		{Name: "decode-0", URL: ts.URL + "/metrics/decode-0", Role: collector.RoleDecode, Dialect: collector.DialectSGLang},
 		{Name: "gateway", URL: admin.URL + "/metrics", Role: collector.RoleGateway, Dialect: collector.DialectGateway},
 	}, gw.URL
+}
+
+// endedAll checks that a run left no session live at the gateway: the load generator ended each
+// it cut short or that did not complete, and the result counts them.
+func endedAll(t *testing.T, res *Result, targets []collector.Target) {
+	t.Helper()
+	admin := strings.TrimSuffix(targets[len(targets)-1].URL, "/metrics")
+	req, err := http.NewRequest(http.MethodGet, admin+"/admin/state?queue_tail=0", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer t0ken")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var st struct {
+		Live   *int `json:"live_sessions"`
+		Queued *int `json:"queued_sessions"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	require.NotNil(t, st.Live)
+	assert.Zero(t, *st.Live, "sessions left live at the gateway after the run")
+	assert.Zero(t, *st.Queued, "sessions left queued at the gateway after the run")
+	assert.Positive(t, res.SessionEnds.Ended, "the run cut sessions short and ended them")
+	assert.Zero(t, res.SessionEnds.Failed, "%v", res.SessionEnds)
 }
 
 // TestInterruptedKeepsWhatItMeasured cancels a live calibration after its first step: Run says
@@ -110,6 +144,7 @@ func TestInterruptedKeepsWhatItMeasured(t *testing.T) {
 	require.NotNil(t, res)
 	require.Len(t, res.Points, 1)
 	assert.Nil(t, res.Calibration)
+	endedAll(t, res, targets)
 
 	require.NotEmpty(t, seen)
 	assert.Equal(t, 1, seen[0].Step)
@@ -161,4 +196,27 @@ func TestOptionsNameTheField(t *testing.T) {
 	for _, f := range []string{"target", "metrics targets", "scenario", "step", "speed", "multipliers[0]"} {
 		assert.Contains(t, err.Error(), f)
 	}
+}
+
+// TestLiveCalibrationUnderABudget step-loads through a gateway whose budget holds the working set
+// far below the knee: the fit finds no knee, and the error says the budget did it, with its
+// numbers; the sessions it held in the queue and those it admitted are all ended after the run.
+func TestLiveCalibrationUnderABudget(t *testing.T) {
+	if raceEnabled {
+		t.Skip("wall-clock step load: under the race detector the simulated endpoint answers too slowly; `go test ./...` runs it")
+	}
+	sc, targets, gwURL := startDeploymentBudget(t, liveSpeed, 150_000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Options{Target: gwURL, Targets: targets, Scenario: sc,
+		Multipliers: []float64{1, 2, 3, 4}, Step: 5 * time.Minute, Speed: liveSpeed})
+	require.NotNil(t, res, "%v", err)
+	require.Len(t, res.Points, 4, "%v", err)
+	require.ErrorIs(t, err, detector.ErrNoDrop)
+	assert.ErrorContains(t, err, "knee beyond the measured range: the gateway's admission budget capped the working set")
+	assert.ErrorContains(t, err, "the budget was 150000 tokens")
+	for i, p := range res.Points {
+		assert.LessOrEqual(t, p.WorkingSetOverCache, 0.5, "step %d: the budget (0.27 C) holds W far below the knee", i+1)
+	}
+	endedAll(t, res, targets)
 }
