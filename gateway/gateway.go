@@ -283,7 +283,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return errors.New("gateway: run: already started")
 	}
+	var fatal <-chan error
 	if g.repl != nil {
+		if err := g.repl.claim(ctx); err != nil {
+			g.stopOnce.Do(func() { close(g.stopping) })
+			return fmt.Errorf("gateway: %w", err)
+		}
+		fatal = g.repl.fatal
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() {
@@ -305,6 +311,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return g.shutdown()
+		case err := <-fatal:
+			return errors.Join(fmt.Errorf("gateway: %w", err), g.shutdown())
 		case <-expire.C:
 			g.expire()
 			if g.journal != nil {
@@ -381,6 +389,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	if g.repl != nil {
+		// Before listening: a second replica under a running one's id does not start at all.
+		if err := g.repl.claim(ctx); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+	}
 	ln, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
@@ -424,10 +438,13 @@ func Run(ctx context.Context, o Options) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(runCtx) }()
 
+	ran := false
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
 		err = fmt.Errorf("gateway: serve: %w", err)
+	case err = <-runErr: // it stopped by itself: a replica that cannot run (its id in use)
+		ran = true
 	}
 	cancel() // queued calls are answered while the servers drain
 	sctx, stop := context.WithTimeout(context.Background(), g.shutdownTimeout+time.Second)
@@ -438,8 +455,10 @@ func Run(ctx context.Context, o Options) error {
 	if e := as.Shutdown(sctx); e != nil {
 		as.Close()
 	}
-	if e := <-runErr; e != nil && err == nil {
-		err = fmt.Errorf("gateway: shutdown: %w", e)
+	if !ran {
+		if e := <-runErr; e != nil && err == nil {
+			err = fmt.Errorf("gateway: shutdown: %w", e)
+		}
 	}
 	g.log.Info("gateway stopped")
 	return err

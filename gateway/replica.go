@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,8 +50,9 @@ const (
 	// table.
 	replicaTick = time.Second
 	// replicaSeenWithin is how recent a heartbeat must be for a replica to count in the degraded
-	// slice's divisor.
-	replicaSeenWithin = 10 * time.Second
+	// slice's divisor: a few ticks, so that a replica gone (a stopped one leaves at once) stops
+	// counting soon. Its id is free after as long.
+	replicaSeenWithin = sessionstore.ReplicaFresh
 	// maxPendingOps bounds the begin/finish reports waiting for the leader; past it the oldest
 	// are dropped and the sessions resynced whole at the next contact.
 	maxPendingOps = 100_000
@@ -73,8 +76,10 @@ type sessionTable interface {
 	Queue(ctx context.Context, epoch uint64, id string, arrival time.Time) error
 	SetLeader(ctx context.Context, epoch uint64, li sessionstore.LeaderInfo) error
 	Leader(ctx context.Context) (sessionstore.LeaderInfo, error)
-	Heartbeat(ctx context.Context, replicaID string, now time.Time) error
+	Heartbeat(ctx context.Context, rp sessionstore.Replica, now time.Time) error
+	Leave(ctx context.Context, rp sessionstore.Replica) error
 	Replicas(ctx context.Context, since time.Time) ([]string, error)
+	ReplicaURLs(ctx context.Context, since time.Time) (map[string]string, error)
 }
 
 // campaign is the admission leader's lease (lease.Campaign).
@@ -96,9 +101,14 @@ type leaderView struct {
 
 // replica is this gateway's part in replicated mode; nil on a gateway without a store.
 type replica struct {
-	g         *Gateway
-	id        string
+	g  *Gateway
+	id string
+	// instance tells this process from another started with the same id (sessionstore.Replica).
+	instance  string
 	advertise string
+	// fatal receives the error this replica cannot run on (its id in use by another running
+	// replica); Gateway.Run stops with it.
+	fatal     chan error
 	cfg       ReplicationConfig
 	opTimeout time.Duration
 	log       *slog.Logger
@@ -193,7 +203,7 @@ func newReplica(g *Gateway, o Options, reg prometheus.Registerer) (*replica, err
 	if err != nil {
 		return nil, err
 	}
-	r := &replica{g: g, id: cfg.ReplicaID, advertise: cfg.AdvertiseURL, cfg: cfg,
+	r := &replica{g: g, id: cfg.ReplicaID, instance: newInstance(), advertise: cfg.AdvertiseURL, cfg: cfg, fatal: make(chan error, 1),
 		opTimeout: time.Duration(g.cfg.Store.OpTimeout), log: g.log.With("replica", cfg.ReplicaID),
 		closeFn: client.Close, changes: make(chan lease.Change, 16), flush: make(chan struct{}, 1),
 		http: &http.Client{Transport: newTransport()}, cfgAdmission: g.cfg.admissionOptions()}
@@ -219,6 +229,56 @@ func newReplica(g *Gateway, o Options, reg prometheus.Registerer) (*replica, err
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return r, nil
+}
+
+// newInstance is a random token naming this process among those with the same replica id.
+func newInstance() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// self is this replica as the store knows it.
+func (r *replica) self() sessionstore.Replica {
+	return sessionstore.Replica{ID: r.id, Instance: r.instance, AdvertiseURL: r.advertise}
+}
+
+// claim heartbeats once before the gateway serves: a replica id another running replica holds
+// is refused at start, naming that replica. A store that cannot be reached now does not stop the
+// start (the replica serves degraded); the first heartbeat that reaches it claims the id then,
+// and a refusal stops the gateway (fail).
+func (r *replica) claim(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
+	defer cancel()
+	err := r.table.Heartbeat(ctx, r.self(), r.g.now())
+	if inUse := replicaIDInUse(err); inUse != nil {
+		return inUse
+	}
+	if err != nil {
+		r.log.Warn("the store cannot be reached at start: serving degraded until it can", "err", err)
+	}
+	return nil
+}
+
+// replicaIDInUse is err as the operator's error when it says another running replica holds this
+// replica's id; nil otherwise.
+func replicaIDInUse(err error) error {
+	var inUse *sessionstore.ReplicaIDInUseError
+	if !errors.As(err, &inUse) {
+		return nil
+	}
+	return fmt.Errorf("replication.replica_id %q is already used by the running replica advertised at %s "+
+		"(its last heartbeat %s): give every replica its own replica_id — the default, the host name, is the "+
+		"same for every replica on one host", inUse.ReplicaID, inUse.Other.AdvertiseURL, inUse.LastSeen.UTC().Format(time.RFC3339))
+}
+
+// fail stops the gateway with err (Gateway.Run returns it).
+func (r *replica) fail(err error) {
+	r.log.Error("stopping this gateway replica", "err", err)
+	select {
+	case r.fatal <- err:
+	default:
+	}
 }
 
 // isLeading reports the epoch this replica leads in, if it does.
@@ -268,6 +328,12 @@ func (r *replica) run(ctx context.Context) {
 			// Released once, by the campaign as it returns.
 			stopLease()
 			leaseDone.Wait()
+			// Gone from the replicas seen, and its id free, at once.
+			lctx, cancel := context.WithTimeout(context.Background(), r.opTimeout)
+			if err := r.table.Leave(lctx, r.self()); err != nil {
+				r.log.Warn("leaving the replicas seen; the others count this replica until its heartbeat is stale", "err", err)
+			}
+			cancel()
 			_ = r.closeFn()
 			return
 		case ch := <-r.changes:
@@ -450,7 +516,14 @@ func (r *replica) tick(ctx context.Context) {
 	now := g.now()
 	tctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	storeErr := r.table.Heartbeat(tctx, r.id, now)
+	storeErr := r.table.Heartbeat(tctx, r.self(), now)
+	if inUse := replicaIDInUse(storeErr); inUse != nil {
+		// Another process runs under this id (it started while this one could not reach the
+		// store, or this one was stopped past ReplicaFresh): two replicas with one id take each
+		// other's leadership for their own, so this one stops, naming the other.
+		r.fail(inUse)
+		return
+	}
 	if storeErr == nil {
 		if ids, err := r.table.Replicas(tctx, now.Add(-replicaSeenWithin)); err == nil {
 			r.mu.Lock()

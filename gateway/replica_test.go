@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -702,4 +703,46 @@ func TestGracefulLeaderReleasesOnce(t *testing.T) {
 	waitFor(t, "the follower leads", func() bool { return fs[0].replication().Leading })
 	assert.Less(t, time.Since(stopped), time.Duration(fs[0].cfg.Store.LeaseTTL), "handed over at once, not at the lease's end")
 	assert.Equal(t, 1, fs[0].state().Live, "the last save carried the table")
+}
+
+// TestADuplicateReplicaIDIsRefusedAtStart: replicas left with the same replica_id (the default,
+// the host name, on one host) used to stay degraded, each taking the leader's announcement for
+// its own and admitting against its own slice. A second process under a running replica's id
+// does not start: its error names replication.replica_id and the running one's advertise URL.
+func TestADuplicateReplicaIDIsRefusedAtStart(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	first := startReplicas(t, 1, mr.Addr(), up.URL, "")[0]
+	leaderOf(t, []*harness{first})
+
+	admin := httptest.NewUnstartedServer(nil)
+	cfg := replicaConfig(t, "gw-0", mr.Addr(), admin, up.URL, "")
+	g, err := New(Options{Config: cfg, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = g.Run(ctx)
+	require.Error(t, err, "the second gw-0 must not run")
+	assert.ErrorContains(t, err, `replication.replica_id "gw-0" is already used by the running replica advertised at `+first.cfg.Replication.AdvertiseURL)
+	assert.NoError(t, ctx.Err(), "refused at once, not at the end of the test's patience")
+	assert.True(t, first.replication().Leading, "the running replica goes on")
+
+	// The package's Run, as `basin gateway` runs it, fails before it listens.
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+	err = Run(ctx, Options{Config: cfg, Registerer: prometheus.NewRegistry()})
+	assert.ErrorContains(t, err, "replication.replica_id")
+}
+
+// TestReplicasSeenCountsRunningReplicas: a replica that stops leaves the replicas seen at once,
+// so the others' local-slice divisor counts only replicas that run.
+func TestReplicasSeenCountsRunningReplicas(t *testing.T) {
+	mr := miniredis.RunT(t)
+	up := newFakeUpstream(t, okJSON(1000, 10))
+	hs := startReplicas(t, 3, mr.Addr(), up.URL, "")
+	leaderOf(t, hs)
+	waitFor(t, "three replicas seen", func() bool { return hs[0].replication().ReplicasSeen == 3 })
+	require.NoError(t, hs[2].stop())
+	waitFor(t, "two replicas seen once one stopped", func() bool {
+		return hs[0].replication().ReplicasSeen == 2 && hs[1].replication().ReplicasSeen == 2
+	})
 }

@@ -32,7 +32,7 @@ const DefaultSaveParallelism = 4
 // reject bad values with the field's name.
 type Options struct {
 	// Prefix is the gateway lease's prefix (P:gateway for store prefix P). The table's keys are
-	// Prefix+":sessions", ":admission", ":leader" and ":replicas". Required; no whitespace or
+	// Prefix+":sessions", ":admission", ":leader", ":replicas" and ":replica_ids". Required; no whitespace or
 	// control characters. On Redis Cluster it must carry a hash tag so that these keys share a
 	// slot with the lease's epoch key, which every fenced write names.
 	Prefix string
@@ -97,10 +97,11 @@ func (o Options) Validate() error {
 
 // keys are the store keys of one gateway's table.
 type keys struct {
-	sessions, admission, leader, replicas, queued string
+	sessions, admission, leader, replicas, claims, queued string
 }
 
 func (o Options) keys() keys {
 	return keys{sessions: o.Prefix + ":sessions", admission: o.Prefix + ":admission",
-		leader: o.Prefix + ":leader", replicas: o.Prefix + ":replicas", queued: o.Prefix + ":queued"}
+		leader: o.Prefix + ":leader", replicas: o.Prefix + ":replicas", claims: o.Prefix + ":replica_ids",
+		queued: o.Prefix + ":queued"}
 }

@@ -34,6 +34,8 @@ type Client interface {
 	Get(ctx context.Context, key string) *redis.StringCmd
 	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	// Scripter runs the heartbeat's claim of a replica id in one step.
+	redis.Scripter
 }
 
 // loadScanCount is the COUNT of Load's HSCAN steps: 1–2 ms of the store's time each.

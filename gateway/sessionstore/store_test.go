@@ -794,10 +794,13 @@ func TestHeartbeatAndReplicas(t *testing.T) {
 	cl := newCluster(t)
 	c, _ := cl.leader("a")
 	s, _ := cl.store(c, Options{})
-	require.NoError(t, s.Heartbeat(ctx, "gw-a", t0))
-	require.NoError(t, s.Heartbeat(ctx, "gw-b", t0.Add(30*time.Minute)))
-	require.NoError(t, s.Heartbeat(ctx, "gw-c", t0.Add(40*time.Minute)))
-	require.NoError(t, s.Heartbeat(ctx, "gw-b", t0.Add(50*time.Minute)))
+	rp := func(id string) Replica {
+		return Replica{ID: id, Instance: "i-" + id, AdvertiseURL: "http://" + id + ":8081"}
+	}
+	require.NoError(t, s.Heartbeat(ctx, rp("gw-a"), t0))
+	require.NoError(t, s.Heartbeat(ctx, rp("gw-b"), t0.Add(30*time.Minute)))
+	require.NoError(t, s.Heartbeat(ctx, rp("gw-c"), t0.Add(40*time.Minute)))
+	require.NoError(t, s.Heartbeat(ctx, rp("gw-b"), t0.Add(50*time.Minute)))
 
 	for _, tc := range []struct {
 		since time.Time
@@ -812,14 +815,61 @@ func TestHeartbeatAndReplicas(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, nilIfEmpty(got), "since %v", tc.since.Sub(t0))
 	}
+	urls, err := s.ReplicaURLs(ctx, t0.Add(35*time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"gw-b": "http://gw-b:8081", "gw-c": "http://gw-c:8081"}, urls)
 
-	// gw-c's heartbeat at 61 min drops gw-a's, more than an hour old.
-	require.NoError(t, s.Heartbeat(ctx, "gw-c", t0.Add(61*time.Minute)))
+	// gw-c's heartbeat at 61 min drops gw-a's, more than an hour old, and its claim.
+	require.NoError(t, s.Heartbeat(ctx, rp("gw-c"), t0.Add(61*time.Minute)))
 	members, err := cl.m.ZMembers(testPrefix + ":replicas")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"gw-b", "gw-c"}, members)
+	claimed, err := cl.m.HKeys(testPrefix + ":replica_ids")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gw-b", "gw-c"}, claimed)
 	assert.Equal(t, 5, writes(s, opHeartbeat))
-	require.ErrorContains(t, s.Heartbeat(ctx, "", t0), "replica id is empty")
+	require.ErrorContains(t, s.Heartbeat(ctx, Replica{Instance: "x"}, t0), "replica id is empty")
+	require.ErrorContains(t, s.Heartbeat(ctx, Replica{ID: "gw-d"}, t0), "instance")
+
+	// A replica that leaves is no longer seen, and its id is free.
+	require.NoError(t, s.Leave(ctx, rp("gw-c")))
+	got, err := s.Replicas(ctx, t0.Add(45*time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gw-b"}, got)
+}
+
+// TestAReplicaIDIsOneProcesss: a second process heartbeating under a running replica's id is
+// refused, with the first one's advertise URL; the same replica restarted (same advertise URL)
+// takes its id over at once; an id whose process stopped heartbeating is free after
+// ReplicaFresh; a process cannot leave with another's claim.
+func TestAReplicaIDIsOneProcesss(t *testing.T) {
+	ctx := t.Context()
+	cl := newCluster(t)
+	c, _ := cl.leader("a")
+	s, _ := cl.store(c, Options{})
+	first := Replica{ID: "host-a", Instance: "one", AdvertiseURL: "http://10.0.0.1:8081"}
+	second := Replica{ID: "host-a", Instance: "two", AdvertiseURL: "http://10.0.0.1:8091"}
+	require.NoError(t, s.Heartbeat(ctx, first, t0))
+
+	err := s.Heartbeat(ctx, second, t0.Add(time.Second))
+	var inUse *ReplicaIDInUseError
+	require.ErrorAs(t, err, &inUse)
+	assert.Equal(t, "http://10.0.0.1:8081", inUse.Other.AdvertiseURL)
+	assert.Equal(t, "one", inUse.Other.Instance)
+	assert.True(t, inUse.LastSeen.Equal(t0), "%v", inUse.LastSeen)
+	assert.ErrorContains(t, err, `replica id "host-a" is in use by another running replica, advertised at http://10.0.0.1:8081`)
+	require.NoError(t, s.Heartbeat(ctx, first, t0.Add(2*time.Second)), "the first keeps its id")
+	require.NoError(t, s.Leave(ctx, second), "not its claim: nothing happens")
+	require.ErrorAs(t, s.Heartbeat(ctx, second, t0.Add(3*time.Second)), &inUse)
+
+	restarted := first
+	restarted.Instance = "one-again"
+	require.NoError(t, s.Heartbeat(ctx, restarted, t0.Add(3*time.Second)), "the same replica restarted")
+
+	require.NoError(t, s.Heartbeat(ctx, second, t0.Add(3*time.Second+ReplicaFresh+time.Millisecond)),
+		"an id not heard of for ReplicaFresh is free")
+	require.NoError(t, s.Leave(ctx, second))
+	require.NoError(t, s.Heartbeat(ctx, first, t0.Add(ReplicaFresh)), "free at once after a clean leave")
 }
 
 func nilIfEmpty(s []string) []string {
