@@ -557,10 +557,15 @@ func GatewayFrom(s admission.Snapshot) Gateway {
 	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,
 		Live: s.Live, Queued: max(s.Queued, len(s.Queue)), CountOnly: s.CountOnly, Held: s.Held, HeldTokens: s.HeldTokens}
 	if s.Sessions != nil {
-		g.Sessions = make([]LiveSession, len(s.Sessions))
-		for i, l := range s.Sessions {
-			g.Sessions[i] = LiveSession{ID: l.ID, Admitted: l.Admitted, Priority: l.Priority, Context: l.Context, Held: l.Held,
-				HeldCallSeconds: l.HeldCallSeconds}
+		// Dormant sessions are listed but are outside W and the live count: not candidates for a
+		// hold (there is nothing of theirs in the cache to make room from).
+		g.Sessions = make([]LiveSession, 0, len(s.Sessions))
+		for _, l := range s.Sessions {
+			if l.Dormant {
+				continue
+			}
+			g.Sessions = append(g.Sessions, LiveSession{ID: l.ID, Admitted: l.Admitted, Priority: l.Priority, Context: l.Context,
+				Held: l.Held, HeldCallSeconds: l.HeldCallSeconds})
 		}
 	}
 	wait := s.OldestWaitSeconds

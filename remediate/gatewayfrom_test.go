@@ -1,0 +1,28 @@
+package remediate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/admission"
+)
+
+// TestGatewayFromLeavesDormantSessionsOut: the core lists dormant sessions but counts them out of
+// W and the live count; the policy's view does too, so a hold never picks one.
+func TestGatewayFromLeavesDormantSessionsOut(t *testing.T) {
+	s := admission.Snapshot{Live: 2, WorkingSet: 300, Dormant: 1, DormantTokens: 500,
+		Sessions: []admission.LiveSession{
+			{ID: "a", Context: 100, Admitted: t0},
+			{ID: "gone", Context: 500, Admitted: t0, Dormant: true},
+			{ID: "b", Context: 200, Admitted: t0.Add(time.Minute), Held: true},
+		}}
+	g := GatewayFrom(s)
+	require.Len(t, g.Sessions, 2)
+	assert.Equal(t, "a", g.Sessions[0].ID)
+	assert.Equal(t, "b", g.Sessions[1].ID)
+	assert.True(t, g.Sessions[1].Held)
+	assert.Equal(t, g.Live, len(g.Sessions), "the listing agrees with the live count")
+}
