@@ -52,6 +52,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		mux.HandleFunc("POST "+arrivePath, g.repl.serveArrive)
 		mux.HandleFunc("POST "+reportPath, g.repl.serveReport)
 		mux.HandleFunc("POST "+chainPath, g.repl.serveChain)
+		mux.HandleFunc("POST "+leaderPath, g.repl.serveLeader)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {

@@ -459,6 +459,7 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 		return
 	}
 	r.askAgain(requeued)
+	r.announce(ctx, epoch)
 	snap := g.core.Snapshot(now, false)
 	r.log.Info("admission leader", "epoch", epoch, "live_sessions", snap.Live, "working_set_tokens", snap.WorkingSet,
 		"budget_tokens", snap.Budget, "loaded_sessions", len(st.Live), "dropped_ended_elsewhere", dropped, "took", time.Since(start).Round(time.Millisecond))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/sessionstore"
 	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/httpjson"
 )
@@ -28,6 +29,9 @@ const (
 	arrivePath = "/admin/replication/arrive"
 	reportPath = "/admin/replication/report"
 	chainPath  = "/admin/replication/chain"
+	// leaderPath is a new leader's word to the replicas it knows that it leads: each reads the
+	// store's announcement at once instead of at its next tick.
+	leaderPath = "/admin/replication/leader"
 	// replicationPath is this replica's own view of replicated mode (never forwarded).
 	replicationPath = "/admin/replication"
 )
@@ -699,4 +703,41 @@ func (g *Gateway) pickUpstream(id string) int {
 // within a lease.
 func (r *replica) retryAfterLease() time.Duration {
 	return time.Duration(r.g.cfg.Store.LeaseTTL)
+}
+
+// announce tells every other replica seen that this one leads in epoch, once the store says so:
+// each reads the announcement at once (serveLeader) instead of at its next once-a-second tick,
+// so a follower's first calls go to the new leader, and its reports resume, without waiting. The
+// tick stays the fallback for a replica the word does not reach.
+func (r *replica) announce(ctx context.Context, epoch uint64) {
+	actx, cancel := context.WithTimeout(ctx, r.opTimeout)
+	defer cancel()
+	urls, err := r.table.ReplicaURLs(actx, r.g.now().Add(-replicaSeenWithin))
+	if err != nil {
+		r.log.Warn("listing the replicas to tell of the new leader; they learn it at their next tick", "err", err)
+		return
+	}
+	for id, u := range urls {
+		if id == r.id {
+			continue
+		}
+		go func() {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opTimeout)
+			defer cancel()
+			var ans struct{}
+			if _, err := r.post(pctx, u+leaderPath, sessionstore.LeaderInfo{ReplicaID: r.id, Epoch: epoch, AdminURL: r.advertise}, &ans); err != nil {
+				r.log.Debug("telling a replica of the new leader; it learns it at its next tick", "replica", id, "err", err)
+			}
+		}()
+	}
+}
+
+// serveLeader is a new leader's word that it leads: the announcement is read from the store, the
+// truth, rather than taken from the request.
+func (r *replica) serveLeader(w http.ResponseWriter, req *http.Request) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, 1<<16))
+	if _, ok := r.isLeading(); !ok {
+		r.refreshLeader(req.Context())
+	}
+	httpjson.Write(w, http.StatusOK, struct{}{})
 }
