@@ -19,7 +19,10 @@
 // quantile of the few peaks it has, which are the short sessions' that ended first. Priorities
 // are fixed at arrival, so uncapped, the first sessions kept their know-nothing predictions while
 // later ones, larger by their first calls, were called smaller and overtook them for as long as
-// they kept arriving: the earliest timed out. With the cap, a prediction reorders only the
+// they kept arriving: the earliest timed out. The fallback predictor now keeps its know-nothing
+// guess as a floor until it has seen predictor.DefaultMinObserved peaks, which fixes that order
+// at its cause; the cap (off by default, as the simulator runs) is for clients whose patience is
+// shorter than the leads their predictions give: with it, a prediction reorders only the
 // sessions that arrive within MaxLead of each other.
 //
 // One departure from the paper, for sustained overload (arrivals above what the deployment can

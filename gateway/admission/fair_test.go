@@ -13,27 +13,33 @@ import (
 )
 
 // A fresh gateway with the fallback predictor: the first two sessions queue with its know-nothing
-// prediction (4 × the first call); then a short session ends, the predictor calls every later
-// session its one observed peak (or its first call), and later sessions, larger by their first
-// calls, arrive while the budget frees up. Uncapped, the later ones are ahead for the next 20
-// minutes and the first two are still queued when the gateway answers them 503 at its
-// max_queue_wait; with the lead capped under it, age wins in time and the later ones queue.
+// prediction (4 × the first call); then a short session ends, and later sessions, larger by their
+// first calls, arrive while the budget frees up. A fallback that trusts its one observed peak
+// calls every later session its first call (12K), and uncapped, the later ones are ahead for the
+// next 20 minutes: the first two are still queued when the gateway answers them 503 at its
+// max_queue_wait. The default fallback does not let fewer than predictor.DefaultMinObserved
+// peaks call a session smaller than its know-nothing guess, so the later ones are 4 × 12K and
+// queue behind; a lead capped under the queue wait gets the same order from the core's side.
 func TestEarliestArrivalsAreAdmittedBeforeTheQueueWait(t *testing.T) {
 	const maxQueueWait = 30 * time.Second
 	cases := []struct {
-		name    string
-		maxLead time.Duration
-		// admitted: whether the first two are admitted before max_queue_wait.
-		admitted bool
+		name        string
+		minObserved int // of the fallback predictor; 0: its default
+		maxLead     time.Duration
+		// admitted: whether the first two are admitted before max_queue_wait; laterAdmitted:
+		// how many of the later ones fit beside them (of the 20K left after their 80K).
+		admitted      bool
+		laterAdmitted int
 	}{
-		{"lead capped under the queue wait", maxQueueWait / 2, true},
-		{"uncapped (the paper's order)", 0, false},
+		{"the default fallback, uncapped (the paper's order)", 0, 0, true, 0},
+		{"a fallback that trusts one peak, lead capped under the queue wait", 1, maxQueueWait / 2, true, 1},
+		{"a fallback that trusts one peak, uncapped", 1, 0, false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
-				fb, err := predictor.NewFallback(predictor.FallbackOptions{})
+				fb, err := predictor.NewFallback(predictor.FallbackOptions{MinObserved: tc.minObserved})
 				require.NoError(t, err)
 				c := core(t, Options{Budget: 100_000, ReferenceBudget: 1, Mode: ModePeak, MaxLead: tc.maxLead})
 				admittedAt := map[string]time.Duration{}
@@ -64,8 +70,7 @@ func TestEarliestArrivalsAreAdmittedBeforeTheQueueWait(t *testing.T) {
 				take(c.Finish(time.Now(), "short", 6_000))
 				take(c.End(time.Now(), "short"))
 				require.Equal(t, 1, fb.Observed())
-				// Later sessions, every one larger by its first call than the first two, are now
-				// predicted at their first calls (12K).
+				// Later sessions, every one larger by its first call than the first two.
 				var later []string
 				for i := range 10 {
 					time.Sleep(time.Second)
@@ -85,15 +90,14 @@ func TestEarliestArrivalsAreAdmittedBeforeTheQueueWait(t *testing.T) {
 						id, waited, ok)
 				}
 				if tc.admitted {
-					// 40K + 40K of the early ones; of the later ones only what fits beside them.
 					n := 0
 					for _, id := range later {
 						if _, ok := admittedAt[id]; ok {
 							n++
 						}
 					}
-					assert.Equal(t, 1, n, "the later ones that fit: 12K in the 20K left after the early ones")
-					assert.Equal(t, 9, c.Snapshot(time.Now(), false).Queued, "the rest of the later ones queue")
+					assert.Equal(t, tc.laterAdmitted, n, "the later ones that fit in the 20K left after the early ones")
+					assert.Equal(t, len(later)-n, c.Snapshot(time.Now(), false).Queued, "the rest of the later ones queue")
 				}
 			})
 		})

@@ -22,6 +22,14 @@ const (
 	// times larger than they start: in the Basin paper's numbers (unverified), Terminal-Bench's
 	// median prompt is 25.6K tokens while SWE-bench Pro's median peak is 107K, about 4×.
 	DefaultMultiplier = 4.0
+	// DefaultMinObserved is how many peaks Fallback needs before a quantile of them may call a
+	// session smaller than Multiplier × its first prompt. The first sessions to end are the
+	// short ones (a fresh gateway sees survivors' peaks last), so a handful of peaks calls every
+	// later session small while the sessions that arrived first keep their know-nothing
+	// predictions: measured through a gateway, the two earliest sessions were refused at
+	// max_queue_wait in every run while 34 later ones, most with larger first calls, went first.
+	// Twenty peaks put the 0.9 quantile at the second largest.
+	DefaultMinObserved = 20
 	// maxWindow bounds FallbackOptions.Window: Observe moves up to Window values.
 	maxWindow = 1 << 20
 )
@@ -36,6 +44,9 @@ type FallbackOptions struct {
 	// Multiplier of the first prompt to predict before any peak is observed, finite and >= 1;
 	// DefaultMultiplier if 0.
 	Multiplier float64
+	// MinObserved is how many peaks the window must hold before a prediction may fall below
+	// Multiplier × the first prompt, in [1, Window]; DefaultMinObserved (capped at Window) if 0.
+	MinObserved int
 }
 
 // withDefaults fills zero fields.
@@ -48,6 +59,9 @@ func (o FallbackOptions) withDefaults() FallbackOptions {
 	}
 	if o.Multiplier == 0 {
 		o.Multiplier = DefaultMultiplier
+	}
+	if o.MinObserved == 0 {
+		o.MinObserved = min(DefaultMinObserved, o.Window)
 	}
 	return o
 }
@@ -63,13 +77,15 @@ func (o FallbackOptions) Validate() error {
 		return fieldErr("FallbackOptions.Quantile", "must be in (0, 1], got %v", o.Quantile)
 	case !(o.Multiplier >= 1) || math.IsInf(o.Multiplier, 0):
 		return fieldErr("FallbackOptions.Multiplier", "must be a finite number >= 1, got %v", o.Multiplier)
+	case o.MinObserved < 1 || o.MinObserved > o.Window:
+		return fieldErr("FallbackOptions.MinObserved", "must be in [1, Window = %d], got %d", o.Window, o.MinObserved)
 	}
 	return nil
 }
 
 // Fallback predicts peaks when no model is loaded, from the peaks of recent sessions: the
 // Quantile of the last Window observed peaks, never below the session's first prompt; before any
-// peak is observed, Multiplier times the first prompt. It ignores the task text. The zero value
+// peak is observed, Multiplier times the first prompt, and until MinObserved are, never below it. It ignores the task text. The zero value
 // uses the defaults; a Fallback is safe for concurrent use.
 type Fallback struct {
 	opts FallbackOptions // zero in a zero Fallback; see options
@@ -129,24 +145,30 @@ func (f *Fallback) Observed() int {
 
 // PredictPeak predicts the peak context in tokens: the Quantile of recent peaks by nearest rank
 // (the ⌈q·n⌉-th smallest, always a peak that was observed), or Multiplier × firstPrompt before any
-// observation; in both cases within [firstPrompt, MaxPeak].
+// observation, and the larger of the two until MinObserved peaks are kept; always within
+// [firstPrompt, MaxPeak].
 func (f *Fallback) PredictPeak(taskText string, taskChars, firstPrompt int) int64 {
 	o := f.options()
-	q, ok := f.quantile(o.Quantile)
-	if !ok {
-		return clampPeak(o.Multiplier*float64(max(firstPrompt, 0)), firstPrompt)
+	q, n := f.quantile(o.Quantile)
+	guess := o.Multiplier * float64(max(firstPrompt, 0))
+	if n == 0 {
+		return clampPeak(guess, firstPrompt)
+	}
+	if n < o.MinObserved {
+		return clampPeak(max(float64(q), guess), firstPrompt)
 	}
 	return clampPeak(float64(q), firstPrompt)
 }
 
-func (f *Fallback) quantile(q float64) (int64, bool) {
+// quantile is the q quantile of the kept peaks and how many there are (0: none, no quantile).
+func (f *Fallback) quantile(q float64) (int64, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := len(f.mu.sorted)
 	if n == 0 {
-		return 0, false
+		return 0, 0
 	}
 	// The tolerance keeps float error from pushing an exact rank one up (0.7×10 is 7.000000000000001).
 	k := int(math.Ceil(q*float64(n)-1e-9)) - 1
-	return f.mu.sorted[max(0, min(k, n-1))], true
+	return f.mu.sorted[max(0, min(k, n-1))], n
 }

@@ -54,6 +54,13 @@ func TestFallbackPredictPeak(t *testing.T) {
 			want:    9000, observed: 3,
 		},
 		{name: "non-positive peaks are ignored", observe: []int64{0, -5}, firstPrompt: 100, want: 400, observed: 0},
+		// A handful of peaks are the short sessions that ended first: they may raise the
+		// know-nothing guess, never lower it, until MinObserved are kept.
+		{name: "few peaks never lower the guess", observe: seq(1, 5), firstPrompt: 10_000, want: 40_000, observed: 5},
+		{name: "few peaks may raise it", observe: []int64{70_000}, firstPrompt: 10_000, want: 70_000, observed: 1},
+		{name: "MinObserved peaks: the quantile", observe: seq(1, 20), firstPrompt: 10_000, want: 18_000, observed: 20},
+		{name: "own MinObserved", o: predictor.FallbackOptions{MinObserved: 1}, observe: []int64{7000}, firstPrompt: 5000, want: 7000, observed: 1},
+		{name: "MinObserved is capped at a smaller window", o: predictor.FallbackOptions{Window: 3}, observe: seq(1, 3), firstPrompt: 2000, want: 3000, observed: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +107,8 @@ func TestNewFallbackRejects(t *testing.T) {
 		{"NaN quantile", predictor.FallbackOptions{Quantile: math.NaN()}, "FallbackOptions.Quantile"},
 		{"shrinking multiplier", predictor.FallbackOptions{Multiplier: 0.5}, "FallbackOptions.Multiplier"},
 		{"infinite multiplier", predictor.FallbackOptions{Multiplier: math.Inf(1)}, "FallbackOptions.Multiplier"},
+		{"MinObserved past the window", predictor.FallbackOptions{Window: 10, MinObserved: 11}, "FallbackOptions.MinObserved"},
+		{"negative MinObserved", predictor.FallbackOptions{MinObserved: -1}, "FallbackOptions.MinObserved"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
