@@ -21,7 +21,10 @@ type Collector struct {
 	log        *slog.Logger
 	metrics    *metrics
 	staleAfter time.Duration
-	running    atomic.Bool
+	// speed is the speed of the clock Now reads (1 for the wall clock): a scraped engine that
+	// announces another one is refused (checkSpeed).
+	speed   float64
+	running atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -58,8 +61,13 @@ type targetState struct {
 	// last is the latest successful reading; nil until the first.
 	last *reading
 
-	hitWin, callWin, arrWin, complWin counterWindow
-	ttftWin                           histWindow
+	// hitFams are the windows of the prompt-token counter families the target exports, in
+	// order of preference; hitFlat is the preferred family while it stands still and another
+	// advances (empty otherwise), for the log and basin_counter_family_flat.
+	hitFams                   []*hitFamily
+	hitFlat, hitUsed          string
+	callWin, arrWin, complWin counterWindow
+	ttftWin                   histWindow
 	// Rates and the TTFT delta over the windows, as of the latest reading.
 	hit, calls, arrivals, completions windowRate
 	ttftDelta                         hist
@@ -101,7 +109,7 @@ func New(o Options) (*Collector, error) {
 		return nil, fmt.Errorf("collector: options: %w", err)
 	}
 	o = o.withDefaults()
-	c := &Collector{opts: o, log: o.Logger, staleAfter: time.Duration(o.StaleAfter) * o.Interval}
+	c := &Collector{opts: o, log: o.Logger, staleAfter: time.Duration(o.StaleAfter) * o.Interval, speed: o.clockSpeed()}
 	c.mu.static = o.Targets
 	c.mu.pushed = map[string]Target{}
 	c.mu.targets = map[string]*targetState{}
@@ -411,31 +419,8 @@ func (c *Collector) ingest(now time.Time, t Target, fams map[string]*dto.MetricF
 func (c *Collector) recordLocked(ts *targetState, r *reading) {
 	w := c.opts.Window
 	name := ts.target.Name
-	counter := func(win *counterWindow, in counterPair, out *windowRate) {
-		if !in.ok {
-			win.clear()
-			*out = windowRate{}
-			return
-		}
-		before := len(win.samples)
-		restarted, incomplete := win.add(r.at, in.source, in.series, in.v, w)
-		if incomplete {
-			*out = windowRate{} // no rate from a scrape that lost a series: the signal holds, then goes stale
-			return
-		}
-		if restarted && before > 0 {
-			c.log.Info("counter window restarted (engine restart or metric change)", "target", name, "metric", in.source)
-		}
-		out.r, out.ok = win.rate()
-	}
-	if n := len(ts.hitWin.samples); n > 0 && r.hit.ok && r.hit.source == ts.hitWin.source && r.hit.series >= ts.hitWin.series {
-		// Counters that go back on the same series are a restarted engine, whose cache starts
-		// empty (a changed metric or a lost series restarts the window too, but is no flush).
-		if last := ts.hitWin.samples[n-1].v; r.hit.v[0] < last[0] || r.hit.v[1] < last[1] {
-			c.mu.cacheRestart = r.at
-		}
-	}
-	counter(&ts.hitWin, r.hit, &ts.hit)
+	counter := func(win *counterWindow, in counterPair, out *windowRate) { c.advanceLocked(name, win, in, out, r.at) }
+	c.recordHitsLocked(ts, r)
 	counter(&ts.callWin, r.calls, &ts.calls)
 	counter(&ts.arrWin, r.arrivals, &ts.arrivals)
 	counter(&ts.complWin, r.completions, &ts.completions)
@@ -463,6 +448,109 @@ func (c *Collector) recordLocked(ts *targetState, r *reading) {
 		c.metrics.duplicates.WithLabelValues(name).Add(float64(r.duplicates))
 		c.log.Debug("duplicate series ignored", "target", name, "count", r.duplicates)
 	}
+}
+
+// advanceLocked adds a counter group's reading to its window and sets out to the window's rate.
+func (c *Collector) advanceLocked(name string, win *counterWindow, in counterPair, out *windowRate, at time.Time) {
+	if !in.ok {
+		win.clear()
+		*out = windowRate{}
+		return
+	}
+	before := len(win.samples)
+	restarted, incomplete := win.add(at, in.source, in.series, in.v, c.opts.Window)
+	if incomplete {
+		*out = windowRate{} // no rate from a scrape that lost a series: the signal holds, then goes stale
+		return
+	}
+	if restarted && before > 0 {
+		c.log.Info("counter window restarted (engine restart or metric change)", "target", name, "metric", in.source)
+	}
+	out.r, out.ok = win.rate()
+}
+
+// hitFamily is one prompt-token counter family's window on a target.
+type hitFamily struct {
+	source string
+	win    counterWindow
+	rate   windowRate
+}
+
+// recordHitsLocked advances the window of every prompt-token counter family the reading has and
+// chooses the one the signals read (r.hit, ts.hit): the most preferred that advances over its
+// window. Families of the same meaning can disagree — SGLang registers
+// prefill_effective_tokens_total in builds that never increment it, while realtime_tokens_total
+// grows — and reading the flat one would show a busy engine as a quiet one (a prompt-token rate
+// of 0, no hit rate). When the preferred family is flat while another advances, that is logged
+// once, when it starts, and shown by basin_counter_family_flat while it lasts.
+func (c *Collector) recordHitsLocked(ts *targetState, r *reading) {
+	name := ts.target.Name
+	fams := make([]*hitFamily, 0, len(r.hits))
+	for _, in := range r.hits {
+		var f *hitFamily
+		for _, old := range ts.hitFams {
+			if old.source == in.source {
+				f = old
+			}
+		}
+		if f == nil {
+			f = &hitFamily{source: in.source}
+		}
+		if n := len(f.win.samples); n > 0 && in.series >= f.win.series {
+			// Counters that go back on the same series are a restarted engine, whose cache starts
+			// empty (a lost series restarts the window too, but is no flush).
+			if last := f.win.samples[n-1].v; in.v[0] < last[0] || in.v[1] < last[1] {
+				c.mu.cacheRestart = r.at
+			}
+		}
+		c.advanceLocked(name, &f.win, in, &f.rate, r.at)
+		fams = append(fams, f)
+	}
+	ts.hitFams = fams
+	r.hit, ts.hit = counterPair{}, windowRate{}
+	if len(fams) == 0 {
+		c.setFlatLocked(ts, "", "")
+		return
+	}
+	use := 0
+	for i, f := range fams {
+		if f.rate.ok && f.rate.r[1] > 0 {
+			use = i
+			break
+		}
+	}
+	r.hit, ts.hit = r.hits[use], fams[use].rate
+	if pref := fams[0]; use > 0 && pref.rate.ok && pref.rate.r[1] == 0 {
+		c.setFlatLocked(ts, pref.source, fams[use].source)
+		// The flat family's window keeps only its last reading: should it start to advance, its
+		// rate covers that time alone, not a window of standing still.
+		n := len(pref.win.samples)
+		pref.win.samples = pref.win.samples[:copy(pref.win.samples, pref.win.samples[n-1:])]
+		pref.rate = windowRate{}
+	} else {
+		c.setFlatLocked(ts, "", "")
+	}
+}
+
+// setFlatLocked records which preferred prompt-token family stands still while another
+// advances (none when flat is empty), logging the change.
+func (c *Collector) setFlatLocked(ts *targetState, flat, used string) {
+	if ts.hitFlat == flat && ts.hitUsed == used {
+		return
+	}
+	name := ts.target.Name
+	if ts.hitFlat != "" {
+		c.metrics.familyFlat.DeleteLabelValues(name, ts.hitFlat, ts.hitUsed)
+	}
+	switch {
+	case flat != "":
+		c.metrics.familyFlat.WithLabelValues(name, flat, used).Set(1)
+		c.log.Warn("prompt-token counters disagree: the preferred family stands still over the window while another advances; "+
+			"reading the one that advances", "target", name, "flat", flat, "used", used, "window", c.opts.Window)
+	case ts.hitFlat != "":
+		c.log.Info("prompt-token counters agree again", "target", name, "family", ts.hitFlat)
+	}
+	ts.hitFlat, ts.hitUsed = flat, used
 }
 
 func (c *Collector) countError(target, reason string) {

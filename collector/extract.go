@@ -72,7 +72,7 @@ var (
 		vlHits, vlQueries, vlGPUHits, vlGPUQueries, vlSuccess, vlTTFT, vlWaiting, vlKVUsage, vlGPUUsage,
 		vlCacheConfig,
 		gwWorkingSet, gwLive, gwInCall, gwQueued, gwBudget, gwReserved, gwAffinity, gwArrivals, gwCompletions,
-		gwHeld, gwHeldTokens,
+		gwHeld, gwHeldTokens, SpeedMetric,
 	)
 )
 
@@ -125,7 +125,10 @@ type reading struct {
 	prealloc     opt // decode: requests waiting for KV to be pre-allocated (PD)
 
 	// Engine counters and histograms (cumulative).
-	hit   counterPair // [hits, total] prompt tokens
+	// hits are the [hits, total] prompt-token counter families present, in order of preference;
+	// hit is the one the signals read, chosen once the windows show which advance (chooseHits).
+	hits  []counterPair
+	hit   counterPair
 	calls counterPair // [finished requests]
 	ttft  hist
 	// ttftSrc is the TTFT family; empty when absent.
@@ -204,7 +207,7 @@ func (x *extractor) sglang(r *reading) {
 	r.queue, r.queueSrc = q, sgQueue
 	r.prealloc = x.queueSum(sgDecodePrealloc)
 
-	r.hit = x.sglangHits()
+	r.hits = x.sglangHits()
 	if v := x.sum(sgRequests); v.ok {
 		r.calls = counterPair{v: [2]float64{v.v}, source: sgRequests, series: x.count(sgRequests), ok: true}
 	}
@@ -213,17 +216,36 @@ func (x *extractor) sglang(r *reading) {
 	}
 }
 
-// sglangHits reads the hit-rate counters in the order of preference: effective prefill tokens,
-// then the scheduler's realtime tokens, then the tokenizer's cached/prompt tokens. A family with
-// an unusable series (NaN, ±Inf) gives no reading: summing the rest would be a hit rate of the
-// wrong tokens (0 or 1 when the hit or the total series is the one lost).
-func (x *extractor) sglangHits() counterPair {
+// sglangHits reads the hit-rate counter families the engine exports, in the order of
+// preference: effective prefill tokens, then the scheduler's realtime tokens, then the
+// tokenizer's cached/prompt tokens. All that are present are returned: a family can be
+// registered and never incremented (SGLang's prefill_effective_tokens_total in some builds while
+// realtime_tokens_total grows), and only their windows tell which one counts (see chooseHits). A
+// family with an unusable series (NaN, ±Inf) gives no reading at all: summing the rest would be a
+// hit rate of the wrong tokens (0 or 1 when the hit or the total series is the one lost).
+func (x *extractor) sglangHits() []counterPair {
+	var out []counterPair
+	for _, read := range [...]func() (counterPair, bool){x.sglangEffective, x.sglangRealtime, x.sglangCached} {
+		p, usable := read()
+		if !usable {
+			return nil
+		}
+		if p.ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sglangEffective reads prefill_effective_tokens_total: hits are its *_hit modes, the total all
+// modes. usable is false when a series is NaN or ±Inf.
+func (x *extractor) sglangEffective() (p counterPair, usable bool) {
 	var hits, total float64
 	n := 0
 	for _, m := range x.series(sgEffective) {
 		v, ok := sampleValue(m)
 		if !ok {
-			return counterPair{}
+			return counterPair{}, false
 		}
 		n++
 		total += v
@@ -231,15 +253,19 @@ func (x *extractor) sglangHits() counterPair {
 			hits += v
 		}
 	}
-	if n > 0 {
-		return counterPair{v: [2]float64{hits, total}, source: sgEffective, series: n, ok: true}
+	if n == 0 {
+		return counterPair{}, true
 	}
+	return counterPair{v: [2]float64{hits, total}, source: sgEffective, series: n, ok: true}, true
+}
 
+// sglangRealtime reads realtime_tokens_total: prefill_cache over prefill_cache + prefill_compute.
+func (x *extractor) sglangRealtime() (p counterPair, usable bool) {
 	var cache, compute opt
 	for _, m := range x.series(sgRealtime) {
 		v, ok := sampleValue(m)
 		if !ok {
-			return counterPair{}
+			return counterPair{}, false
 		}
 		switch labelValue(m, "mode") {
 		case "prefill_cache":
@@ -248,17 +274,21 @@ func (x *extractor) sglangHits() counterPair {
 			compute = some(compute.v + v)
 		}
 	}
-	if cache.ok || compute.ok {
-		return counterPair{v: [2]float64{cache.v, cache.v + compute.v}, source: sgRealtime, series: x.count(sgRealtime), ok: true}
+	if !cache.ok && !compute.ok {
+		return counterPair{}, true
 	}
+	return counterPair{v: [2]float64{cache.v, cache.v + compute.v}, source: sgRealtime, series: x.count(sgRealtime), ok: true}, true
+}
 
-	// cached_tokens_total: per cache_source when broken down; "total" is the fallback SGLang
-	// reports when it has no breakdown, so it counts only when alone.
+// sglangCached reads cached_tokens_total over prompt_tokens_total: per cache_source when broken
+// down; "total" is the fallback SGLang reports when it has no breakdown, so it counts only when
+// alone.
+func (x *extractor) sglangCached() (p counterPair, usable bool) {
 	var bySource, totalSource, unlabelled opt
 	for _, m := range x.series(sgCached) {
 		v, ok := sampleValue(m)
 		if !ok {
-			return counterPair{}
+			return counterPair{}, false
 		}
 		switch src := labelValue(m, "cache_source"); src {
 		case "":
@@ -278,9 +308,9 @@ func (x *extractor) sglangHits() counterPair {
 	}
 	prompt := x.sum(sgPrompt)
 	if cached.ok && prompt.ok {
-		return counterPair{v: [2]float64{cached.v, prompt.v}, source: sgCached, series: x.count(sgCached) + x.count(sgPrompt), ok: true}
+		return counterPair{v: [2]float64{cached.v, prompt.v}, source: sgCached, series: x.count(sgCached) + x.count(sgPrompt), ok: true}, true
 	}
-	return counterPair{}
+	return counterPair{}, true
 }
 
 func (x *extractor) vllm(r *reading) {
@@ -299,8 +329,7 @@ func (x *extractor) vllm(r *reading) {
 	for _, p := range [...][2]string{{vlHits, vlQueries}, {vlGPUHits, vlGPUQueries}} {
 		h, q := x.sum(p[0]), x.sum(p[1])
 		if h.ok && q.ok {
-			r.hit = counterPair{v: [2]float64{h.v, q.v}, source: p[0], series: x.count(p[0]) + x.count(p[1]), ok: true}
-			break
+			r.hits = append(r.hits, counterPair{v: [2]float64{h.v, q.v}, source: p[0], series: x.count(p[0]) + x.count(p[1]), ok: true})
 		}
 	}
 	if v := x.sum(vlSuccess); v.ok {

@@ -18,6 +18,7 @@ const (
 	reasonParse       = "parse"   // not valid text exposition format
 	reasonDialect     = "dialect" // no metric of a known dialect, or one that does not fit the role
 	reasonOutOfOrder  = "out_of_order"
+	reasonSpeed       = "sim_speed" // basin_sim_speed invalid, or not the speed of the collector's clock
 )
 
 // metrics are the collector's own instruments.
@@ -29,6 +30,7 @@ type metrics struct {
 	duplicates     *prometheus.CounterVec
 	targets        *prometheus.GaugeVec
 	fileErrors     prometheus.Counter
+	familyFlat     *prometheus.GaugeVec
 }
 
 func newMetrics(c *Collector, reg prometheus.Registerer) (*metrics, error) {
@@ -40,7 +42,7 @@ func newMetrics(c *Collector, reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"target"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "basin_scrape_errors_total",
-			Help: "Failed scrapes (or ingests) of a target, by reason: request, timeout, status, content_type, body_too_large, read, parse, dialect, out_of_order.",
+			Help: "Failed scrapes (or ingests) of a target, by reason: request, timeout, status, content_type, body_too_large, read, parse, dialect, out_of_order, sim_speed.",
 		}, []string{"target", "reason"}),
 		scrapeSamples: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "basin_scrape_samples",
@@ -58,6 +60,10 @@ func newMetrics(c *Collector, reg prometheus.Registerer) (*metrics, error) {
 			Name: "basin_targets",
 			Help: "Targets by role and dialect (the detected dialect once an auto target has answered).",
 		}, []string{"role", "dialect"}),
+		familyFlat: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "basin_counter_family_flat",
+			Help: "1 while the target's preferred prompt-token counter family (family) stands still over the window while another of the same meaning (used) advances; the collector reads the one that advances.",
+		}, []string{"target", "family", "used"}),
 		fileErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "basin_target_file_errors_total",
 			Help: "Reloads of the target file that failed; the previous target list was kept.",
@@ -65,7 +71,7 @@ func newMetrics(c *Collector, reg prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, col := range []prometheus.Collector{m.scrapeDuration, m.scrapeErrors, m.scrapeSamples, m.lastSuccess,
-		m.duplicates, m.targets, m.fileErrors, &signalCollector{c: c}} {
+		m.duplicates, m.targets, m.fileErrors, m.familyFlat, &signalCollector{c: c}} {
 		if err := reg.Register(col); err != nil {
 			errs = append(errs, err)
 		}
@@ -84,6 +90,7 @@ func (m *metrics) forget(name string) {
 	m.scrapeSamples.DeletePartialMatch(l)
 	m.lastSuccess.DeletePartialMatch(l)
 	m.duplicates.DeletePartialMatch(l)
+	m.familyFlat.DeletePartialMatch(l)
 }
 
 var (

@@ -33,7 +33,8 @@ type Options struct {
 	TargetFile string
 	// Interval is the scrape interval (DefaultInterval).
 	Interval time.Duration
-	// Timeout bounds one scrape, body included (DefaultTimeout); at most Interval.
+	// Timeout bounds one scrape, body included (DefaultTimeout), in wall time whatever Now's
+	// clock: the network does not run faster with a simulated deployment. At most Interval.
 	Timeout time.Duration
 	// Window is the span of rates and quantiles (DefaultWindow); at least two intervals.
 	Window time.Duration
@@ -57,11 +58,13 @@ type Options struct {
 	// Now is the clock (time.Now when nil): scrape timestamps and Snapshot's instant. Interval,
 	// Timeout, Window and staleness are spans of its time.
 	Now func() time.Time
-	// WallDuration converts a span of Now's time to wall time, for what the collector waits on
-	// real timers: the period between Run's rounds and a scrape's timeout (the identity when nil:
-	// Now is the wall clock). A clock that runs S times faster than the wall clock — a simulated
-	// deployment served at a speed, see internal/scaledclock — passes its own, d/S, so that the
-	// collector scrapes every Interval of the deployment's time.
+	// WallDuration converts a span of Now's time to wall time, for the period between Run's
+	// rounds (the identity when nil: Now is the wall clock). A clock that runs S times faster
+	// than the wall clock — a simulated deployment served at the speed S it announces as
+	// basin_sim_speed, see internal/scaledclock — passes its own, d/S, so that the collector
+	// scrapes every Interval of the deployment's time. Its ratio is the clock's speed: a scraped
+	// engine that announces another speed (SpeedMetric) is refused, since its counters would be
+	// read against the wrong time.
 	WallDuration func(time.Duration) time.Duration
 }
 

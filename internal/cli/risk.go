@@ -17,6 +17,7 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/calibrate"
 	"github.com/basin-dev/basin/internal/harness"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
@@ -368,7 +369,10 @@ func checkTarget(ctx context.Context, t collector.Target) error {
 // which come from the gateway. What could not be computed is listed in Unknown with the reason,
 // never printed as a zero.
 type liveRiskReport struct {
-	Targets              []string `json:"targets"`
+	Targets []string `json:"targets"`
+	// Speed is the deployment's simulated seconds per wall second (collector.SpeedMetric; 1 for
+	// real engines): rates are per second of its time.
+	Speed                float64  `json:"deployment_speed"`
 	CacheCapacityTokens  float64  `json:"cache_capacity_tokens"`
 	KneeRatio            float64  `json:"knee_ratio"`
 	KneeFrom             string   `json:"knee_from"`
@@ -384,14 +388,31 @@ type liveRiskReport struct {
 // Without one it stops as soon as the engines' capacities are read, and says what needs the
 // gateway. A non-nil report comes with an error when the binding limit could not be decided.
 func liveRisk(ctx context.Context, targets []collector.Target, window time.Duration, knee float64, cal *detector.Calibration) (*liveRiskReport, error) {
-	interval := min(collector.DefaultInterval, max(window/6, 100*time.Millisecond))
-	col, err := collector.New(collector.Options{Targets: targets, Interval: interval, Timeout: interval,
-		Window: max(2*interval, window)})
+	// A simulated deployment served S times faster than real time announces S: the metrics are
+	// read on a clock at that speed, so that λ and every rate are per second of the deployment's
+	// time. --window is how long the operator waits, wall time; the collector's rate window is the
+	// deployment's time that passes meanwhile. A scrape's timeout stays wall time.
+	probeCol, err := collector.New(collector.Options{Targets: targets, Timeout: targetCheckTimeout, Interval: targetCheckTimeout})
+	if err != nil {
+		return nil, err
+	}
+	probe, err := probeCol.ProbeSpeed(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the deployment's speed: %w", err)
+	}
+	clock, err := scaledclock.New(probe.Speed, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", collector.SpeedMetric, err)
+	}
+	span := func(wall time.Duration) time.Duration { return time.Duration(float64(wall) * probe.Speed) }
+	interval := min(collector.DefaultInterval, max(window/6, 100*time.Millisecond)) // wall time
+	col, err := collector.New(collector.Options{Targets: targets, Interval: span(interval), Timeout: min(interval, span(interval)),
+		Window: span(max(2*interval, window)), Now: clock.Now, WallDuration: clock.WallDuration})
 	if err != nil {
 		return nil, err
 	}
 	gateway := false
-	rep := &liveRiskReport{KneeRatio: knee, KneeFrom: "calibration"}
+	rep := &liveRiskReport{KneeRatio: knee, KneeFrom: "calibration", Speed: probe.Speed}
 	for _, t := range targets {
 		gateway = gateway || t.Role == collector.RoleGateway
 		rep.Targets = append(rep.Targets, t.Name+"="+t.URL)
@@ -499,6 +520,9 @@ func liveTolerance(snap collector.Snapshot, cal *detector.Calibration, cache flo
 func printLiveRisk(w io.Writer, rep *liveRiskReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "source	live metrics: %s\n", strings.Join(rep.Targets, ", "))
+	if rep.Speed != 1 {
+		fmt.Fprintf(tw, "speed	%g simulated seconds per wall second (%s): rates per simulated second\n", rep.Speed, collector.SpeedMetric)
+	}
 	fmt.Fprintf(tw, "cache capacity	%s tokens\n", remediate.FormatTokens(int64(rep.CacheCapacityTokens)))
 	fmt.Fprintf(tw, "knee	W/C %.2f (%s): working set %s tokens\n", rep.KneeRatio, rep.KneeFrom,
 		remediate.FormatTokens(int64(rep.KneeWorkingSetTokens)))

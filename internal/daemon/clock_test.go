@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +145,37 @@ func TestCollectorDefaultsFollowTheInterval(t *testing.T) {
 			assert.NoError(t, err, "interval %s without collector.timeout and collector.window", iv)
 		})
 	}
+}
+
+// TestAlertsKeepWallTime: on a clock 100 times faster than the wall clock an Alertmanager alert
+// lives in wall time — its endsAt is Alertmanager's wall clock, its lifetime without one is
+// measured against the route's repeat_interval — so one wall minute (100 minutes of the
+// deployment's) after firing it is still active, and it expires 10 wall minutes after the last
+// notification. (On the deployment's clock it expired 6 wall seconds after firing.)
+func TestAlertsKeepWallTime(t *testing.T) {
+	e := newEnv(t, "")
+	e.speed = 100
+	d := e.daemon()
+	api := serveAPI(t, d)
+	firing, err := os.ReadFile("../../remediate/alerts/testdata/firing.json")
+	require.NoError(t, err)
+	code, body := call(t, http.MethodPost, api.URL+"/api/v1/alerts", testToken, string(firing))
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	// An alert Alertmanager says ends five wall minutes from now.
+	ends := strings.Replace(string(firing), `"endsAt": "0001-01-01T00:00:00Z"`,
+		`"endsAt": "`+e.clock.Now().Add(5*time.Minute).UTC().Format(time.RFC3339Nano)+`"`, 1)
+	ends = strings.Replace(ends, "a04e51d1b80f119d", "0000000000000001", 1)
+	ends = strings.Replace(ends, `"alertname": "BasinTrapped"`, `"alertname": "BasinMetastableDrift"`, 1)
+	code, body = call(t, http.MethodPost, api.URL+"/api/v1/alerts", testToken, ends)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Len(t, d.StatusNow().Alerts.Alerts, 3)
+
+	e.clock.Advance(time.Minute) // 100 minutes of the deployment's time
+	s := d.StatusNow()
+	assert.True(t, s.Alerts.Active, "a wall minute after firing")
+	assert.Len(t, s.Alerts.Alerts, 3, "the alert with endsAt in five wall minutes too")
+	e.clock.Advance(5 * time.Minute)
+	assert.Len(t, d.StatusNow().Alerts.Alerts, 2, "past its endsAt")
+	e.clock.Advance(4*time.Minute + time.Second)
+	assert.False(t, d.StatusNow().Alerts.Active, "10 wall minutes after the last notification")
 }

@@ -119,8 +119,8 @@ type CollectorConfig struct {
 	// TargetFile is a Prometheus file_sd file (JSON, or YAML when it ends in .yml or .yaml) with
 	// more targets, re-read whenever it changes.
 	TargetFile string `yaml:"target_file"`
-	// Timeout bounds one scrape, body included (default: the collector's, capped at the daemon's
-	// interval).
+	// Timeout bounds one scrape, body included, in wall time even against a simulated deployment
+	// served faster than real time (default: the collector's, capped at the daemon's interval).
 	Timeout Duration `yaml:"timeout"`
 	// Window is the span of rates and quantiles (default: the collector's, at least two
 	// intervals).
@@ -213,7 +213,7 @@ func ParseConfig(data []byte) (*Config, error) {
 // keeps the time of the clock it is given.
 const clockSpeedGone = "removed: the daemon keeps the time of the clock it is given, the wall clock for real " +
 	"engines; a simulated deployment served faster than real time is watched on its own clock, which " +
-	"`basin demo` injects (and `basin daemon --clock-speed` for `basin sim serve --speed`)"
+	"`basin daemon` takes from the speed the engines announce (basin_sim_speed) and `basin demo` injects"
 
 // removedKeys rewrites the decoder's "unknown key" error about the top-level clock_speed, a key
 // the configuration once had, into one that says what replaced it; the error's other parts are

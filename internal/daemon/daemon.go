@@ -53,8 +53,11 @@ type GatewayAPI interface {
 type Clock interface {
 	Now() time.Time
 	// WallDuration is how long d of the clock's time lasts on the wall clock: the daemon's loop
-	// and the collector's scrapes wait on real timers.
+	// waits on a real timer.
 	WallDuration(d time.Duration) time.Duration
+	// Wall is the wall clock's time: the Alertmanager webhook's alerts carry the sender's wall
+	// times (startsAt, endsAt) and live for wall minutes, whatever the deployment's speed.
+	Wall() time.Time
 }
 
 // wallClock is the wall clock, the daemon's clock unless Options.Clock is set.
@@ -62,6 +65,7 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time                             { return time.Now() }
 func (wallClock) WallDuration(d time.Duration) time.Duration { return d }
+func (wallClock) Wall() time.Time                            { return time.Now() }
 
 // Options are what New needs besides the configuration.
 type Options struct {
@@ -401,8 +405,12 @@ func (d *Daemon) openAudit() (*remediate.Audit, string, error) {
 // newOutlets builds the webhook receiver and the Slack notifier.
 func (d *Daemon) newOutlets(reg prometheus.Registerer) error {
 	cfg := d.cfg
+	// The receiver keeps wall time whatever the deployment's speed: Alertmanager's startsAt and
+	// endsAt are its wall clock's, and an alert's lifetime without endsAt (alerts.DefaultMaxAge)
+	// is measured against the route's repeat_interval, also wall time. On the deployment's clock
+	// at 60× an alert expired 10 s after it fired.
 	ao := alerts.Options{Matchers: cfg.Alerts.Matchers, Token: d.token, Logger: d.log.With("component", "alerts"),
-		Registerer: reg, Now: d.clock.Now, OnChange: func(in alerts.Incident) {
+		Registerer: reg, Now: d.clock.Wall, OnChange: func(in alerts.Incident) {
 			d.log.Info("alert incident", "active", in.Active, "alerts", len(in.Alerts))
 		}}
 	if cfg.Alerts.BasicUser != "" {

@@ -3,13 +3,16 @@
 // clock from the instant it is made.
 //
 // Production code has one time base: the daemon and the gateway read an injected clock for every
-// timestamp, hold, rate and deadline, and against real engines that clock is the wall clock. Only
-// what serves a simulated deployment at a speed — the demo, tests — builds a Clock at that speed
-// and injects it, so that a 30 s hold or a rate per second keeps its meaning in the deployment's
-// time, and no production package carries a speed or a second time base.
+// timestamp, hold, rate and deadline, and against real engines that clock is the wall clock. A
+// simulated deployment announces its speed (the gauge basin_sim_speed on its engines' metrics,
+// the header X-Basin-Sim-Speed on its API); what reads one — `basin daemon`, `basin risk`, the
+// demo, tests — builds a Clock at that speed and injects it, so that a 30 s hold or a rate per
+// second keeps its meaning in the deployment's time, and no package below them carries a speed.
 //
-// What waits on real timers (a loop's ticker, a scrape's timeout, a queue's wait) converts the
-// clock's durations to wall time with WallDuration: d of the clock's time lasts d/S of wall time.
+// What waits on the deployment's time on real timers (a loop's ticker, a queue's wait) converts
+// the clock's durations to wall time with WallDuration: d of the clock's time lasts d/S of wall
+// time. What belongs to the network or to a person — a scrape's or an HTTP client's timeout, an
+// Alertmanager alert's lifetime — is not converted: it is wall time, read with Wall.
 package scaledclock
 
 import (
@@ -74,6 +77,10 @@ func (c *Clock) WallDuration(d time.Duration) time.Duration {
 	}
 	return time.Duration(float64(d) / c.speed)
 }
+
+// Wall is the wall clock's time now: what lasts in wall time whatever the deployment's speed —
+// an Alertmanager alert's lifetime, timestamps its sender set — is read from it.
+func (c *Clock) Wall() time.Time { return c.wall() }
 
 // Speed is the clock's seconds per wall second.
 func (c *Clock) Speed() float64 { return c.speed }
