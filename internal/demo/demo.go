@@ -24,7 +24,10 @@
 // live longer than the deployment would make them, and the runs collapse from the machine's lag,
 // not the traffic (see MaxMeanLag and MaxLag). Every run's load generator waits are timed; a run
 // that falls behind says so while it runs (EventLag), and Write then marks the table and Verdict
-// gives no verdict, as it does when the no-spike reference itself did not stay healthy.
+// gives no verdict from the live runs, as it does when the no-spike reference itself did not stay
+// healthy. The story does not end there: the three runs are then played again in virtual time by
+// the simulator, with basin's own policy code wired in (see playVirtual), in seconds, and the
+// verdict comes from them — every demo ends with one, whatever the machine.
 package demo
 
 import (
@@ -121,6 +124,10 @@ const (
 	// LagWindow passed MaxLag); Text says by how much. Said once per run. A run whose mean over
 	// the whole run passes MaxMeanLag is only known at the end: Write says so then.
 	EventLag EventKind = "lag"
+	// EventVirtual: the live runs finished without a verdict because of the machine (a run did
+	// not keep time, or the reference did not stay healthy); the three runs are being played in
+	// virtual time for one. Run is empty.
+	EventVirtual EventKind = "virtual"
 )
 
 // Event is something a run's daemon did, at a time in the deployment's clock since the load began.
@@ -163,6 +170,9 @@ type Result struct {
 	// numbers are partial. (The load generators' reports are always marked interrupted, since
 	// the demo cuts the sessions still live at the scenario's end.)
 	Interrupted bool
+	// Virtual holds the three runs played again in virtual time, when the live ones finished but
+	// gave no verdict because of the machine (see playVirtual): the verdict then comes from them.
+	Virtual []VirtualRun
 }
 
 // withDefaults fills zero fields.
@@ -348,6 +358,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Interrupted = true
 		errs = append(errs, fmt.Errorf("interrupted after %v of %v: the results are partial: %w",
 			virtual(time.Now()).Round(time.Second), time.Duration(sc.Duration), ctx.Err()))
+	}
+	if needsVirtual(res) && ctx.Err() == nil {
+		emit(Event{Kind: EventVirtual, At: virtual(time.Now()),
+			Text: "the live runs give no verdict on this machine; playing them in virtual time"})
+		if o.Progress != nil {
+			o.Progress(0)
+		}
+		if res.Virtual, err = playVirtual(sc, o.Progress); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	res.Elapsed = time.Since(began)
 	return res, errors.Join(errs...)

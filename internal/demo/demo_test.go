@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,7 +162,8 @@ func TestRun(t *testing.T) {
 
 // TestRunFallsBehind makes every wait of the load generators end 30 ms of wall time late — 5.4 s
 // of the deployment's time at 180×, as on a machine short of CPU — and checks what the user
-// sees: one line per run while it runs, the lag in the table, and no verdict or ratio.
+// sees: one line per run while it runs, the lag in the table, no verdict or ratio from the live
+// runs, and then the same runs played in virtual time with a verdict from them.
 func TestRunFallsBehind(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("wall-clock run")
@@ -171,8 +173,9 @@ func TestRunFallsBehind(t *testing.T) {
 		late  = 30 * time.Millisecond
 	)
 	var (
-		mu  sync.Mutex
-		lag = map[string][]Event{}
+		mu         sync.Mutex
+		lag        = map[string][]Event{}
+		sawVirtual atomic.Bool
 	)
 	res, err := Run(t.Context(), Options{Scenario: shortScenario(t), Speed: speed, Dir: t.TempDir(),
 		OnEvent: func(e Event) {
@@ -180,6 +183,9 @@ func TestRunFallsBehind(t *testing.T) {
 				mu.Lock()
 				lag[e.Run] = append(lag[e.Run], e)
 				mu.Unlock()
+			}
+			if e.Kind == EventVirtual {
+				sawVirtual.Store(true)
 			}
 		},
 		sleep: func(ctx context.Context, d time.Duration) error { return loadgen.Sleep(ctx, max(d, 0)+late) },
@@ -203,13 +209,27 @@ func TestRunFallsBehind(t *testing.T) {
 
 	var b strings.Builder
 	Write(&b, res)
-	out := b.String()
-	assert.Contains(t, out, "NOT KEEPING TIME at 180×")
-	assert.Contains(t, out, "NOT KEPT")
-	assert.Contains(t, out, "No verdict: the no spike, dry run, acting runs did not keep time.")
-	assert.NotContains(t, out, "% of", "no ratio to the reference in the verdict")
-	assert.NotContains(t, out, "kept ")
-	assert.Regexp(t, `ratio to no spike\s+—\s+—\s+—`, out)
+	live, virtual, ok := strings.Cut(b.String(), "So the same three runs were played in virtual time")
+	require.True(t, ok, "the runs were played again in virtual time:\n%s", b.String())
+	assert.Contains(t, live, "NOT KEEPING TIME at 180×")
+	assert.Contains(t, live, "NOT KEPT")
+	assert.Contains(t, live, "No verdict from the live runs: the no spike, dry run, acting runs did not keep time.")
+	assert.NotContains(t, live, "% of", "no ratio to the reference in the live runs' verdict")
+	assert.NotContains(t, live, "kept ")
+	assert.Regexp(t, `ratio to no spike\s+—\s+—\s+—`, live)
+
+	// The story goes on off the wall clock: the same runs in virtual time, and a verdict from them.
+	require.Len(t, res.Virtual, 3)
+	for i, name := range []string{NoSpike, DryRun, Acting} {
+		assert.Equal(t, name, res.Virtual[i].Name)
+		assert.Positive(t, res.Virtual[i].Result.Sessions.Arrived, name)
+	}
+	assert.Regexp(t, `ratio to no spike\s+1\.00\s+\d\.\d\d\s+\d\.\d\d`, virtual)
+	assert.Contains(t, virtual, "In virtual time: ")
+	assert.Contains(t, virtual, "% of")
+	assert.NotContains(t, virtual, "No verdict")
+	t.Logf("what the user reads:\n%s", b.String())
+	assert.True(t, sawVirtual.Load(), "the user is told the runs are played again")
 }
 
 // TestRunInterrupted cancels the demo early: Run says so, returns what it measured and stops

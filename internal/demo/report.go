@@ -104,6 +104,24 @@ func Write(w io.Writer, res *Result) {
 		"or %s the machine is behind enough to crowd the cache by itself: the run did not keep time.\n",
 		from, to, minutes(LagWindow), seconds(MaxMeanLag), seconds(MaxLag))
 	fmt.Fprintf(w, "\n%s\n", Verdict(res))
+	if len(res.Virtual) > 0 {
+		fmt.Fprintf(w, "\nSo the same three runs were played in virtual time, off the wall clock: the simulator's deployment\n"+
+			"with basin's own policy code wired in (the gateway's admission core, the daemon's remediation),\n"+
+			"as `basin sim run --scenario %s --policy basin` plays one.\n"+
+			"Nothing can fall behind there, and the same seed gives the same numbers on any machine:\n\n", res.Scenario)
+		writeVirtual(w, res.Virtual)
+		fmt.Fprintf(w, "\n%s\n", virtualVerdict(res.Virtual))
+	}
+}
+
+// needsVirtual says whether the live runs, finished and not interrupted, still give no verdict
+// because of the machine: a run did not keep time, or the reference did not stay healthy.
+func needsVirtual(res *Result) bool {
+	ref, dry, act := goodput(res, NoSpike), goodput(res, DryRun), goodput(res, Acting)
+	if ref == nil || dry == nil || act == nil || res.Interrupted {
+		return false
+	}
+	return noVerdict(res) != ""
 }
 
 // KeptTime reports whether every run kept the deployment's time (Timing.Kept).
@@ -124,7 +142,12 @@ func Verdict(res *Result) string {
 		return why
 	}
 	ref, dry, act := goodput(res, NoSpike), goodput(res, DryRun), goodput(res, Acting)
-	rd, ra := *dry / *ref, *act / *ref
+	return compare(*dry / *ref, *act / *ref, "another speed")
+}
+
+// compare is the verdict on the dry run's and the acting run's goodput as ratios to the
+// reference's; retry names what to vary when the spike did not trap the deployment.
+func compare(rd, ra float64, retry string) string {
 	switch {
 	case rd < 0.5 && ra >= 0.9:
 		return fmt.Sprintf("Without basin acting, the spike left the deployment in the trap (%.0f%% of its no-spike goodput);\n"+
@@ -133,7 +156,7 @@ func Verdict(res *Result) string {
 		return fmt.Sprintf("The spike trapped the dry run (%.0f%% of no-spike goodput); basin acting kept %.0f%%.", 100*rd, 100*ra)
 	default:
 		return fmt.Sprintf("On this run the spike did not trap the deployment (dry run %.0f%% of no-spike goodput, acting %.0f%%):\n"+
-			"the trap is stochastic; try another speed, or a scenario with a larger spike.", 100*rd, 100*ra)
+			"the trap is stochastic; try %s, or a scenario with a larger spike.", 100*rd, 100*ra, retry)
 	}
 }
 
@@ -157,10 +180,10 @@ func noVerdict(res *Result) string {
 				worst.Mean, worst.Worst = max(worst.Mean, r.Timing.Mean), max(worst.Worst, r.Timing.Worst)
 			}
 		}
-		return fmt.Sprintf("No verdict: the %s run%s did not keep time.\n"+
+		return fmt.Sprintf("No verdict from the live runs: the %s run%s did not keep time.\n"+
 			"Waits ended up to %s late on average (tolerance %s) and up to %s over the worst\n"+
 			"%s (tolerance %s), in the deployment's time: the table shows this machine's lag, not\n"+
-			"the deployment. %s, or a quieter machine.",
+			"the deployment. %s, or a quieter machine, to see it live.",
 			strings.Join(behind, ", "), plural(len(behind)), lateness(worst.Mean), seconds(MaxMeanLag),
 			lateness(worst.Worst), minutes(LagWindow), seconds(MaxLag), slower(res.Speed, worst))
 	}

@@ -47,7 +47,7 @@ func TestWriteAndVerdict(t *testing.T) {
 			res: Result{Speed: 90, Runs: []RunResult{
 				run(NoSpike, 28, 221, 4*time.Second), run(DryRun, 24, 221, 3*time.Second), run(Acting, 195, 221, onTime)}},
 			want: []string{"NOT KEEPING TIME at 90×", "2.00/4.00 NOT KEPT", "1.50/3.00 NOT KEPT",
-				"No verdict: the no spike, dry run runs did not keep time", "up to 2.00 s late on average (tolerance 0.20 s)",
+				"No verdict from the live runs: the no spike, dry run runs did not keep time", "up to 2.00 s late on average (tolerance 0.20 s)",
 				"up to 4.00 s over the worst\n5 minutes (tolerance 0.75 s), in the deployment's time", "Try a speed of 9 "},
 			not: []string{"kept 6", "%;", "0.86", "6.96"},
 			re:  `ratio to no spike +— +— +—\n`,
@@ -58,7 +58,7 @@ func TestWriteAndVerdict(t *testing.T) {
 				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime),
 				{Name: Acting, Report: run(Acting, 217, 221, 0).Report,
 					Timing: Timing{Waits: 5000, Mean: 100 * time.Millisecond, Worst: 900 * time.Millisecond}}}},
-			want: []string{"0.10/0.90 NOT KEPT", "NOT KEEPING TIME", "No verdict: the acting run did not keep time", "Try a speed of 70"},
+			want: []string{"0.10/0.90 NOT KEPT", "NOT KEEPING TIME", "No verdict from the live runs: the acting run did not keep time", "Try a speed of 70"},
 			not:  []string{"kept 100%", "1.00     0.11"},
 		},
 		{
@@ -71,7 +71,7 @@ func TestWriteAndVerdict(t *testing.T) {
 				run(DryRun, 2, 221, onTime),
 				{Name: Acting, Report: run(Acting, 122, 221, 0).Report,
 					Timing: Timing{Waits: 5000, Mean: 500 * time.Millisecond, Worst: 9130 * time.Millisecond}}}},
-			want: []string{"No verdict: the no spike, acting runs did not keep time.",
+			want: []string{"No verdict from the live runs: the no spike, acting runs did not keep time.",
 				"up to 0.67 s late on average", "up to 9.13 s over the worst"},
 		},
 		{
@@ -81,7 +81,7 @@ func TestWriteAndVerdict(t *testing.T) {
 				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime),
 				{Name: Acting, Report: run(Acting, 217, 221, 0).Report,
 					Timing: Timing{Waits: 5000, Mean: 300 * time.Millisecond, Worst: 500 * time.Millisecond}}}},
-			want: []string{"0.30/0.50 NOT KEPT", "No verdict: the acting run did not keep time", "Try a speed of 60"},
+			want: []string{"0.30/0.50 NOT KEPT", "No verdict from the live runs: the acting run did not keep time", "Try a speed of 60"},
 			not:  []string{"kept 100%"},
 		},
 		{
@@ -89,7 +89,7 @@ func TestWriteAndVerdict(t *testing.T) {
 			res: Result{Speed: 90, Runs: []RunResult{
 				run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime),
 				{Name: Acting, Report: run(Acting, 217, 221, 0).Report}}},
-			want: []string{"No verdict: the acting run did not keep time"},
+			want: []string{"No verdict from the live runs: the acting run did not keep time"},
 			not:  []string{"kept 100%"},
 			re:   `late per wait, mean/worst \(s\) +0\.05/0\.10 +0\.05/0\.10 +\?\n`,
 		},
