@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -291,6 +292,7 @@ func (c *Config) validate(root *yaml.Node) error {
 
 	a := &c.Admission
 	adm := func(k string) []string { return []string{"admission", k} }
+	before := probs.Len() // the admission block's own problems are those found from here
 	if a.Mode == "" {
 		a.Mode = string(admission.ModeCurrent)
 	}
@@ -314,8 +316,8 @@ func (c *Config) validate(root *yaml.Node) error {
 	if a.ReferenceBudgetTokens < 0 {
 		bad(adm("reference_budget_tokens"), "must be ≥ 0, got %d", a.ReferenceBudgetTokens)
 	}
-	if a.PriorityTokensPerSec < 0 {
-		bad(adm("priority_tokens_per_sec"), "must be > 0, got %v", a.PriorityTokensPerSec)
+	if p := a.PriorityTokensPerSec; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+		bad(adm("priority_tokens_per_sec"), "must be a finite number > 0, got %v", p)
 	}
 	if a.TenantQuota < 0 {
 		bad(adm("tenant_quota"), "must be ≥ 0, got %d", a.TenantQuota)
@@ -331,8 +333,9 @@ func (c *Config) validate(root *yaml.Node) error {
 			bad([]string{"admission", "quotas", t}, "must be ≥ 0, got %d", q)
 		}
 	}
-	if probs.Len() == 0 {
-		// Anything the admission core rejects beyond the checks above.
+	// Anything the admission core rejects beyond the checks above, whatever else is wrong: a
+	// file with several bad values hears of every one at once.
+	if probs.Len() == before {
 		if err := c.admissionOptions().Validate(); err != nil {
 			bad([]string{"admission"}, "%v", err)
 		}

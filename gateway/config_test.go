@@ -3,6 +3,7 @@ package gateway
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,6 +170,48 @@ func TestParseConfigCountOnly(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.countOnly, c.Admission.CountOnly)
 			assert.Equal(t, tc.budget, c.Admission.BudgetTokens)
+		})
+	}
+}
+
+// TestParseConfigReportsEveryBadValue: a file with several bad values hears of all of them at
+// once, each with its key and line — the admission block's included when another block is bad
+// too (an infinite priority_tokens_per_sec used to be reported only once the rest was right).
+func TestParseConfigReportsEveryBadValue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"every block", `listen: nope
+upstreams: [ftp://x]
+max_body_bytes: -1
+admission:
+  mode: bogus
+  budget_tokens: -5
+  tenant_quota: -1
+affinity: {header: "bad header"}
+replication:
+  replica_id: x
+`, []string{`line 1: listen: want host:port`, `line 2: upstreams.0: want an http or https URL`, `line 3: max_body_bytes: must be > 0`,
+			`line 5: admission.mode: want current or peak`, `line 6: admission.budget_tokens: must be > 0`,
+			`line 7: admission.tenant_quota: must be ≥ 0`, `line 8: affinity.header: not a header name`,
+			`line 10: replication.replica_id: needs store.url`}},
+		{"infinite priority beside a bad listen", `listen: nope
+upstreams: [http://x]
+admission: {budget_tokens: 100, priority_tokens_per_sec: .inf}
+`, []string{`line 1: listen: want host:port`, `line 3: admission.priority_tokens_per_sec: must be a finite number > 0, got +Inf`}},
+		{"not a number", `upstreams: [http://x]
+admission: {budget_tokens: 100, priority_tokens_per_sec: .nan}
+`, []string{`line 2: admission.priority_tokens_per_sec: must be a finite number > 0, got NaN`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.yaml))
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			assert.Len(t, strings.Split(strings.TrimSpace(err.Error()), "\n"), len(tc.want), "one line a problem, each once: %v", err)
 		})
 	}
 }
