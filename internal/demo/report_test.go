@@ -167,3 +167,28 @@ func TestBudgetRow(t *testing.T) {
 	Write(&b, &Result{Speed: 90, Runs: []RunResult{run(NoSpike, 217, 221, onTime), counting, acting}})
 	assert.Regexp(t, `session budget at the end +∞ +count only +650K\n`, b.String())
 }
+
+// TestNeedsVirtual: the runs are played again in virtual time exactly when the live ones finished
+// and give no verdict because of the machine — not when they give one, nor when they were cut
+// short (interrupted, unfinished).
+func TestNeedsVirtual(t *testing.T) {
+	onTime, late := 100*time.Millisecond, 3*time.Second
+	unfinished := run(Acting, 217, 221, onTime)
+	unfinished.Report = nil
+	for _, tc := range []struct {
+		name string
+		res  Result
+		want bool
+	}{
+		{"a verdict", Result{Runs: []RunResult{run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 217, 221, onTime)}}, false},
+		{"a run behind the wall clock", Result{Runs: []RunResult{run(NoSpike, 217, 221, onTime), run(DryRun, 24, 221, late), run(Acting, 217, 221, onTime)}}, true},
+		{"an unhealthy reference", Result{Runs: []RunResult{run(NoSpike, 120, 221, onTime), run(DryRun, 24, 221, onTime), run(Acting, 217, 221, onTime)}}, true},
+		{"interrupted", Result{Interrupted: true, Runs: []RunResult{run(NoSpike, 217, 221, late), run(DryRun, 24, 221, late), run(Acting, 217, 221, late)}}, false},
+		{"a run unfinished", Result{Runs: []RunResult{run(NoSpike, 217, 221, late), run(DryRun, 24, 221, late), unfinished}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.res.Speed = 90
+			assert.Equal(t, tc.want, needsVirtual(&tc.res))
+		})
+	}
+}
