@@ -242,12 +242,16 @@ type movedArrival struct{ id, what string }
 
 // poller watches the leader's table: the budget held, and queued sessions' arrival times.
 type poller struct {
-	rs       *replicated
-	ag       *agents
-	maxTrue  int64 // largest live × prompt − B, from the agents' own count
-	polls    atomic.Int64
-	mu       sync.Mutex
-	maxOver  int64 // largest reserved − B − outputs grown since admission, over polls
+	rs      *replicated
+	ag      *agents
+	maxTrue int64 // largest live × prompt − B, from the agents' own count
+	polls   atomic.Int64
+	mu      sync.Mutex
+	// maxOver is the largest excess of the leader's reservations over B beyond the admitted
+	// sessions' own growth (reserved − B − Σ (context − replPrompt)), over polls; overAt says
+	// where. Every session's first prompt is replPrompt, so this is what admission let in.
+	maxOver  int64
+	overSeen bool
 	arrivals map[string]time.Time
 	moved    []movedArrival // queued sessions whose arrival changed
 	// heldLive are live sessions seen queued as new at the leader: a call sent to a replica
@@ -298,6 +302,15 @@ func (p *poller) observe(st adminapi.StateView) {
 	defer p.mu.Unlock()
 	p.maxLive = max(p.maxLive, st.Live)
 	p.last = st
+	var grown int64
+	for _, s := range st.Sessions {
+		grown += max(0, s.Context-replPrompt)
+	}
+	if over := st.Reserved - st.Budget - grown; !p.overSeen || over > p.maxOver {
+		p.maxOver, p.overSeen = over, true
+		p.overAt = fmt.Sprintf("at %s: reserved %d, budget %d, %d live, %d of growth", st.Now.Format("15:04:05.000"),
+			st.Reserved, st.Budget, len(st.Sessions), grown)
+	}
 	p.ag.mu.Lock()
 	defer p.ag.mu.Unlock()
 	for _, q := range st.Queue {
@@ -624,4 +637,7 @@ func finishReplicated(t *testing.T, rs *replicated, ag *agents, pl *poller, stop
 	// learns of its admission a moment after the session that made room learns of its end.
 	bound := int64(len(rs.gws)+1) * replPrompt
 	assert.LessOrEqual(t, pl.maxTrue, bound, "the live sessions' demand stays within the budget and the failover bound")
+	require.True(t, pl.overSeen, "the leader's table was read")
+	assert.LessOrEqual(t, pl.maxOver, bound,
+		"the leader's reservations beyond the sessions' own growth stay within the budget and the failover bound (%s)", pl.overAt)
 }
