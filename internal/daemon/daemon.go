@@ -126,6 +126,10 @@ type Daemon struct {
 	// loop's (under loop).
 	savedAt time.Time
 
+	// blindSince is when the daemon last began to be blind (zero while it sees), for the
+	// handover of the lease (noteSight); the loop's (under loop).
+	blindSince time.Time
+
 	// gwLog rate-limits the log of an unreachable gateway admin API; Step owns it (under loop).
 	gwLog failureLog
 	// authFailures rate-limits the log of refused control-API calls.
@@ -566,7 +570,7 @@ func (d *Daemon) Serve(ctx context.Context, ln net.Listener) error {
 	var kick chan struct{}
 	if d.ha != nil {
 		kick = d.ha.kick
-		wg.Go(func() { _ = d.ha.camp.Run(ctx) })
+		wg.Go(func() { d.campaign(ctx, d.ha.renewInterval) })
 	}
 	stopCron, err := d.startCron()
 	if err != nil {
@@ -698,6 +702,9 @@ func (d *Daemon) Step(ctx context.Context) {
 		d.gwLog.observe(d.log, now, "gateway admin API", err, "url", d.cfg.Gateway.AdminURL)
 	}
 	unseen := unseenOf(a, d.gw != nil, gwErr)
+	if d.noteSight(ctx, now, unseen, term, acting) {
+		term, acting = 0, false
+	}
 	d.mu.Lock()
 	if !d.mu.lastStep.IsZero() {
 		d.mu.timeInState[d.mu.last.State] += now.Sub(d.mu.lastStep)

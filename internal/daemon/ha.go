@@ -53,8 +53,12 @@ type ha struct {
 	camp     *lease.Campaign
 	instance string
 	stateKey string
-	log      *slog.Logger
-	now      func() time.Time
+	// prefix is the daemon's keys' prefix, P:daemon.
+	prefix string
+	// renewInterval is the campaign's period (the lease's TTL/3), wall time.
+	renewInterval time.Duration
+	log           *slog.Logger
+	now           func() time.Time
 	// kick wakes the loop for a takeover.
 	kick chan struct{}
 
@@ -96,12 +100,12 @@ func (d *Daemon) newHA(instance string, reg prometheus.Registerer) error {
 	if instance == "" {
 		instance = defaultInstance()
 	}
-	h := &ha{client: c, instance: instance, stateKey: cfg.Prefix + ":daemon:state", log: d.log.With("component", "ha"),
-		now: d.clock.Now, kick: make(chan struct{}, 1)}
+	h := &ha{client: c, instance: instance, stateKey: cfg.Prefix + ":daemon:state", prefix: cfg.Prefix + ":daemon",
+		renewInterval: time.Duration(cfg.LeaseTTL) / 3, log: d.log.With("component", "ha"), now: d.clock.Now, kick: make(chan struct{}, 1)}
 	h.stepDowns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_daemon_step_downs_total",
-		Help:        "Times the acting daemon stopped acting, by why: lease (lost or expired), stale_term (the gateway's 409), fenced (a shared write refused).",
+		Help:        "Times the acting daemon stopped acting, by why: lease (lost or expired), stale_term (the gateway's 409), fenced (a shared write refused), blind (handed over to a standby that sees).",
 		ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"reason"})
-	for _, r := range []string{"lease", "stale_term", "fenced"} {
+	for _, r := range []string{"lease", "stale_term", "fenced", "blind"} {
 		h.stepDowns.WithLabelValues(r)
 	}
 	if err := reg.Register(h.stepDowns); err != nil {
@@ -159,7 +163,7 @@ func (d *Daemon) stepDown(term uint64, why, reason string) {
 	}
 	h.stepDowns.WithLabelValues(why).Inc()
 	h.log.Warn("stepped down: standby until the lease is won again", "term", term, "why", why, "reason", reason)
-	if why != "lease" {
+	if why != "lease" && why != "blind" { // a blind daemon releases the lease itself (noteSight)
 		// Superseded while the campaign may still believe it leads (the gateway or the store saw
 		// a later term first): give the lease up so that it settles on one daemon without
 		// waiting for a renewal to be refused.
