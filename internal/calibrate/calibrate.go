@@ -23,6 +23,7 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/atomicfile"
 	"github.com/basin-dev/basin/internal/loadgen"
+	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
@@ -120,12 +121,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	o = o.withDefaults()
 	wallStep := time.Duration(float64(o.Step) / o.Speed)
 	// Scrape several times per step and keep the rates' window inside one step.
-	interval := min(collector.DefaultInterval, wallStep/6)
+	interval := min(collector.DefaultInterval, wallStep/6) // wall time
+	// The metrics are read on the endpoint's clock (a simulated deployment announces its speed,
+	// and the collector refuses one that differs from its clock's): rates come per second of the
+	// endpoint's time. A scrape's timeout stays wall time: the network does not run faster.
+	clock, err := scaledclock.New(o.Speed, nil)
+	if err != nil {
+		return nil, fmt.Errorf("speed: %w", err)
+	}
+	span := func(wall time.Duration) time.Duration { return time.Duration(float64(wall) * o.Speed) }
 	// A reading from anywhere in the step will do, so a signal is stale only after a whole step
 	// without a successful scrape (a loaded endpoint answers slowly).
-	col, err := collector.New(collector.Options{Targets: o.Targets, TargetFile: o.TargetFile, Interval: interval,
-		Timeout: interval, Window: max(2*interval, wallStep/2), StaleAfter: int(wallStep / interval),
-		Logger: o.Logger})
+	col, err := collector.New(collector.Options{Targets: o.Targets, TargetFile: o.TargetFile, Interval: span(interval),
+		Timeout: min(interval, span(interval)), Window: span(max(2*interval, wallStep/2)), StaleAfter: int(wallStep / interval),
+		Now: clock.Now, WallDuration: clock.WallDuration, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +221,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 		snap := col.Snapshot()
-		p, err := point(snap, o.Speed)
+		p, err := point(snap)
 		if err != nil {
 			return res, fmt.Errorf("step %d (×%g): %w", i+1, o.Multipliers[i], err)
 		}
@@ -353,8 +362,8 @@ func SaveCalibration(c *detector.Calibration, out string) error {
 }
 
 // point reads one step's measurement; a signal that is not fresh is an error, never a zero. Rates
-// are scraped per wall second and converted to the endpoint's time (÷ speed).
-func point(s collector.Snapshot, speed float64) (detector.Point, error) {
+// are per second of the endpoint's time (the collector runs on its clock).
+func point(s collector.Snapshot) (detector.Point, error) {
 	need := []collector.Signal{collector.WorkingSet, collector.CacheCapacity, collector.HitRate}
 	if blind := s.Blind(need); len(blind) > 0 {
 		return detector.Point{}, fmt.Errorf("signals not fresh: %v", blind)
@@ -367,7 +376,7 @@ func point(s collector.Snapshot, speed float64) (detector.Point, error) {
 		p.Sessions = n
 	}
 	if r, ok := s.Get(collector.CompletionRate); ok {
-		p.CompletionRatePerS = r / speed
+		p.CompletionRatePerS = r
 	}
 	return p, nil
 }
