@@ -126,3 +126,25 @@ func TestCountOnlyGatewayTakenOver(t *testing.T) {
 	assert.Contains(t, logs.String(), "was_count_only=true")
 	assert.Contains(t, logs.String(), "effect=")
 }
+
+// TestDryRunClaimsNoBudget: a dry run in front of a count-only gateway decides a budget but sets
+// none, so it exports no basin_budget_tokens (the budget in force is the gateway's own, none):
+// the budget it would set is basin_dry_run_budget_tokens. Acting, the budget set is
+// basin_budget_tokens.
+func TestDryRunClaimsNoBudget(t *testing.T) {
+	e := newEnv(t, "dry_run: true\n")
+	e.gw.set(func(g *fakeGateway) { g.countOnly = true })
+	d1 := e.daemon()
+	for range 20 {
+		e.step(d1)
+	}
+	require.NotZero(t, d1.StatusNow().Policy.Target, "the dry run decided a budget")
+	assert.Equal(t, -1.0, gauge(t, d1, "basin_budget_tokens"), "no budget in force is claimed")
+	assert.Equal(t, float64(d1.StatusNow().Policy.Target), gauge(t, d1, "basin_dry_run_budget_tokens"))
+
+	e.cfg.DryRun = false
+	d2 := e.daemon()
+	e.stepUntil(d2, 5, "a budget set", func(Status) bool { return len(e.gw.Budgets()) > 0 })
+	assert.Equal(t, float64(e.gw.Budget()), gauge(t, d2, "basin_budget_tokens"))
+	assert.Equal(t, -1.0, gauge(t, d2, "basin_dry_run_budget_tokens"))
+}

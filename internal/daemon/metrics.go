@@ -14,7 +14,7 @@ type metrics struct {
 	state, mode, wc, hit, plateau, knee, live, stable, unstable  *prometheus.Desc
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
 	peak, dryRun, blind, gatewayUp, tolRatio, tolSessions, tolAt *prometheus.Desc
-	leader, term                                                 *prometheus.Desc
+	leader, term, wouldBudget                                    *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -40,7 +40,9 @@ func newMetrics(d *Daemon) *metrics {
 		tolAt:       g("spike_tolerance_alert_ratio", "1 + spike_tolerance_margin: BasinSpikeToleranceLow warns while basin_spike_tolerance_ratio stays under it."),
 		lambda:      g("arrival_rate_per_second", "Smoothed session arrival rate λ."),
 		peak:        g("peak_completion_rate_per_second", "Peak session completion rate in use (calibrated or learnt)."),
-		budget:      g("budget_tokens", "The budget basin last decided (the gateway's budget unless in dry run)."),
+		budget: g("budget_tokens", "The budget basin set on the gateway, in force (absent in a dry run, which sets none: "+
+			"basin_gateway_budget_tokens is the gateway's own, 0 while it only counts)."),
+		wouldBudget: g("dry_run_budget_tokens", "In a dry run: the budget basin would set if it acted (never applied)."),
 		reference:   g("reference_budget_tokens", "The B_ref the policy uses: min(0.9 × knee·C, C) with C the cache capacity it holds (a fall followed over reference_window), re-sent when it moves by more than one step."),
 		paused:      g("remediation_paused", "1 while remediation is paused through the API."),
 		lending:     g("lending_enabled", "1 while basin has KV lending switched on."),
@@ -101,7 +103,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.paused, b2f(paused))
 	en, _ := d.lend.State()
 	gauge(m.lending, b2f(en))
-	if ps.Target > 0 {
+	// A dry run's target is a decision never applied: the gateway keeps its own budget (or counts
+	// only), so it is no budget in force, and a series named for one would put a budget that
+	// does not exist on the dashboards and into the budget-over-reference rule.
+	switch {
+	case ps.Target <= 0:
+	case d.cfg.DryRun:
+		gauge(m.wouldBudget, float64(ps.Target))
+	default:
 		gauge(m.budget, float64(ps.Target))
 	}
 	if ps.Reference > 0 {
