@@ -12,9 +12,10 @@ build:
 
 OPENAI_CLIENT := gateway/testdata/openai-client
 ANTHROPIC_CLIENT := gateway/testdata/anthropic-client
+AGENT_CLIS := internal/agentcli/testdata
 
 # All tests, then the concurrent packages again under the race detector, then a short fuzz pass.
-test: lint $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules
+test: lint $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules $(AGENT_CLIS)/node_modules
 	$(GO) test ./...
 	$(GO) test -race $(RACE_PKGS)
 	$(MAKE) --no-print-directory fuzz
@@ -30,6 +31,13 @@ $(ANTHROPIC_CLIENT)/node_modules: $(ANTHROPIC_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix $(ANTHROPIC_CLIENT) --no-audit --no-fund --loglevel=error; \
 	else echo "npm not found: the gateway's anthropic client test will be skipped (install Node.js 20+ and npm)"; fi
+
+# … and the real Claude Code and Codex command-line agents, pinned the same way, run through the
+# gateway by internal/agentcli's tests.
+$(AGENT_CLIS)/node_modules: $(AGENT_CLIS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(AGENT_CLIS) --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the Claude Code and Codex agent tests will be skipped (install Node.js 20+ and npm)"; fi
 
 # staticcheck at a pinned version, from the Go module proxy (its configuration: staticcheck.conf).
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
