@@ -527,7 +527,7 @@ func strArgs(ss []string) []any {
 func sameSession(a, b *admission.LiveSession) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Arrival.Equal(b.Arrival) && a.Admitted.Equal(b.Admitted) &&
 		a.LastDone.Equal(b.LastDone) && a.Context == b.Context && a.Peak == b.Peak && a.PredictedPeak == b.PredictedPeak &&
-		a.Priority.Equal(b.Priority) && a.Held == b.Held && a.HeldCallSeconds == b.HeldCallSeconds
+		a.Priority.Equal(b.Priority) && a.Held == b.Held && a.HeldCallSeconds == b.HeldCallSeconds && a.Dormant == b.Dormant
 }
 
 func sameTimes(a, b map[string]time.Time) bool {
