@@ -163,7 +163,7 @@ type AdmissionConfig struct {
 	// ArrivalOrder orders the queue by arrival alone.
 	ArrivalOrder bool `yaml:"arrival_order"`
 	// StaleAfter is how long a queued session may wait before it goes stale: behind every fresh
-	// session, the stale ones newest first (admission.DefaultStaleAfter; negative: never).
+	// session, the stale ones newest first (admission.DefaultStaleAfter).
 	StaleAfter Duration `yaml:"stale_after"`
 	// HoldBound is the longest a held session's call waits at the gateway before it passes
 	// anyway (admission.DefaultHoldBound). It must stay under the clients' request timeout (the
@@ -175,6 +175,16 @@ type AdmissionConfig struct {
 	// retryable 503 with Retry-After at once, and one still queued after it gets it then,
 	// instead of a wait it cannot get through in time. A retry keeps its place.
 	StartDeadline Duration `yaml:"start_deadline"`
+	// MaxLead caps the size term of the queue's priority (admission.Options.MaxLead): a session
+	// that has waited this long is ahead of every later arrival, whatever the predictions
+	// (0, the default: no cap, the paper's order, which the simulator measures). For clients
+	// whose patience is shorter than the leads their predictions give.
+	MaxLead Duration `yaml:"max_lead"`
+	// DormantFloor is the shortest idleness that makes a live session dormant: out of the
+	// working set and the admission test until it calls again (admission.DefaultDormantFloor).
+	DormantFloor Duration `yaml:"dormant_floor"`
+	// DisableDormancy keeps every live session in the working set until it ends or idles out.
+	DisableDormancy bool `yaml:"disable_dormancy"`
 	// TenantQuota caps each tenant's live plus queued sessions (0: no cap).
 	TenantQuota int `yaml:"tenant_quota"`
 	// Quotas overrides TenantQuota per tenant.
@@ -325,6 +335,9 @@ func (c *Config) validate(root *yaml.Node) error {
 	if a.StartDeadline < 0 {
 		bad(adm("start_deadline"), "must be ≥ 0 (0: off), got %v", time.Duration(a.StartDeadline))
 	}
+	if a.MaxLead < 0 {
+		bad(adm("max_lead"), "must be ≥ 0 (0: no cap), got %v", time.Duration(a.MaxLead))
+	}
 	if hb := time.Duration(a.HoldBound); hb < 0 || hb >= MaxHoldBound {
 		bad(adm("hold_bound"), "must be > 0 and under %v (the SDKs' request timeout), got %v", MaxHoldBound, hb)
 	}
@@ -408,6 +421,14 @@ func (c *Config) validateReplication(root *yaml.Node, bad func([]string, string,
 	}
 }
 
+// dormantFloor is the core's DormantFloor: negative turns dormancy off.
+func (a AdmissionConfig) dormantFloor() time.Duration {
+	if a.DisableDormancy {
+		return -1
+	}
+	return time.Duration(a.DormantFloor)
+}
+
 // admissionOptions maps the configuration onto the admission core's options.
 func (c *Config) admissionOptions() admission.Options {
 	a := c.Admission
@@ -421,6 +442,8 @@ func (c *Config) admissionOptions() admission.Options {
 		StaleAfter:      time.Duration(a.StaleAfter),
 		HoldBound:       time.Duration(a.HoldBound),
 		StartDeadline:   time.Duration(a.StartDeadline),
+		MaxLead:         time.Duration(a.MaxLead),
+		DormantFloor:    a.dormantFloor(),
 		TenantQuota:     a.TenantQuota,
 		Quotas:          a.Quotas,
 		IdleTimeout:     time.Duration(c.IdleTimeout),

@@ -58,6 +58,7 @@ func TestParseConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"bad mode", ok + "  mode: greedy\n", []string{"line 4", "admission.mode", `"greedy"`}},
 		{"negative quota", ok + "  quotas:\n    acme: -1\n", []string{"line 5", "admission.quotas.acme"}},
 		{"hold bound past the SDKs' timeout", ok + "  hold_bound: 12m\n", []string{"line 4", "admission.hold_bound", "under 10m0s"}},
+		{"negative max lead", ok + "  max_lead: -1s\n", []string{"line 4", "admission.max_lead"}},
 		{"bad header name", ok + "tenant_header: \"x tenant\"\n", []string{"line 4", "tenant_header"}},
 		{"bad listen", ok + "listen: localhost\n", []string{"line 4", "listen", "host:port"}},
 		{"empty session headers", ok + "session_headers: []\n", []string{"line 4", "session_headers"}},
@@ -212,6 +213,28 @@ admission: {budget_tokens: 100, priority_tokens_per_sec: .nan}
 				assert.Contains(t, err.Error(), w)
 			}
 			assert.Len(t, strings.Split(strings.TrimSpace(err.Error()), "\n"), len(tc.want), "one line a problem, each once: %v", err)
+		})
+	}
+}
+
+// The queue's lead cap and dormancy reach the admission core as written; disable_dormancy turns
+// dormancy off (the core's negative floor).
+func TestAdmissionQueueAndDormancyKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		lead, floor time.Duration
+	}{
+		{"defaults", "", 0, 0},
+		{"set", "  max_lead: 15s\n  dormant_floor: 5m\n", 15 * time.Second, 5 * time.Minute},
+		{"dormancy off", "  dormant_floor: 5m\n  disable_dormancy: true\n", 0, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte("upstreams: [http://127.0.0.1:8000]\nadmission:\n  budget_tokens: 5000\n" + tc.yaml))
+			require.NoError(t, err)
+			o := c.admissionOptions()
+			assert.Equal(t, tc.lead, o.MaxLead)
+			assert.Equal(t, tc.floor, o.DormantFloor)
+			require.NoError(t, o.Validate())
 		})
 	}
 }
