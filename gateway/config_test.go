@@ -221,7 +221,7 @@ admission: {budget_tokens: 100, priority_tokens_per_sec: .nan}
 // dormancy off (the core's negative floor).
 func TestAdmissionQueueAndDormancyKeys(t *testing.T) {
 	for _, tc := range []struct {
-		name, yaml string
+		name, yaml  string
 		lead, floor time.Duration
 	}{
 		{"defaults", "", 0, 0},
