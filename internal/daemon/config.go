@@ -201,7 +201,12 @@ func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	root, err := yamlconf.Decode(data, &c)
 	if err != nil {
-		return nil, removedKeys(data, err)
+		err = removedKeys(data, err)
+		if root == nil {
+			return nil, err
+		}
+		// What did decode is validated too: one run names every mistake of the file.
+		return nil, yamlconf.Join(err, c.validate(root))
 	}
 	if err := c.validate(root); err != nil {
 		return nil, err

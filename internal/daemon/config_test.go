@@ -362,3 +362,24 @@ func TestStartSaysWhichSignalCannotBeProvided(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigReportsEveryBadValue: a daemon configuration with several bad values — bad
+// durations and numbers the decoder refuses, and values that decode but do not validate — names
+// every one with its key and line in one run, not the first alone.
+func TestConfigReportsEveryBadValue(t *testing.T) {
+	_, err := ParseConfig([]byte(`data_dir: /x
+interval: fast
+spike_tolerance_margin: lots
+collector:
+  targets: [{name: g, url: "http://a/metrics", role: gateway}]
+  timeout: soon
+gateway: {admin_url: "ftp://a"}
+lending: {max_fraction: 2}
+`))
+	require.Error(t, err)
+	for _, want := range []string{`line 2: interval: duration "fast"`, "line 3: spike_tolerance_margin:", `line 6: collector.timeout: duration "soon"`,
+		`line 7: gateway.admin_url: "ftp://a" is not an http(s) URL`, "line 8: lending.max_fraction: 2 outside [0, 1]"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.NotContains(t, err.Error(), "must be at least 1s", "no second message about the interval the decoder refused")
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,18 +22,23 @@ import (
 // Duration is a time.Duration written the Go way in YAML ("30s", "10m").
 type Duration time.Duration
 
-// UnmarshalYAML implements yaml.Unmarshaler, naming the line of a bad value.
+// UnmarshalYAML implements yaml.Unmarshaler, naming the line of a bad value. Its errors are
+// yaml.TypeErrors, which the decoder collects and goes on after: any other error stops the
+// decoding at the first bad duration and hides every mistake after it.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	bad := func(format string, args ...any) error {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf(format, args...)}}
+	}
 	var s string
 	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: duration: %w", n.Line, err)
+		return bad("line %d: duration: %v", n.Line, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: duration %q: want a value like 30s or 10m", n.Line, s)
+		return bad("line %d: duration %q: want a value like 30s or 10m", n.Line, s)
 	}
 	if v < 0 {
-		return fmt.Errorf("line %d: duration %q: must not be negative", n.Line, s)
+		return bad("line %d: duration %q: must not be negative", n.Line, s)
 	}
 	*d = Duration(v)
 	return nil
@@ -42,7 +48,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) String() string { return time.Duration(d).String() }
 
 // Decode decodes data into v, rejecting unknown keys, and returns the parsed document for
-// LineOf. Errors read "line N: key: …".
+// LineOf. Errors read "line N: key: …", every bad key and value of the file at once. When the
+// document parsed but did not decode (unknown keys, bad values), the document is returned with
+// the error, and v holds what decoded: a caller can validate the rest and report it with Join.
 func Decode(data []byte, v any) (*yaml.Node, error) {
 	var root yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
@@ -51,15 +59,87 @@ func Decode(data []byte, v any) (*yaml.Node, error) {
 	if len(root.Content) == 0 {
 		return &root, nil
 	}
-	if err := checkDurations(&root, reflect.TypeOf(v), ""); err != nil {
-		return nil, err
-	}
+	durErr := checkDurations(&root, reflect.TypeOf(v), "")
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nameKeys(&root, yamlError(err))
+		return &root, joinLines(durErr, nameKeys(&root, yamlError(err)))
+	}
+	if durErr != nil {
+		return &root, durErr
 	}
 	return &root, nil
+}
+
+// Join reports a decoding error and the validation of what did decode together, so one run
+// names every mistake. A validation problem on a line the decoding already reported is left
+// out: the key that failed to decode holds its zero value, and a complaint about that ("required")
+// would be a second, misleading message about the same mistake.
+func Join(decodeErr, validateErr error) error {
+	if validateErr == nil || decodeErr == nil {
+		return errors.Join(decodeErr, validateErr)
+	}
+	reported := map[int]bool{}
+	for _, m := range splitMessages(decodeErr) {
+		var line int
+		if _, e := fmt.Sscanf(m, "line %d:", &line); e == nil {
+			reported[line] = true
+		}
+	}
+	out := []error{decodeErr}
+	for _, m := range splitMessages(validateErr) {
+		var line int
+		if _, e := fmt.Sscanf(m, "line %d:", &line); e == nil && reported[line] {
+			continue
+		}
+		out = append(out, errors.New(m))
+	}
+	return errors.Join(out...)
+}
+
+// joinLines joins errors of "line N: …" messages in the decoder's "; " form, one message a
+// line: checkDurations and the decoder can both refuse one duration, the first error's says it.
+func joinLines(errs ...error) error {
+	var parts []string
+	lines := map[int]bool{}
+	for _, err := range errs {
+		var these []int
+		for _, m := range splitMessages(err) {
+			var line int
+			if _, e := fmt.Sscanf(m, "line %d:", &line); e == nil {
+				if lines[line] {
+					continue
+				}
+				these = append(these, line)
+			}
+			if !slices.Contains(parts, m) {
+				parts = append(parts, m)
+			}
+		}
+		for _, l := range these {
+			lines[l] = true
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(parts, "; "))
+}
+
+// splitMessages splits an error into its messages ("; " and newline separated).
+func splitMessages(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		for _, m := range strings.Split(l, "; ") {
+			if m = strings.TrimSpace(m); m != "" {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }
 
 // checkDurations makes every time.Duration field read the way Duration does: yaml.v3 parses a

@@ -1,6 +1,8 @@
 package yamlconf
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +134,33 @@ func TestDurationsReadOneWay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, c.Wait)
 	assert.Equal(t, 2*time.Minute, c.Inner.Every)
+}
+
+// TestDecodeReportsEveryBadValue: a file with several bad values names each, with its key and
+// line — a bad duration used to stop the decoding and hide every mistake after it.
+func TestDecodeReportsEveryBadValue(t *testing.T) {
+	type withStd struct {
+		conf `yaml:",inline"`
+		Std  time.Duration `yaml:"std"`
+	}
+	var c withStd
+	root, err := Decode([]byte("wait: soon\nname: x\ninner:\n  count: many\nstd: 12\nlist: [1, x]\nwiat: 3s\n"), &c)
+	require.Error(t, err)
+	require.NotNil(t, root, "the document parsed: the caller can validate the rest")
+	for _, want := range []string{`line 1: wait: duration "soon"`, "line 4: inner.count:", "line 5: std: duration 12",
+		"line 6: list", `line 7: unknown key "wiat"`} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Equal(t, 1, strings.Count(err.Error(), "line 5:"), "one message a line: %v", err)
+	assert.Equal(t, "x", c.Name, "what decoded is there")
+}
+
+// TestJoinLeavesOutTheSameLine: validating what decoded reports more mistakes, but none about a
+// key the decoding already refused.
+func TestJoinLeavesOutTheSameLine(t *testing.T) {
+	err := Join(errors.New("line 2: interval: duration \"fast\": want a value like 30s or 10m"),
+		errors.Join(errors.New("line 2: interval: 0s, must be at least 1s"), errors.New("line 5: lending.max_fraction: 2 outside [0, 1]")))
+	assert.Contains(t, err.Error(), "line 5: lending.max_fraction")
+	assert.NotContains(t, err.Error(), "must be at least 1s")
+	assert.Contains(t, err.Error(), `duration "fast"`)
 }
