@@ -23,6 +23,7 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 	header := fs.String("session-header", "x-session-id", "header carrying the session id")
 	keyEnv := fs.String("api-key-env", "", "environment variable holding the API key sent as a bearer token")
 	noStream := fs.Bool("no-stream", false, "ask for whole responses instead of streams")
+	stopAtEOS := fs.Bool("stop-at-eos", false, "leave out \"ignore_eos\": true (sent by default so that outputs have the scenario's lengths) for an endpoint that refuses unknown fields")
 	apiName := fs.String("api", "chat", "the API the calls speak: chat (/v1/chat/completions), responses (/v1/responses) or messages (/v1/messages)")
 	reject429 := fs.Bool("reject-429", false, "treat 429 as a final refusal instead of retrying after Retry-After")
 	retries := fs.Int("retry-budget", 5, "retries per session after 503/429 (negative: none)")
@@ -56,7 +57,7 @@ func runLoadgen(ctx context.Context, env Env, args []string) error {
 				b.SetNote(float64(p.Elapsed)/float64(p.Duration), loadgenNote(p))
 			}
 		},
-		Target: *target, Scenario: sc, Speed: *speed, SessionHeader: *header, APIKey: key, NoStream: *noStream, API: api,
+		Target: *target, Scenario: sc, Speed: *speed, SessionHeader: *header, APIKey: key, NoStream: *noStream, StopAtEOS: *stopAtEOS, API: api,
 		Reject429Terminal: *reject429, RetryBudget: *retries, MaxRetryWait: *maxWait, PerSession: *perSession,
 		// The scenario's deployment is what goodput's slowdown is measured against; against a real
 		// engine it is only as right as the scenario's description of that engine.

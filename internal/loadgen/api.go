@@ -39,6 +39,7 @@ type responsesRequest struct {
 	MaxOutputTokens int       `json:"max_output_tokens"`
 	Stream          bool      `json:"stream"`
 	Store           bool      `json:"store"`
+	IgnoreEOS       bool      `json:"ignore_eos,omitempty"`
 }
 
 // messagesRequest is the body of an Anthropic Messages call.
@@ -48,22 +49,24 @@ type messagesRequest struct {
 	Messages  []message `json:"messages"`
 	MaxTokens int       `json:"max_tokens"`
 	Stream    bool      `json:"stream"`
+	IgnoreEOS bool      `json:"ignore_eos,omitempty"`
 }
 
 // request is the body of a call with the conversation msgs, in the run's API.
 func (r *runner) request(msgs []message, output int) any {
-	stream := !r.o.NoStream
+	stream, exact := !r.o.NoStream, !r.o.StopAtEOS
 	system, rest := "", msgs
 	if len(msgs) > 0 && msgs[0].Role == "system" {
 		system, rest = msgs[0].Content, msgs[1:]
 	}
 	switch r.o.API {
 	case agentcall.Responses:
-		return responsesRequest{Model: r.o.Model, Instructions: system, Input: rest, MaxOutputTokens: output, Stream: stream}
+		return responsesRequest{Model: r.o.Model, Instructions: system, Input: rest, MaxOutputTokens: output, Stream: stream,
+			IgnoreEOS: exact}
 	case agentcall.Messages:
-		return messagesRequest{Model: r.o.Model, System: system, Messages: rest, MaxTokens: output, Stream: stream}
+		return messagesRequest{Model: r.o.Model, System: system, Messages: rest, MaxTokens: output, Stream: stream, IgnoreEOS: exact}
 	}
-	req := chatRequest{Model: r.o.Model, Messages: msgs, MaxTokens: output, Stream: stream}
+	req := chatRequest{Model: r.o.Model, Messages: msgs, MaxTokens: output, Stream: stream, IgnoreEOS: exact}
 	if req.Stream {
 		req.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
@@ -159,9 +162,10 @@ func (r *runner) readShapeAnswer(body io.Reader, a *attempt) error {
 	return nil
 }
 
-// readShapeStream reads a Responses stream up to response.completed, or a Messages stream up to
-// message_stop: the text deltas make the answer, the usage comes from response.completed
-// (Responses) or message_start and message_delta (Messages), and an error event fails the call.
+// readShapeStream reads a Responses stream up to response.completed (or response.incomplete), or
+// a Messages stream up to message_stop: the text deltas make the answer, the usage comes from the
+// last Responses event or from message_start and message_delta (Messages), and an error event
+// fails the call.
 func (r *runner) readShapeStream(body io.Reader, a *attempt) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxResponseBody)
@@ -199,7 +203,7 @@ func (r *runner) readShapeStream(body io.Reader, a *attempt) error {
 			if ev.Usage != nil {
 				u.OutputTokens, seen = ev.Usage.OutputTokens, true
 			}
-		case "response.completed":
+		case "response.completed", "response.incomplete":
 			if ev.Response != nil && ev.Response.Usage != nil {
 				u, seen = *ev.Response.Usage, true
 			}
@@ -210,7 +214,9 @@ func (r *runner) readShapeStream(body io.Reader, a *attempt) error {
 			}
 			content.WriteString(text)
 		}
-		if ev.Type == "response.completed" || ev.Type == "message_stop" {
+		// response.incomplete is a Responses answer cut at max_output_tokens: with ignore_eos,
+		// every answer is.
+		if ev.Type == "response.completed" || ev.Type == "response.incomplete" || ev.Type == "message_stop" {
 			a.content = content.String()
 			if seen {
 				a.usage = u.openAI(r.o.API)
@@ -221,5 +227,5 @@ func (r *runner) readShapeStream(body io.Reader, a *attempt) error {
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read stream: %w", err)
 	}
-	return errors.New("read stream: ended before its last event (response.completed, message_stop)")
+	return errors.New("read stream: ended before its last event (response.completed or response.incomplete, message_stop)")
 }

@@ -31,6 +31,7 @@ type chatRequest struct {
 	MaxTokens     int            `json:"max_tokens"`
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+	IgnoreEOS     bool           `json:"ignore_eos,omitempty"`
 }
 
 type streamOptions struct {

@@ -431,6 +431,7 @@ func TestRequests(t *testing.T) {
 	require.NotNil(t, first.StreamOptions)
 	assert.True(t, first.StreamOptions.IncludeUsage)
 	assert.Equal(t, 20, first.MaxTokens)
+	assert.True(t, first.IgnoreEOS, "exactly max_tokens: the scenario's output length")
 	require.Len(t, first.Messages, 2)
 	assert.Equal(t, "system", first.Messages[0].Role)
 	require.Len(t, second.Messages, 4)

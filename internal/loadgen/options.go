@@ -60,6 +60,11 @@ type Options struct {
 	// NoStream sends "stream": false; streaming (with stream_options.include_usage) is the
 	// default because only a stream shows the time to first token.
 	NoStream bool
+	// StopAtEOS leaves out "ignore_eos": true, SGLang's and vLLM's sampling parameter (and basin
+	// sim serve's) that makes the engine generate exactly max_tokens, the output length the
+	// scenario drew: sent by default, as the engines' own benchmarks do, so the run's contexts
+	// grow as the scenario says. Set it for an endpoint that refuses unknown fields.
+	StopAtEOS bool
 	// JitterFraction is the largest extra fraction of Retry-After waited, drawn uniformly
 	// (DefaultJitterFraction when zero, none when negative; at most 1).
 	JitterFraction float64
