@@ -119,7 +119,8 @@ type Status struct {
 	Pending         []remediate.Record `json:"pending_actions,omitempty"`
 	// Role, Term, Instance, RoleSince and RoleReason say this daemon's part with a store (all
 	// absent without one): acting or standby, the lease's term it acts under (while standby: the
-	// last it held or saw won), its name in the lease, and when and why its role last changed.
+	// last term it held or won, absent while it has held none — terms start at 1, and a 0 would
+	// read as a term), its name in the lease, and when and why its role last changed.
 	Role       string    `json:"role,omitempty"`
 	Term       uint64    `json:"term,omitempty"`
 	Instance   string    `json:"instance,omitempty"`

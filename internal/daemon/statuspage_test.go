@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -180,6 +182,38 @@ func TestStatusPageActionReasons(t *testing.T) {
 	for _, r := range [][]string{budget, lending} {
 		assert.NotContains(t, r[4], "decode-0: reserved", "the lender's measurements are not the %s row's reason", r[1])
 	}
+}
+
+// TestStatusPageStandby: two daemons on one store. The standby has never held the lease, so its
+// status leaves the term out (a term of 0 would read as one); its page says standby and not
+// acting, and prints no term, while the acting daemon's names the term it acts under.
+func TestStatusPageStandby(t *testing.T) {
+	bin := chromiumtest.Find(t)
+	p := newHAPair(t, "a", "b")
+	p.step(0, 1)
+	acting, standby := serveAPI(t, p.ds[0]), serveAPI(t, p.ds[1])
+
+	code, body := call(t, http.MethodGet, standby.URL+"/api/v1/status", "", "")
+	require.Equal(t, http.StatusOK, code)
+	var st map[string]any
+	require.NoError(t, json.Unmarshal(body, &st))
+	assert.Equal(t, RoleStandby, st["role"])
+	assert.Equal(t, "b", st["instance"])
+	assert.NotContains(t, st, "term", "a standby that has held no term sends none")
+
+	dom := chromiumtest.DOM(t, bin, standby.URL+"/")
+	require.False(t, chromiumtest.Hidden(dom, "standby"), "the standby banner shows")
+	text, _ := chromiumtest.Text(dom, "role")
+	assert.Equal(t, "standby (not acting) · b", text)
+	for _, id := range []string{"standby", "role"} {
+		text, _ := chromiumtest.Text(dom, id)
+		assert.NotRegexp(t, `null|undefined|NaN|term`, text, id)
+	}
+
+	dom = chromiumtest.DOM(t, bin, acting.URL+"/")
+	assert.True(t, chromiumtest.Hidden(dom, "standby"))
+	text, _ = chromiumtest.Text(dom, "role")
+	assert.Equal(t, "acting · term 1 · a", text)
 }
 
 // errUnreachable is a gateway admin API that does not answer.

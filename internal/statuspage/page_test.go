@@ -151,11 +151,19 @@ func TestPageInChromium(t *testing.T) {
 		})}, func(t *testing.T, dom string) {
 			require.False(t, chromiumtest.Hidden(dom, "standby"), "the standby banner shows")
 			text, _ := chromiumtest.Text(dom, "standby")
-			assert.Contains(t, text, "standby: daemon-1 watches and takes no action")
+			assert.Equal(t, "standby: daemon-1 watches and takes no action; the daemon holding the lease acts (this one last held term 3).", text)
 			text, _ = chromiumtest.Text(dom, "role")
-			assert.Equal(t, "standby · term 3 · daemon-1", text)
+			assert.Equal(t, "standby (not acting) · last held term 3 · daemon-1", text, "not \"term 3\", which reads as the term it acts under")
 			assert.Regexp(t, `<title>basin — healthy \(standby\)</title>`, dom)
 		}},
+		// A standby that has never held the lease: the status leaves its term out (the daemon's
+		// JSON) or, from another client, sends it as null. Neither is a term to print.
+		{"standby (HA), never held a term", api{status: status(func(s, _, _ map[string]any) {
+			s["role"], s["instance"] = "standby", "daemon-1"
+		})}, standbyWithoutTerm},
+		{"standby (HA), term null", api{status: status(func(s, _, _ map[string]any) {
+			s["role"], s["term"], s["instance"] = "standby", nil, "daemon-1"
+		})}, standbyWithoutTerm},
 		{"acting (HA)", api{status: status(func(s, _, _ map[string]any) {
 			s["role"], s["term"], s["instance"] = "acting", 4, "daemon-0"
 		})}, func(t *testing.T, dom string) {
@@ -213,6 +221,14 @@ func TestPageInChromium(t *testing.T) {
 				text, _ := chromiumtest.Text(dom, "curve-note")
 				assert.Contains(t, text, "absorbs a spike of +62% for 10 min (37 extra sessions) and comes back")
 			}},
+		{"counts of one", api{status: status(func(_, _, g map[string]any) {
+			g["live_sessions"], g["held_sessions"], g["held_tokens"], g["held_calls"], g["oldest_held_call_seconds"] = 2, 1, 40_000, 1, 3
+		}), curve: curveWith(map[string]any{"ratio": 1.05, "sessions": 1.2})}, func(t *testing.T, dom string) {
+			text, _ := chromiumtest.Text(dom, "budget-note")
+			assert.Equal(t, "B 1M · B_ref 1M · reserved 412K · 2 live, 0 queued · 1 held (40K of context), 1 call waiting, the longest 3 s", text)
+			text, _ = chromiumtest.Text(dom, "curve-note")
+			assert.Contains(t, text, "absorbs a spike of +5% for 10 min (1 extra session) and comes back")
+		}},
 		{"spike tolerance: none left", api{status: status(nil), curve: curveWith(map[string]any{"ratio": 1, "sessions": 0})},
 			func(t *testing.T, dom string) {
 				text, _ := chromiumtest.Text(dom, "curve-note")
@@ -312,6 +328,20 @@ func TestPageInChromium(t *testing.T) {
 				chromiumtest.Run(t, bin, url, "--window-size=1280,1100", "--screenshot="+filepath.Join(dir, "statuspage-"+name+".png"))
 			}
 		})
+	}
+}
+
+// standbyWithoutTerm checks the page of a standby whose status carries no term: it says standby and
+// not acting, and prints no term — neither a number nor "null".
+func standbyWithoutTerm(t *testing.T, dom string) {
+	require.False(t, chromiumtest.Hidden(dom, "standby"), "the standby banner shows")
+	text, _ := chromiumtest.Text(dom, "standby")
+	assert.Equal(t, "standby: daemon-1 watches and takes no action; the daemon holding the lease acts.", text)
+	text, _ = chromiumtest.Text(dom, "role")
+	assert.Equal(t, "standby (not acting) · daemon-1", text)
+	for _, id := range []string{"standby", "role"} {
+		text, _ := chromiumtest.Text(dom, id)
+		assert.NotRegexp(t, `null|undefined|NaN|term`, text, id)
 	}
 }
 

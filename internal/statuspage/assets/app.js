@@ -38,6 +38,12 @@ function path(svg, pts, sx, sy, cls, id) {
   return el("path", attrs, svg);
 }
 
+// count writes n things in words that agree with n: "1 extra session", "2 extra sessions". Every
+// count the page writes goes through it ("1 sessions" reads as a bug and makes the rest doubtful).
+function count(n, one, many) {
+  return `${n} ${n === 1 ? one : (many || one + "s")}`;
+}
+
 const clock = (t) => new Date(t).toISOString().slice(11, 16);
 const fixed = (n) => (v) => Number(v).toFixed(n);
 
@@ -119,7 +125,7 @@ function spikeTolerance(t) {
   if (t.ratio <= 1) return "absorbs no spike: more arrivals now would leave it trapped";
   const pct = Math.round((t.ratio - 1) * 100);
   return (t.capped ? `absorbs at least +${pct}%` : `absorbs a spike of +${pct}%`) +
-    ` for 10 min (${Math.round(t.sessions)} extra sessions) and comes back`;
+    ` for 10 min (${count(Math.round(t.sessions), "extra session")}) and comes back`;
 }
 
 // blindness is what the daemon cannot see, or null when it sees everything it needs. The daemon
@@ -155,8 +161,11 @@ function drawStatus(s) {
   document.getElementById("deployment").textContent = s.deployment ? "— " + s.deployment : "";
   document.getElementById("dry-run").hidden = !s.dry_run;
   // Two daemons on one store (HA): the standby watches and takes no action; say so as loudly as a
-  // dry run, and name the term on either.
+  // dry run. The acting daemon names the term it acts under. A standby's term is the last one it
+  // held, and the status leaves it out when it has held none: "term 3" next to "standby" would read
+  // as the term it acts under, and a missing one must not be printed as a value.
   const standby = s.role === "standby";
+  const heldTerm = Number.isInteger(s.term) && s.term > 0 ? s.term : 0;
   const sb = document.getElementById("standby");
   sb.hidden = !standby;
   sb.innerHTML = "";
@@ -164,11 +173,14 @@ function drawStatus(s) {
     const strong = document.createElement("strong");
     strong.textContent = "standby";
     sb.append(strong, `: ${s.instance || "this daemon"} watches and takes no action; the daemon holding the lease acts` +
-      (s.term ? ` (last term seen ${s.term})` : "") + ".");
+      (heldTerm ? ` (this one last held term ${heldTerm})` : "") + ".");
   }
   const role = document.getElementById("role");
   role.hidden = !s.role;
-  role.textContent = s.role ? `${s.role}${s.term ? " · term " + s.term : ""}${s.instance ? " · " + s.instance : ""}` : "";
+  const roleParts = !s.role ? [] : standby ? ["standby (not acting)"].concat(heldTerm ? [`last held term ${heldTerm}`] : []) :
+    [s.role].concat(heldTerm ? [`term ${heldTerm}`] : []);
+  if (s.role && s.instance) roleParts.push(s.instance);
+  role.textContent = roleParts.join(" · ");
   const unseen = blindness(s);
   // A blind daemon holds the last state it saw; showing that state's colour would claim a reading
   // basin does not have (a green "healthy" with every target down), so the badge says "blind".
@@ -214,7 +226,7 @@ function drawBudgetNote(s) {
     if (g.held_sessions) {
       // Held sessions are live: their next calls wait at the gateway while the others run.
       let held = `${g.held_sessions} held (${tokens(g.held_tokens || 0)} of context)`;
-      if (g.held_calls) held += `, ${g.held_calls} calls waiting, the longest ${Math.round(g.oldest_held_call_seconds || 0)} s`;
+      if (g.held_calls) held += `, ${count(g.held_calls, "call")} waiting, the longest ${Math.round(g.oldest_held_call_seconds || 0)} s`;
       parts.push(held);
     }
   }
