@@ -139,6 +139,7 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 		v.Replication = g.repl.view()
 	}
 	v.DaemonTerm = g.daemonTerm.Load()
+	v.DeploymentSpeed = g.deploymentSpeed()
 	httpjson.Write(w, http.StatusOK, v)
 }
 

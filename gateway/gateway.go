@@ -48,6 +48,10 @@ type Options struct {
 	// Now is the clock (time.Now when nil). Queue waits use real timers; every timestamp the
 	// admission core and the trace see comes from Now.
 	Now func() time.Time
+	// DeploymentClock says Now is the deployment's clock already (basin demo runs the gateway on
+	// its simulated deployment's): the speed an upstream announces is shown in /admin/state but
+	// not applied to the idle timeout again.
+	DeploymentClock bool
 	// Getenv reads the environment (os.Getenv when nil); the admin token may come from
 	// AdminTokenEnv.
 	Getenv func(string) string
@@ -66,6 +70,10 @@ type Gateway struct {
 
 	core core
 	repl *replica // nil without a store (replicated mode)
+	// speed is the deployment's speed as its upstream announces it (speed.go); not applied when
+	// the clock is the deployment's already (Options.DeploymentClock).
+	speed           speedWatch
+	deploymentClock bool
 	// daemonTerm is the highest Basin-Daemon-Term an admin write carried.
 	daemonTerm atomic.Uint64
 	pred       predictor.Predictor
@@ -138,7 +146,7 @@ func New(o Options) (*Gateway, error) {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now, shutdownTimeout: o.ShutdownTimeout,
+	g := &Gateway{cfg: cfg, log: o.Logger, now: o.Now, deploymentClock: o.DeploymentClock, shutdownTimeout: o.ShutdownTimeout,
 		stopping: make(chan struct{}), saveEvery: saveEvery, authLog: ratelog.Limiter{Every: logEvery},
 		errLog: ratelog.Limiter{Every: logEvery}}
 	g.mu.waiters = map[string][]*waiter{}

@@ -256,7 +256,8 @@ func TestSessionEnds(t *testing.T) {
 
 func TestIdleSessionsExpire(t *testing.T) {
 	clock := testclock.New(time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC))
-	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.IdleTimeout = Duration(time.Minute) }), clock.Now)
+	// 600 minutes of the simulator's time at 600×: a minute of the gateway's clock.
+	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.IdleTimeout = simIdleTimeout / 10 }), clock.Now)
 	decodeCompletion(t, h.chat("idle", 5, nil))
 	h.settle()
 	clock.Advance(30 * time.Second)

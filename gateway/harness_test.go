@@ -49,6 +49,10 @@ func (b *syncBuffer) String() string {
 // `basin sim serve --scenario paper-1p1d-h100` does.
 func startSim(t testing.TB) string { return servetest.Start(t, 600).URL }
 
+// simIdleTimeout is 10 minutes of wall time in front of startSim's simulator, which announces its
+// 600×: the gateway keeps the idle timeout in the deployment's time.
+const simIdleTimeout = Duration(100 * time.Hour)
+
 // harness is a gateway on loopback test servers, its Run loop going.
 type harness struct {
 	t     testing.TB

@@ -68,6 +68,10 @@ func (g *Gateway) newProxy(target *url.URL) *httputil.ReverseProxy {
 				pr.Out.Header.Set(g.cfg.Affinity.Header, routingKey(c.id))
 			}
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			g.noteSpeed(resp.Header)
+			return nil
+		},
 		Transport:     g.transport,
 		FlushInterval: -1,
 		ErrorHandler:  g.proxyError,

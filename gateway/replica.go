@@ -737,7 +737,7 @@ func (r *replica) notEnded(sessions []admission.LiveSession) []admission.LiveSes
 // forgetEnds drops the ends older than the idle timeout: a session reported live with no call
 // since then is ended by the idle sweep anyway.
 func (r *replica) forgetEnds(now time.Time) {
-	cutoff := now.Add(-time.Duration(r.g.cfg.IdleTimeout))
+	cutoff := now.Add(-r.g.core.IdleTimeout())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	maps.DeleteFunc(r.mu.ended, func(_ string, at time.Time) bool { return at.Before(cutoff) })

@@ -171,7 +171,10 @@ func TestSDKsAreQueuedAndRefusedAsTheyUnderstand(t *testing.T) {
 				return int(testutil.ToFloat64(h.g.metrics.refusals.WithLabelValues(status, reason)))
 			}
 			t.Run("queued, then admitted", func(t *testing.T) {
-				h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.Admission.BudgetTokens = 1 }), nil)
+				h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
+					c.Admission.BudgetTokens = 1
+					c.IdleTimeout = simIdleTimeout
+				}), nil)
 				decodeCompletion(t, h.chat("live", 5, nil))
 				done := make(chan sdkOutcome, 1)
 				go func() { done <- sdk.once(t, h, "waiting", 0, "") }()
@@ -184,6 +187,7 @@ func TestSDKsAreQueuedAndRefusedAsTheyUnderstand(t *testing.T) {
 			t.Run("503: retried after Retry-After", func(t *testing.T) {
 				h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
 					c.Admission.BudgetTokens = 1
+					c.IdleTimeout = simIdleTimeout
 					c.MaxQueueWait = Duration(300 * time.Millisecond)
 				}), nil)
 				decodeCompletion(t, h.chat("live", 5, nil))
@@ -202,6 +206,7 @@ func TestSDKsAreQueuedAndRefusedAsTheyUnderstand(t *testing.T) {
 			})
 			t.Run("429: retried after Retry-After", func(t *testing.T) {
 				h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
+					c.IdleTimeout = simIdleTimeout
 					c.TenantHeader = "x-tenant-id"
 					c.Admission.TenantQuota = 1
 				}), nil)
@@ -217,7 +222,10 @@ func TestSDKsAreQueuedAndRefusedAsTheyUnderstand(t *testing.T) {
 				}
 			})
 			t.Run("529: not retried, surfaced as overload", func(t *testing.T) {
-				h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.Admission.BudgetTokens = 1 }), nil)
+				h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
+					c.Admission.BudgetTokens = 1
+					c.IdleTimeout = simIdleTimeout
+				}), nil)
 				decodeCompletion(t, h.chat("live", 5, nil))
 				queued := h.chatAsync(context.Background(), "victim", 5, nil)
 				h.waitQueued(1)

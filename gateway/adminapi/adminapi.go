@@ -24,6 +24,9 @@ type StateView struct {
 	// DaemonTerm is the highest Basin-Daemon-Term an admin write carried (0: none yet); a write
 	// with a lower one is refused 409 stale_daemon_term.
 	DaemonTerm uint64 `json:"daemon_term,omitempty"`
+	// DeploymentSpeed is the speed a simulated upstream announces (X-Basin-Sim-Speed: its
+	// seconds per wall second), which the idle timeout is divided by; absent for real engines.
+	DeploymentSpeed float64 `json:"deployment_speed,omitempty"`
 }
 
 // ReplicationView is one replica's state in replicated mode: GET /admin/replication on any

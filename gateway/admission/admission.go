@@ -393,6 +393,9 @@ type Core struct {
 		gaps       toolGaps
 		nDormant   int
 		dormantCtx int64
+		// speed is the deployment's seconds per second of the core's clock (SetDeploymentSpeed;
+		// 0 until set, read as 1).
+		speed float64
 	}
 }
 
@@ -802,7 +805,7 @@ func (c *Core) Expire(now time.Time) []Event {
 			continue
 		}
 		switch idle := now.Sub(s.lastDone); {
-		case idle >= c.mu.o.IdleTimeout:
+		case idle >= c.idleTimeoutLocked():
 			evs = append(evs, c.endLocked(now, s, "idle"))
 		case idle >= dormantAfter && !s.dormant && !s.held:
 			c.sleepLocked(s)
@@ -990,3 +993,37 @@ func (c *Core) positionLocked(s *session) int {
 	}
 	return n
 }
+
+// SetDeploymentSpeed says how many seconds of the deployment's time pass per second of the core's
+// clock: 1 for real engines, S in front of `basin sim serve --speed S` (which announces it). The
+// durations that belong to the sessions' own time — the idle timeout and the dormant floor, set
+// against a workload's tool time — are divided by it; the waits a client sees (max_queue_wait,
+// the hold bound, the start deadline, retry and shed memory) stay in the clock's time. It returns
+// false and changes nothing for a speed that is not a finite number > 0.
+func (c *Core) SetDeploymentSpeed(speed float64) bool {
+	if !(speed > 0) || math.IsInf(speed, 0) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.speed = speed
+	return true
+}
+
+// IdleTimeout is the idle timeout in the core's clock (Options.IdleTimeout over the deployment's
+// speed).
+func (c *Core) IdleTimeout() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idleTimeoutLocked()
+}
+
+// inClockLocked converts a duration of the deployment's time to the core's clock.
+func (c *Core) inClockLocked(d time.Duration) time.Duration {
+	if c.mu.speed == 0 || c.mu.speed == 1 {
+		return d
+	}
+	return time.Duration(float64(d) / c.mu.speed)
+}
+
+func (c *Core) idleTimeoutLocked() time.Duration { return c.inClockLocked(c.mu.o.IdleTimeout) }

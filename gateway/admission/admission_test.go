@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -293,6 +294,23 @@ func TestIdleExpiry(t *testing.T) {
 	assert.Equal(t, []string{"a"}, ids(evs, EventEnded), "busy has a call in flight and is not idle")
 	assert.Equal(t, []string{"q"}, ids(evs, EventAdmitted))
 	assert.Equal(t, int64(70), evs[0].Peak)
+	check(t, c)
+}
+
+// In front of a deployment served at 60× its time, a 10-minute idle timeout is 10 s of the
+// core's clock; a bad speed changes nothing.
+func TestIdleTimeoutInTheDeploymentsTime(t *testing.T) {
+	c := core(t, Options{Budget: 100, IdleTimeout: 10 * time.Minute})
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		assert.False(t, c.SetDeploymentSpeed(bad), "%v", bad)
+	}
+	assert.Equal(t, 10*time.Minute, c.IdleTimeout())
+	require.True(t, c.SetDeploymentSpeed(60))
+	assert.Equal(t, 10*time.Second, c.IdleTimeout())
+	c.Arrive(at(0), req("a", 60, 0))
+	c.Finish(at(1), "a", 70)
+	assert.Empty(t, c.Expire(at(10)), "9 s idle: 9 minutes of the deployment's")
+	assert.Equal(t, []string{"a"}, ids(c.Expire(at(11)), EventEnded))
 	check(t, c)
 }
 

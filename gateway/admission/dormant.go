@@ -92,12 +92,13 @@ func (g *toolGaps) quantile(q float64) (time.Duration, bool) {
 // dormantAfterLocked is how long a session may be idle before it is dormant (see above); the idle
 // timeout when dormancy is off or the core has not seen enough gaps.
 func (c *Core) dormantAfterLocked() time.Duration {
-	idle := c.mu.o.IdleTimeout
+	idle := c.idleTimeoutLocked()
 	if c.mu.o.DormantFloor < 0 || len(c.mu.gaps.sorted) < minToolGaps {
 		return idle
 	}
+	// The gaps are measured on the core's clock already; the floor is the deployment's time.
 	q, _ := c.mu.gaps.quantile(dormantQuantile)
-	return min(max(time.Duration(float64(q)*dormantMargin), c.mu.o.DormantFloor), idle)
+	return min(max(time.Duration(float64(q)*dormantMargin), c.inClockLocked(c.mu.o.DormantFloor)), idle)
 }
 
 // sleepLocked makes an idle live session dormant: its context and demand leave the working set and

@@ -124,7 +124,7 @@ func startStack(o Options, sp stackSpec) (_ *stack, err error) {
 		return nil, err
 	}
 	g, err := gateway.New(gateway.Options{Config: gcfg, Registerer: newRegistry(), Logger: log.With("component", "gateway"),
-		ShutdownTimeout: 2 * time.Second, Now: sp.clock.Now})
+		ShutdownTimeout: 2 * time.Second, Now: sp.clock.Now, DeploymentClock: true})
 	if err != nil {
 		return nil, err
 	}

@@ -20,9 +20,11 @@
 // must not call a handful of first calls' misses a trap, nor a quiet deployment blind; and once
 // the engine and the gateway are gone it must say it is blind (status, basin_blind, /readyz).
 //
-// The deployment runs S times faster than the wall clock, so every duration that is meant in the
-// deployment's time is divided by S: the daemon's (`basin daemon --clock-speed S`), the gateway's idle timeout, and
-// the rules' for: durations, range windows and offsets (scaleRules). Thresholds stay as written.
+// The deployment runs S times faster than the wall clock, and announces S (basin_sim_speed,
+// X-Basin-Sim-Speed): the gateway keeps its idle timeout in the deployment's time by itself. Every
+// other duration meant in the deployment's time is divided by S here: the daemon's (`basin daemon
+// --clock-speed S`) and the rules' for: durations, range windows and offsets (scaleRules).
+// Thresholds stay as written.
 //
 // The tests skip when the tools are not on PATH (prometheus, promtool,
 // prometheus-alertmanager or alertmanager, amtool; Debian packages prometheus and

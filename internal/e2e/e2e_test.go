@@ -111,16 +111,17 @@ func TestObservabilityPack(t *testing.T) {
 	t.Cleanup(slackSrv.Close)
 
 	// The gateway proxies and counts but never holds anyone back (the budget is out of reach).
-	// Its idle timeout is the simulator's, 10 minutes of the deployment's time.
+	// Its idle timeout is the simulator's, 10 minutes of the deployment's time: the gateway
+	// divides it by the speed the simulator announces.
 	writeTestFile(t, dir, "gateway.yaml", fmt.Sprintf(`listen: %s
 admin_listen: %s
 admin_token_file: admin-token
 upstreams: ["http://%s"]
-idle_timeout: %s
+idle_timeout: 10m
 max_queue_wait: %s
 admission:
   budget_tokens: 1000000000000
-`, a.gateway, a.gatewayAdmin, a.sim, scaleDuration(10*time.Minute, speed, time.Second), scaleDuration(30*time.Second, speed, time.Second)))
+`, a.gateway, a.gatewayAdmin, a.sim, scaleDuration(30*time.Second, speed, time.Second)))
 
 	// The daemon: dry run, on the deployment's clock, its default matchers (basin's three alerts).
 	writeTestFile(t, dir, "daemon.yaml", fmt.Sprintf(`deployment: %s

@@ -372,7 +372,7 @@ admin_listen: %s
 admin_token_file: admin-token
 upstreams: ["http://%s"]
 max_queue_wait: %s
-idle_timeout: 1m
+idle_timeout: 100m
 admission:
   budget_tokens: %d
 store:
