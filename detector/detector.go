@@ -557,7 +557,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
 	}
-	a.Reasons = slices.Concat(why, ev.describe(d.mu.state), obs.estimated)
+	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)
 	d.mu.last = a
 	return a
 }
@@ -735,8 +735,9 @@ func (e *evaluation) reason(c cond) string {
 }
 
 // describe says what the current numbers mean for state s: the evidence behind it and what is
-// building up.
-func (e *evaluation) describe(s State) []string {
+// building up. given are the reasons of a transition into s this step, which open the list: the
+// conditions that keep s are not said again (they are those reasons).
+func (e *evaluation) describe(s State, given []string) []string {
 	o, k := e.o, e.knee.Ratio
 	src := e.knee.Source
 	if e.knee.BeyondRange {
@@ -761,7 +762,7 @@ func (e *evaluation) describe(s State) []string {
 	// What keeps the state where it is.
 	active := func(cs ...cond) {
 		for _, c := range cs {
-			if _, ok := e.heldFor(c); ok {
+			if _, ok := e.heldFor(c); ok && !slices.Contains(given, e.reason(c)) {
 				out = append(out, e.reason(c))
 			}
 		}
@@ -831,11 +832,28 @@ func (e *evaluation) describe(s State) []string {
 		out = append(out, fmt.Sprintf("λ %.2f/min, %s: %s, %s, live %.1f", e.out.Lambda*60, k, stable, unstable, e.obs.n))
 	}
 	if e.out.TimeToTrap != nil && e.out.DistanceToEdge != nil && *e.out.DistanceToEdge > 0 {
-		out = append(out, fmt.Sprintf("growing %+.3f sessions/s: past the edge in %s",
-			max(e.out.ModelSlope, e.out.ObservedSlope), dur(*e.out.TimeToTrap)))
+		out = append(out, edgeForecast(max(e.out.ModelSlope, e.out.ObservedSlope), *e.out.DistanceToEdge, *e.out.TimeToTrap))
 	}
 	return out
 }
+
+// edgeForecast says when the live population, growing at growth sessions/s and distance sessions
+// below the unstable equilibrium, passes it: a forecast within trapHorizon, and beyond it only that
+// the population is not drifting toward the edge.
+func edgeForecast(growth, distance float64, timeToTrap time.Duration) string {
+	if timeToTrap <= trapHorizon {
+		return fmt.Sprintf("growing %+.3f sessions/s: past the edge in %s", growth, dur(timeToTrap))
+	}
+	return fmt.Sprintf("not drifting toward the edge: %.1f sessions below it, at %+.3f sessions/s more than %s away",
+		distance, growth, dur(trapHorizon))
+}
+
+// trapHorizon is how far ahead a time to the edge is a forecast: an hour, six time constants of
+// λ's average (DefaultLambdaTau). The time to the edge extrapolates today's growth; λ and the
+// completions it is the difference of move within that time, so an edge further away says only
+// that the population is not drifting toward it. An idle deployment's growth of +0.001 sessions/s
+// put it "past the edge in 273h".
+const trapHorizon = 6 * DefaultLambdaTau
 
 func dur(d time.Duration) string { return d.Round(time.Second).String() }
 

@@ -600,3 +600,51 @@ func TestRecalibrate(t *testing.T) {
 	learnt := newDetector(t, scriptOptions())
 	assert.ErrorContains(t, learnt.Recalibrate(cal), "without a calibration")
 }
+
+// A time to the edge is a forecast within the hour λ's average moves in; further out, an idle
+// deployment's +0.001 sessions/s is not a forecast of anything ("past the edge in 273h").
+func TestEdgeForecast(t *testing.T) {
+	for _, tc := range []struct {
+		ttt  time.Duration
+		want string
+	}{
+		{20 * time.Minute, "growing +0.030 sessions/s: past the edge in 20m0s"},
+		{time.Hour, "growing +0.030 sessions/s: past the edge in 1h0m0s"},
+		{273 * time.Hour, "not drifting toward the edge: 36.0 sessions below it, at +0.030 sessions/s more than 1h0m0s away"},
+	} {
+		assert.Equal(t, tc.want, edgeForecast(0.03, 36, tc.ttt))
+	}
+}
+
+// No reason is said twice: a transition's reasons open the list, and what keeps the new state
+// (the same conditions) is not repeated after them.
+func TestReasonsAreNotRepeated(t *testing.T) {
+	d := newDetector(t, scriptOptions())
+	as := runScript(t, d, 0, 20*time.Minute, func(off time.Duration) sample {
+		switch {
+		case off < 2*time.Minute:
+			return sample{wc: 1.0, hit: 0.96}
+		case off < 4*time.Minute:
+			return sample{wc: 1.6, hit: 0.96}
+		case off < 6*time.Minute:
+			return sample{wc: 1.7, hit: 0.88}
+		case off < 10*time.Minute:
+			return sample{wc: 2.1, hit: 0.41}
+		case off < 12*time.Minute:
+			return sample{wc: 1.5, hit: 0.6}
+		}
+		return sample{wc: 1.2, hit: 0.95}
+	})
+	transitions := 0
+	for i, a := range as {
+		if a.Transition != nil {
+			transitions++
+		}
+		seen := map[string]bool{}
+		for _, r := range a.Reasons {
+			assert.False(t, seen[r], "step %d (%s): %q twice in %q", i, a.State, r, a.Reasons)
+			seen[r] = true
+		}
+	}
+	assert.Equal(t, 5, transitions)
+}
