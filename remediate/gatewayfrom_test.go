@@ -26,3 +26,20 @@ func TestGatewayFromLeavesDormantSessionsOut(t *testing.T) {
 	assert.True(t, g.Sessions[1].Held)
 	assert.Equal(t, g.Live, len(g.Sessions), "the listing agrees with the live count")
 }
+
+// A hold's summary counts in words: one session, or many.
+func TestHoldSummaryCounts(t *testing.T) {
+	for _, tc := range []struct {
+		h    HoldAction
+		want string
+	}{
+		{HoldAction{Hold: []string{"a"}, Held: 1, Active: 5}, "holding 1 session's next calls so the other 5 fit the cache (hold 1 more)"},
+		{HoldAction{Hold: []string{"a", "b"}, Held: 34, Active: 58}, "holding 34 sessions' next calls so the other 58 fit the cache (hold 2 more)"},
+		{HoldAction{Resume: []string{"a"}, Held: 3}, "resuming 1 held session; 3 still held"},
+		{HoldAction{Resume: []string{"a", "b"}, Held: 1}, "resuming 2 held sessions; 1 still held"},
+		{HoldAction{Resume: []string{"a"}}, "resuming the last held session"},
+		{HoldAction{Resume: []string{"a", "b"}}, "resuming the last 2 held sessions"},
+	} {
+		assert.Equal(t, tc.want, tc.h.Summary())
+	}
+}

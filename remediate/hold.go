@@ -62,12 +62,23 @@ type HoldAction struct {
 func (h *HoldAction) Summary() string {
 	switch {
 	case len(h.Hold) > 0:
-		return fmt.Sprintf("holding %d sessions' next calls so the other %d fit the cache (hold %d more)",
-			h.Held, h.Active, len(h.Hold))
+		return fmt.Sprintf("holding %s next calls so the other %d fit the cache (hold %d more)",
+			countOf(h.Held, "session's", "sessions'"), h.Active, len(h.Hold))
 	case h.Held > 0:
-		return fmt.Sprintf("resuming %d held sessions; %d still held", len(h.Resume), h.Held)
+		return fmt.Sprintf("resuming %s; %d still held", countOf(len(h.Resume), "held session", "held sessions"), h.Held)
+	}
+	if len(h.Resume) == 1 {
+		return "resuming the last held session"
 	}
 	return fmt.Sprintf("resuming the last %d held sessions", len(h.Resume))
+}
+
+// countOf is "n things" in an operator's words: one, or many.
+func countOf(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // LiveSession is one live session as the hold rule reads it.

@@ -315,8 +315,8 @@ func (p *Policy) Decide(in Inputs) Plan {
 		// The sessions still running are out of the trap, but the held ones are its backlog:
 		// the incident lasts until they are all back, and B stays at its cut, so newcomers are
 		// admitted up to it and the room above it is the held sessions' (hold.go).
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, but %d sessions still held: the incident lasts until they are resumed, B held at %s",
-			a.State, in.Gateway.Held, FormatTokens(cur)))
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, but %s still held: the incident lasts until every one is resumed, B held at %s",
+			a.State, countOf(in.Gateway.Held, "session", "sessions"), FormatTokens(cur)))
 	case p.st.Mode == Incident:
 		setMode(Restoring, fmt.Sprintf("detector %s, no alert firing", a.State))
 		fallthrough
@@ -374,8 +374,8 @@ func (p *Policy) Decide(in Inputs) Plan {
 		case in.Gateway.Queued > 0 && onPlateau:
 			target = min(hi, cur+step)
 			if target > cur {
-				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%d sessions queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
-					in.Gateway.Queued, a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(hi)))
+				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%s queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
+					countOf(in.Gateway.Queued, "session", "sessions"), a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(hi)))
 			}
 		case idle && (cur > ref || cur < ref && onPlateau):
 			// B only re-centres on B_ref below; while the gateway admits every arrival by the
