@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -197,7 +199,7 @@ func runCalibrate(ctx context.Context, env Env, args []string) error {
 	metrics := fs.String("metrics", "", "live: comma-separated role=URL metrics endpoints (roles prefill, decode, unified, gateway)")
 	targetFile := fs.String("targets-file", "", "live: the metrics endpoints as a Prometheus file_sd file")
 	step := fs.Duration("step", 5*time.Minute, "live: how long each arrival rate is held (endpoint time)")
-	speed := fs.Float64("speed", 1, "live: the endpoint's virtual seconds per wall second (1 for real engines)")
+	speed := fs.Float64("speed", 0, "live: the endpoint's virtual seconds per wall second (default: what the engines announce in basin_sim_speed, 1 for real engines; must agree with it)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -213,16 +215,22 @@ func runCalibrate(ctx context.Context, env Env, args []string) error {
 		if err := checkTargets(ctx, targets); err != nil {
 			return err
 		}
+		s, err := calibrationSpeed(ctx, targets, *speed)
+		if err != nil {
+			return err
+		}
 		b := bar(env, false, "step load on "+*target)
 		res, err := calibrate.Run(ctx, calibrate.Options{Target: *target, Targets: targets, TargetFile: *targetFile,
-			Scenario: sc, Step: *step, Speed: *speed, Progress: func(p calibrate.Progress) {
+			Scenario: sc, Step: *step, Speed: s, Progress: func(p calibrate.Progress) {
 				b.SetNote(p.Done, calibrationNote(p))
-			}})
+			},
+			// Sessions it could not end at the gateway are named on stderr.
+			Logger: slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		b.Done()
 		if err != nil {
 			return keepPartial(env, *out, res, err)
 		}
-		if err := res.Calibration.Save(*out); err != nil {
+		if err := calibrate.SaveCalibration(res.Calibration, *out); err != nil {
 			return err
 		}
 		printCalibration(env.Stdout, res.Calibration, *out)
@@ -250,11 +258,36 @@ func runCalibrate(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := cal.Save(*out); err != nil {
+	if err := calibrate.SaveCalibration(cal, *out); err != nil {
 		return err
 	}
 	printCalibration(env.Stdout, cal, *out)
 	return nil
+}
+
+// calibrationSpeed is the speed a live calibration runs at: the one the engines announce
+// (basin_sim_speed; 1 for real engines), which --speed, when given, must agree with — a step load
+// at the wrong speed measures nothing, and found out only after its first step.
+func calibrationSpeed(ctx context.Context, targets []collector.Target, flag float64) (float64, error) {
+	if flag < 0 || math.IsNaN(flag) || math.IsInf(flag, 0) {
+		return 0, fmt.Errorf("%w: --speed %v: must be a finite number > 0", errUsage, flag)
+	}
+	col, err := collector.New(collector.Options{Targets: targets, Timeout: targetCheckTimeout, Interval: targetCheckTimeout})
+	if err != nil {
+		return 0, err
+	}
+	probe, err := col.ProbeSpeed(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the deployment's speed: %w", err)
+	}
+	switch {
+	case flag == 0:
+		return probe.Speed, nil
+	case len(probe.Announced) > 0 && flag != probe.Speed:
+		return 0, fmt.Errorf("%w: --speed %v, but the engines announce %s %v: leave --speed out", errUsage, flag,
+			collector.SpeedMetric, probe.Speed)
+	}
+	return flag, nil
 }
 
 // calibrationNote says where a live calibration is: the step, its rate, the time so far and the
@@ -277,7 +310,7 @@ func keepPartial(env Env, out string, res *calibrate.Result, runErr error) error
 		fmt.Fprintln(env.Stderr, "basin calibrate: no step was measured; nothing saved")
 		return runErr
 	}
-	path := strings.TrimSuffix(out, ".json") + ".partial.json"
+	path := calibrate.PartialPath(out)
 	if err := res.SavePartial(path, runErr, time.Now()); err != nil {
 		return errors.Join(runErr, err)
 	}
