@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,81 +37,24 @@ const testPodIP = "10.244.3.17"
 // 15s) in the daemon's config), used when this package checks the daemon's store block itself.
 const daemonLeaseTTL = 15 * time.Second
 
-// daemonStoreField returns the daemon Config's `store:` block, found by its yaml tag rather than by
-// name so that this file compiles whether or not package daemon has the block yet.
-func daemonStoreField(cfg *daemon.Config) (store.Config, bool) {
-	v := reflect.ValueOf(cfg).Elem()
-	for i := range v.NumField() {
-		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-		if tag == "store" {
-			sc, ok := v.Field(i).Interface().(store.Config)
-			return sc, ok
-		}
-	}
-	return store.Config{}, false
-}
-
-// daemonKnowsStore reports whether the daemon's own parser reads `store:`.
-func daemonKnowsStore() bool {
-	_, ok := daemonStoreField(&daemon.Config{})
-	return ok
-}
-
-// parseDaemonConfig runs a daemon configuration through daemon.ParseConfig and returns it with its
-// store block. While package daemon does not know `store:` yet (TestDaemonParserKnowsStore says
-// so), the block is taken out, the rest goes through daemon.ParseConfig and the block is decoded
-// strictly and checked by package store, with the daemon's defaults.
+// parseDaemonConfig runs a daemon configuration through daemon.ParseConfig, which reads and checks
+// its store block too, and returns it with that block.
 func parseDaemonConfig(t *testing.T, data string) (*daemon.Config, store.Config) {
 	t.Helper()
-	if daemonKnowsStore() {
-		cfg, err := daemon.ParseConfig([]byte(data))
-		require.NoError(t, err)
-		sc, _ := daemonStoreField(cfg)
-		return cfg, sc
-	}
-	var root yaml.Node
-	require.NoError(t, yaml.Unmarshal([]byte(data), &root))
-	require.NotEmpty(t, root.Content)
-	top := root.Content[0]
-	var sc store.Config
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		if top.Content[i].Value != "store" {
-			continue
-		}
-		b, err := yaml.Marshal(top.Content[i+1])
-		require.NoError(t, err)
-		require.NoError(t, strictDecode(b, &sc), "store:")
-		top.Content = slices.Delete(top.Content, i, i+2)
-		break
-	}
-	rest, err := yaml.Marshal(&root)
+	cfg, err := daemon.ParseConfig([]byte(data))
 	require.NoError(t, err)
-	cfg, err := daemon.ParseConfig(rest)
-	require.NoError(t, err)
-	if sc.Enabled() {
-		sc = sc.WithDefaults(cfg.Deployment, daemonLeaseTTL)
-	}
-	for _, p := range sc.Check() {
-		t.Errorf("daemon store.%s: %s", p.Field, p.Message)
-	}
-	return cfg, sc
+	return cfg, cfg.Store
 }
 
-// TestDaemonParserKnowsStore is the reminder that the replicated daemon's `store:` block has been
-// checked by package store alone, not by the daemon's parser, until package daemon reads it. It
-// skips (never passes) until then: re-run `go test ./deploy` once it does.
+// TestDaemonParserKnowsStore: the replicated daemon's manifest, through the daemon's own parser,
+// has a store (its block is not dropped or left for another check).
 func TestDaemonParserKnowsStore(t *testing.T) {
-	if !daemonKnowsStore() {
-		t.Skip("internal/daemon.Config has no `store:` field yet: the replicated daemon's store block was " +
-			"checked by package store alone; re-run go test ./deploy after the daemon reads it")
-	}
 	m := loadManifests(t, replicated)
 	d, c := basinContainer(t, m, "basin-daemon")
 	_, data := configFile(t, m, d, c)
 	cfg, err := daemon.ParseConfig([]byte(data))
 	require.NoError(t, err)
-	sc, _ := daemonStoreField(cfg)
-	assert.True(t, sc.Enabled())
+	assert.True(t, cfg.Store.Enabled())
 }
 
 // renderConfig runs the init container that writes file onto the emptyDir volume volName, in a
