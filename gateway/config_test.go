@@ -198,11 +198,6 @@ replication:
 			`line 5: admission.mode: want current or peak`, `line 6: admission.budget_tokens: must be > 0`,
 			`line 7: admission.tenant_quota: must be ≥ 0`, `line 8: affinity.header: not a header name`,
 			`line 10: replication.replica_id: needs store.url`}},
-		{"two bad durations", `upstreams: [http://x]
-idle_timeout: xyz
-max_queue_wait: 5q
-admission: {budget_tokens: 100}
-`, []string{`line 2: idle_timeout: duration "xyz"`, `line 3: max_queue_wait: duration "5q"`}},
 		{"infinite priority beside a bad listen", `listen: nope
 upstreams: [http://x]
 admission: {budget_tokens: 100, priority_tokens_per_sec: .inf}
@@ -242,4 +237,12 @@ func TestAdmissionQueueAndDormancyKeys(t *testing.T) {
 			require.NoError(t, o.Validate())
 		})
 	}
+}
+
+// Values that fail to decode are reported together too (the decoder's own "; " form).
+func TestParseConfigReportsEveryBadDuration(t *testing.T) {
+	_, err := ParseConfig([]byte("upstreams: [http://x]\nidle_timeout: xyz\nmax_queue_wait: 5q\nadmission: {budget_tokens: 100}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `line 2: idle_timeout: duration "xyz"`)
+	assert.Contains(t, err.Error(), `line 3: max_queue_wait: duration "5q"`)
 }
