@@ -305,13 +305,14 @@ func Overview() (Dashboard, error) {
 	b.row("Admission and remediation")
 	b.panel(timeSeries("Budget vs reserved",
 		"The gateway's admission budget B, the live sessions' demands on it, basin's reference budget "+
-			"B_ref = min(0.9 × knee·C, C) and the budget the daemon last decided (in a dry run, what it would have set). "+
+			"B_ref = min(0.9 × knee·C, C), the budget the daemon last set and, in a dry run, the one it would have set. "+
 			"In an incident the daemon cuts B to 0.7 × B_ref and restores it step by step.",
 		"short", 12,
 		target{sel("basin_gateway_budget_tokens", j), "budget B {{instance}}"},
 		target{sel("basin_gateway_reserved_tokens", j), "reserved {{instance}}"},
 		target{sel("basin_reference_budget_tokens", j), "B_ref {{deployment}}"},
-		target{sel("basin_budget_tokens", j), "budget decided {{deployment}}"}).
+		target{sel("basin_budget_tokens", j), "budget decided {{deployment}}"},
+		target{sel("basin_dry_run_budget_tokens", j), "budget a dry run would set {{deployment}}"}).
 		AxisLabel("tokens").
 		Min(0).
 		OverrideByQuery("C", props(dashed())).

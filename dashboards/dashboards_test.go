@@ -455,7 +455,7 @@ var daemonMetrics = []string{
 	"basin_state", "basin_remediation_mode", "basin_working_set_over_cache", "basin_hit_rate",
 	"basin_plateau_hit_rate", "basin_knee_ratio", "basin_live_sessions", "basin_equilibrium_stable_sessions",
 	"basin_equilibrium_unstable_sessions", "basin_time_to_trap_seconds", "basin_budget_tokens",
-	"basin_reference_budget_tokens", "basin_remediation_paused", "basin_lending_enabled",
+	"basin_dry_run_budget_tokens", "basin_reference_budget_tokens", "basin_remediation_paused", "basin_lending_enabled",
 	"basin_remediation_actions_total", "basin_slack_messages_total", "basin_cron_runs_total", "basin_cron_panics_total",
 	"basin_blind", "basin_gateway_admin_up", "basin_dry_run", "basin_daemon_ready",
 	"basin_spike_tolerance_ratio", "basin_spike_tolerance_sessions", "basin_spike_tolerance_alert_ratio",
