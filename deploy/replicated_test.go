@@ -33,10 +33,6 @@ import (
 // testPodIP stands for status.podIP when a test renders a pod's configuration.
 const testPodIP = "10.244.3.17"
 
-// daemonLeaseTTL is the daemon's default store.lease_ttl (store.Config.WithDefaults(deployment,
-// 15s) in the daemon's config), used when this package checks the daemon's store block itself.
-const daemonLeaseTTL = 15 * time.Second
-
 // parseDaemonConfig runs a daemon configuration through daemon.ParseConfig, which reads and checks
 // its store block too, and returns it with that block.
 func parseDaemonConfig(t *testing.T, data string) (*daemon.Config, store.Config) {
