@@ -106,6 +106,11 @@ const DefaultHoldResumeFraction = 0.1
 // up to 19.5%), where the incident's cut alone got the cache back within minutes.
 const DefaultHoldAfter = 3 * time.Minute
 
+// holdArrivalFraction: the first hold needs arrivals under 0.9 × the peak completion rate (see
+// holds). The margin is the spare capacity that drains the active sessions and then takes the held
+// ones back; at 1.0 × peak a smoothed λ crosses the line both ways on noise alone.
+const holdArrivalFraction = 0.9
+
 // holds applies the hold rule (see the top of this file) with B the budget this step decided.
 func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	o, a, g := p.o, in.Assessment, in.Gateway
@@ -127,6 +132,19 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	// admitted only up to B, so the band from B to B_ref is the held sessions' whatever queues;
 	// once B is back at B_ref, a resume would take room from a queued newcomer, who goes first.
 	room := max(budget, g.Reference, int64(p.o.ReferenceFraction*a.KneeTokens))
+	// A trap a hold can end is one that outlived its cause: arrivals (λ, the detector's smoothed
+	// rate) back under what the deployment completes at its peak, with room to spare. Under
+	// lasting overload a hold frees nothing — the sessions it makes room for are replaced as fast
+	// as they finish — and only moves the wait onto admitted sessions: measured on the scenario
+	// matrix (docs/results.md), holds at 1.0–1.5 × peak left basin short of the best baseline on
+	// 25 rows (by up to 19.5%), against 6 rows (1.9%) without them. The late-acting presets run
+	// at 0.61 × peak once the spike is over.
+	outlived := a.PeakCompletionRate > 0 && a.Lambda <= holdArrivalFraction*a.PeakCompletionRate
+	if g.Held == 0 && p.st.Mode == Incident && trouble && off && !blind && active > budget && !outlived {
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("trapped, but arrivals λ %.2f/min are not under %.1f × the peak completion rate %.2f/min: holding would only move the wait; no hold",
+			a.Lambda*60, holdArrivalFraction, a.PeakCompletionRate*60))
+		return
+	}
 	switch {
 	case p.st.Mode == Incident && trouble && off && !blind && active > budget:
 		// Only the population that was live when the incident began: the sessions admitted

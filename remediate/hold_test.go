@@ -197,3 +197,24 @@ func TestHoldResumeFractionValidated(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "hold_resume_fraction")
 }
+
+// A trap under lasting overload is not held: with arrivals at the peak completion rate a hold
+// frees nothing (its room is refilled as fast as it is made); once arrivals fall under 0.9 × the
+// peak, the same trap is.
+func TestNoHoldWhileArrivalsKeepTheTrap(t *testing.T) {
+	p := newPolicy(t, Options{})
+	inIncident(t, p)
+	g := trappedGW()
+	g.Budget = 700_000
+	a := trappedAt(t0)
+	a.Lambda = a.PeakCompletionRate
+	plan := p.Decide(Inputs{At: t0, Assessment: a, Gateway: g, GatewayOK: true})
+	require.Nil(t, plan.Hold, "%q", plan.Reasons)
+	assert.Contains(t, fmt.Sprint(plan.Reasons), "arrivals λ 5.10/min are not under 0.9 × the peak completion rate 5.10/min")
+	now := t0.Add(5 * time.Second)
+	a = trappedAt(now)
+	a.Lambda = 0.85 * a.PeakCompletionRate
+	plan = p.Decide(Inputs{At: now, Assessment: a, Gateway: g, GatewayOK: true})
+	require.NotNil(t, plan.Hold, "%q", plan.Reasons)
+	assert.Len(t, plan.Hold.Hold, 6)
+}
