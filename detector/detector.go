@@ -111,7 +111,10 @@ type Assessment struct {
 
 	// Lambda is the smoothed arrival rate, CompletionRate and ArrivalRate the collector's windowed
 	// ones, all sessions per second; CallsPerSession is K (0 while unknown).
-	Lambda          float64 `json:"lambda_per_s"`
+	Lambda float64 `json:"lambda_per_s"`
+	// LongLambda is the arrival rate smoothed over LongLambdaTau (an hour): the long-run rate a
+	// trap is weighed against (has it outlived its cause?).
+	LongLambda      float64 `json:"long_run_lambda_per_s"`
 	ArrivalRate     float64 `json:"arrival_rate_per_s"`
 	CompletionRate  float64 `json:"completion_rate_per_s"`
 	CallsPerSession float64 `json:"calls_per_session,omitempty"`
@@ -554,7 +557,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		Knee: knee, KneeTokens: knee.Ratio * obs.c, WorkingSetOverCache: ratio, HitRate: obs.hit, HitEvidence: ev0,
 		Plateau: plateau, CollapseHit: collapse, LiveSessions: obs.n,
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
-		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, ArrivalRate: obs.arrival,
+		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, LongLambda: out.LongLambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)

@@ -157,6 +157,8 @@ type Outlook struct {
 	ModelSlope, ObservedSlope float64
 	// Lambda is the smoothed arrival rate and K the calls per session (0 when not known yet).
 	Lambda, K float64
+	// LongLambda is the arrival rate smoothed over LongLambdaTau.
+	LongLambda float64
 	// SpikeTolerance is the largest spike the deployment absorbs now (nil while K, λ, the edge
 	// or the curve is unknown).
 	SpikeTolerance *SpikeTolerance
@@ -174,9 +176,11 @@ type Fluid struct {
 	lastN, lastCall float64
 
 	lambda, slope, meanCtx float64
-	calls, completions     float64 // EWMAs, ratio is K
-	completed              float64 // sessions completed, integrated
-	seededK                float64
+	// lambdaLong is the arrival rate smoothed over LongLambdaTau (see there).
+	lambdaLong         float64
+	calls, completions float64 // EWMAs, ratio is K
+	completed          float64 // sessions completed, integrated
+	seededK            float64
 
 	tolCurve sessionCurve // SpikeTolerance's scratch copy of the curve
 }
@@ -256,6 +260,7 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 	if !f.started {
 		f.started, f.lastAt, f.lastN = true, at, o.LiveSessions
 		f.lambda, f.calls, f.completions = o.ArrivalRate, o.CallRate, o.CompletionRate
+		f.lambdaLong = o.ArrivalRate
 		return
 	}
 	dt := at.Sub(f.lastAt)
@@ -263,6 +268,7 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 		return
 	}
 	f.lambda += ewmaWeight(dt, f.o.LambdaTau) * (o.ArrivalRate - f.lambda)
+	f.lambdaLong += ewmaWeight(dt, LongLambdaTau*f.o.LambdaTau/DefaultLambdaTau) * (o.ArrivalRate - f.lambdaLong)
 	wk := ewmaWeight(dt, f.o.KTau)
 	f.calls += wk * (o.CallRate - f.calls)
 	f.completions += wk * (o.CompletionRate - f.completions)
@@ -273,6 +279,13 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 
 // Lambda is the smoothed arrival rate, sessions per second.
 func (f *Fluid) Lambda() float64 { return f.lambda }
+
+// LongLambdaTau is the time constant of the long-run arrival rate (with the default LambdaTau;
+// it scales with it): an hour, over which a 10-minute spike moves the rate by a sixth of its size
+// and the Poisson noise of a workload of long sessions (under a session a minute) stays within
+// about 15%. Whether a trap outlived its cause — arrivals back under what the deployment
+// completes — is read against it, not against λ alone.
+const LongLambdaTau = 60 * time.Minute
 
 // K returns calls per session: the fixed option, else the calibration's, else the learnt ratio
 // once MinCompletions sessions have completed.
@@ -431,7 +444,7 @@ func (f *Fluid) at(n float64) float64 {
 // Outlook reads the model at population n; kneeRatio × cacheTokens / mean context gives the knee
 // population (cacheTokens ≤ 0: unknown).
 func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
-	out := Outlook{Lambda: f.lambda, ObservedSlope: f.slope}
+	out := Outlook{Lambda: f.lambda, LongLambda: f.lambdaLong, ObservedSlope: f.slope}
 	if f.meanCtx > 0 && cacheTokens > 0 && kneeRatio > 0 {
 		out.KneeSessions = ptr(kneeRatio * cacheTokens / f.meanCtx)
 	}

@@ -139,10 +139,14 @@ func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	// matrix (docs/results.md), holds at 1.0–1.5 × peak left basin short of the best baseline on
 	// 25 rows (by up to 19.5%), against 6 rows (1.9%) without them. The late-acting presets run
 	// at 0.61 × peak once the spike is over.
-	outlived := a.PeakCompletionRate > 0 && a.Lambda <= holdArrivalFraction*a.PeakCompletionRate
+	// Both the detector's λ and its hour-long rate must be under the line: λ alone, over ten
+	// minutes of a workload of long sessions (under one a minute), dips that far on Poisson noise
+	// at 1.2 × peak; the long-run rate alone stays up for an hour after a spike.
+	lambda := max(a.Lambda, a.LongLambda)
+	outlived := a.PeakCompletionRate > 0 && lambda <= holdArrivalFraction*a.PeakCompletionRate
 	if g.Held == 0 && p.st.Mode == Incident && trouble && off && !blind && active > budget && !outlived {
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("trapped, but arrivals λ %.2f/min are not under %.1f × the peak completion rate %.2f/min: holding would only move the wait; no hold",
-			a.Lambda*60, holdArrivalFraction, a.PeakCompletionRate*60))
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("trapped, but arrivals (λ %.2f/min, over the last hour %.2f/min) are not under %.1f × the peak completion rate %.2f/min: holding would only move the wait; no hold",
+			a.Lambda*60, a.LongLambda*60, holdArrivalFraction, a.PeakCompletionRate*60))
 		return
 	}
 	switch {

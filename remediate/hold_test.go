@@ -210,10 +210,16 @@ func TestNoHoldWhileArrivalsKeepTheTrap(t *testing.T) {
 	a.Lambda = a.PeakCompletionRate
 	plan := p.Decide(Inputs{At: t0, Assessment: a, Gateway: g, GatewayOK: true})
 	require.Nil(t, plan.Hold, "%q", plan.Reasons)
-	assert.Contains(t, fmt.Sprint(plan.Reasons), "arrivals λ 5.10/min are not under 0.9 × the peak completion rate 5.10/min")
+	assert.Contains(t, fmt.Sprint(plan.Reasons), "arrivals (λ 5.10/min, over the last hour 0.00/min) are not under 0.9 × the peak completion rate 5.10/min")
+	// λ down on noise while the hour-long rate is still over the line: no hold either.
 	now := t0.Add(5 * time.Second)
 	a = trappedAt(now)
-	a.Lambda = 0.85 * a.PeakCompletionRate
+	a.Lambda, a.LongLambda = 0.5*a.PeakCompletionRate, 1.2*a.PeakCompletionRate
+	plan = p.Decide(Inputs{At: now, Assessment: a, Gateway: g, GatewayOK: true})
+	require.Nil(t, plan.Hold, "%q", plan.Reasons)
+	now = now.Add(5 * time.Second)
+	a = trappedAt(now)
+	a.Lambda, a.LongLambda = 0.85*a.PeakCompletionRate, 0.7*a.PeakCompletionRate
 	plan = p.Decide(Inputs{At: now, Assessment: a, Gateway: g, GatewayOK: true})
 	require.NotNil(t, plan.Hold, "%q", plan.Reasons)
 	assert.Len(t, plan.Hold.Hold, 6)

@@ -30,6 +30,8 @@ var noData = map[string]string{
 	"basin-overview/Admission and remediation/Queue waits/B": "no session queues: the gateway's budget is out of reach (the daemon runs dry), " +
 		"so basin_gateway_queue_wait_seconds has no observation and its quantile is NaN",
 	"basin-overview/Admission and remediation/Queue waits/C": "no session queues (see Queue waits/B)",
+	"basin-overview/Admission and remediation/Budget vs reserved/D": "the daemon runs dry: it sets no budget, so basin_budget_tokens is absent " +
+		"(E, basin_dry_run_budget_tokens, is what it would set)",
 	"basin-engines/vLLM/Queue/A":                             "vLLM only",
 	"basin-engines/vLLM/Running requests/A":                  "vLLM only",
 	"basin-engines/vLLM/KV usage/A":                          "vLLM only",
