@@ -32,17 +32,17 @@ var noData = map[string]string{
 	"basin-overview/Admission and remediation/Queue waits/C": "no session queues (see Queue waits/B)",
 	"basin-overview/Admission and remediation/Budget vs reserved/D": "the daemon runs dry: it sets no budget, so basin_budget_tokens is absent " +
 		"(E, basin_dry_run_budget_tokens, is what it would set)",
-	"basin-engines/vLLM/Queue/A":                             "vLLM only",
-	"basin-engines/vLLM/Running requests/A":                  "vLLM only",
-	"basin-engines/vLLM/KV usage/A":                          "vLLM only",
-	"basin-engines/vLLM/Prefix hit rate/A":                   "vLLM only",
-	"basin-engines/vLLM/Time to first token/A":               "vLLM only",
-	"basin-engines/vLLM/Time to first token/B":               "vLLM only",
-	"basin-engines/vLLM/Inter-token latency/A":               "vLLM only",
-	"basin-engines/vLLM/Inter-token latency/B":               "vLLM only",
-	"basin-engines/vLLM/Request throughput/A":                "vLLM only",
-	"basin-engines/vLLM/Token throughput/A":                  "vLLM only",
-	"basin-engines/vLLM/Token throughput/B":                  "vLLM only",
+	"basin-engines/vLLM/Queue/A":               "vLLM only",
+	"basin-engines/vLLM/Running requests/A":    "vLLM only",
+	"basin-engines/vLLM/KV usage/A":            "vLLM only",
+	"basin-engines/vLLM/Prefix hit rate/A":     "vLLM only",
+	"basin-engines/vLLM/Time to first token/A": "vLLM only",
+	"basin-engines/vLLM/Time to first token/B": "vLLM only",
+	"basin-engines/vLLM/Inter-token latency/A": "vLLM only",
+	"basin-engines/vLLM/Inter-token latency/B": "vLLM only",
+	"basin-engines/vLLM/Request throughput/A":  "vLLM only",
+	"basin-engines/vLLM/Token throughput/A":    "vLLM only",
+	"basin-engines/vLLM/Token throughput/B":    "vLLM only",
 }
 
 var labelValuesRE = regexp.MustCompile(`^label_values\((.*),\s*(\w+)\)$`)
