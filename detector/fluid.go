@@ -176,11 +176,15 @@ type Fluid struct {
 	lastN, lastCall float64
 
 	lambda, slope, meanCtx float64
-	// lambdaLong is the arrival rate smoothed over LongLambdaTau (see there).
-	lambdaLong         float64
-	calls, completions float64 // EWMAs, ratio is K
-	completed          float64 // sessions completed, integrated
-	seededK            float64
+	// lambdaLong is the arrival rate smoothed over LongLambdaTau (see there), started at zero
+	// with longWeight the weight it has gathered: lambdaLong/longWeight is the average over the
+	// time observed while that is shorter than the time constant. Started at the first reading
+	// instead, an hour-long average kept a cold start's zero arrivals for an hour (at half an
+	// hour it read 0.4 of the rate) and let a deployment at 1.2 × its peak pass for one under it.
+	lambdaLong, longWeight float64
+	calls, completions     float64 // EWMAs, ratio is K
+	completed              float64 // sessions completed, integrated
+	seededK                float64
 
 	tolCurve sessionCurve // SpikeTolerance's scratch copy of the curve
 }
@@ -260,7 +264,6 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 	if !f.started {
 		f.started, f.lastAt, f.lastN = true, at, o.LiveSessions
 		f.lambda, f.calls, f.completions = o.ArrivalRate, o.CallRate, o.CompletionRate
-		f.lambdaLong = o.ArrivalRate
 		return
 	}
 	dt := at.Sub(f.lastAt)
@@ -268,7 +271,9 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 		return
 	}
 	f.lambda += ewmaWeight(dt, f.o.LambdaTau) * (o.ArrivalRate - f.lambda)
-	f.lambdaLong += ewmaWeight(dt, LongLambdaTau*f.o.LambdaTau/DefaultLambdaTau) * (o.ArrivalRate - f.lambdaLong)
+	wl := ewmaWeight(dt, f.o.LambdaTau*(LongLambdaTau/DefaultLambdaTau))
+	f.lambdaLong += wl * (o.ArrivalRate - f.lambdaLong)
+	f.longWeight += wl * (1 - f.longWeight)
 	wk := ewmaWeight(dt, f.o.KTau)
 	f.calls += wk * (o.CallRate - f.calls)
 	f.completions += wk * (o.CompletionRate - f.completions)
@@ -279,6 +284,14 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 
 // Lambda is the smoothed arrival rate, sessions per second.
 func (f *Fluid) Lambda() float64 { return f.lambda }
+
+// longLambda is the long-run arrival rate: λ until a second reading.
+func (f *Fluid) longLambda() float64 {
+	if f.longWeight <= 0 {
+		return f.lambda
+	}
+	return f.lambdaLong / f.longWeight
+}
 
 // LongLambdaTau is the time constant of the long-run arrival rate (with the default LambdaTau;
 // it scales with it): an hour, over which a 10-minute spike moves the rate by a sixth of its size
@@ -444,7 +457,7 @@ func (f *Fluid) at(n float64) float64 {
 // Outlook reads the model at population n; kneeRatio × cacheTokens / mean context gives the knee
 // population (cacheTokens ≤ 0: unknown).
 func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
-	out := Outlook{Lambda: f.lambda, LongLambda: f.lambdaLong, ObservedSlope: f.slope}
+	out := Outlook{Lambda: f.lambda, LongLambda: f.longLambda(), ObservedSlope: f.slope}
 	if f.meanCtx > 0 && cacheTokens > 0 && kneeRatio > 0 {
 		out.KneeSessions = ptr(kneeRatio * cacheTokens / f.meanCtx)
 	}

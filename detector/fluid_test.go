@@ -358,3 +358,26 @@ func TestDetectorCurve(t *testing.T) {
 	assert.InDelta(t, 40, c[3].N, 1e-9)
 	assert.InDelta(t, 5.1/60, c[3].SessionsPerS, 1e-9)
 }
+
+// The long-run rate is the average of what has been seen while that is shorter than its hour, so
+// a cold start does not hold it down for an hour; a spike weighs by its share of that history.
+func TestFluidLongLambda(t *testing.T) {
+	f, err := NewFluid(FluidOptions{CallsPerSession: testK})
+	require.NoError(t, err)
+	c := &fluidClock{f: f, at: t0}
+	for range 12 * 30 {
+		c.observe(10, 6)
+	}
+	long := func() float64 { return c.f.Outlook(10, 2, 1e6).LongLambda * 60 }
+	assert.InDelta(t, 6, long(), 0.05, "half an hour at 6/min after one empty reading")
+	for range 12 * 10 { // a 10-minute doubling
+		c.observe(10, 12)
+	}
+	for range 12 * 3 {
+		c.observe(10, 6)
+	}
+	// 43 minutes seen, the spike 3–13 minutes ago: its weight is (e^(−3/60) − e^(−13/60)) ÷
+	// (1 − e^(−43/60)) = 0.285 of the history.
+	assert.InDelta(t, 6*1.285, long(), 0.02)
+	assert.Less(t, long(), c.f.Lambda()*60+1, "not above λ three minutes after the spike")
+}
