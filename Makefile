@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/...
+RACE_PKGS := ./internal/... ./daemon/... ./loadgen/... ./lab/... ./test/... ./cmd/... ./sim/harness/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/...
 
 .PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
 
@@ -12,7 +12,7 @@ build:
 
 OPENAI_CLIENT := gateway/testdata/openai-client
 ANTHROPIC_CLIENT := gateway/testdata/anthropic-client
-AGENT_CLIS := internal/agentcli/testdata
+AGENT_CLIS := test/agentcli/testdata
 
 # All tests, then the concurrent packages again under the race detector, then a short fuzz pass.
 test: lint $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules $(AGENT_CLIS)/node_modules
@@ -33,7 +33,7 @@ $(ANTHROPIC_CLIENT)/node_modules: $(ANTHROPIC_CLIENT)/package-lock.json
 	else echo "npm not found: the gateway's anthropic client test will be skipped (install Node.js 20+ and npm)"; fi
 
 # … and the real Claude Code and Codex command-line agents, pinned the same way, run through the
-# gateway by internal/agentcli's tests.
+# gateway by test/agentcli's tests.
 $(AGENT_CLIS)/node_modules: $(AGENT_CLIS)/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix $(AGENT_CLIS) --no-audit --no-fund --loglevel=error; \
@@ -55,7 +55,7 @@ demo: build
 # admission, collector vs raw parse, detector, simulator, the daemon at 10k and 100k sessions) and
 # the policy comparison, with the machine and every command line (about 3 minutes).
 bench: build
-	$(GO) run ./internal/benchreport/cmd/gen -count 3 -o docs/benchmarks.md
+	$(GO) run ./lab/benchreport/cmd/gen -count 3 -o docs/benchmarks.md
 
 # Regenerates docs/fidelity.md: the paper's observations (a)–(e) over ten seeds.
 fidelity: build
@@ -87,7 +87,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSessionIdentity$$' -fuzztime $(FUZZTIME) ./gateway/
 	$(GO) test -run '^$$' -fuzz '^FuzzShapeIdentity$$' -fuzztime $(FUZZTIME) ./gateway/
 	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./internal/agentcall/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/daemon/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./daemon/
 	$(GO) test -run '^$$' -fuzz '^FuzzIngestText$$' -fuzztime $(FUZZTIME) ./collector/
 
 clean:
@@ -100,4 +100,4 @@ dashboards:
 # Regenerates docs/configuration.md (every key of the gateway's and the daemon's config files, with
 # its type, default and meaning) from the config structs; a test fails when it is out of date.
 config-reference:
-	$(GO) run ./internal/confref/cmd/gen -o docs/configuration.md
+	$(GO) run ./lab/confref/cmd/gen -o docs/configuration.md

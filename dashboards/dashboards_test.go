@@ -448,7 +448,7 @@ var (
 	}
 )
 
-// daemonMetrics are the daemon's own basin_* families (internal/daemon needs a whole config to
+// daemonMetrics are the daemon's own basin_* families (daemon needs a whole config to
 // start, so they are listed); TestDaemonMetricsDocumented keeps the list honest against
 // docs/daemon.md.
 var daemonMetrics = []string{

@@ -23,7 +23,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/gateway"
-	"github.com/basin-dev/basin/internal/daemon"
+	"github.com/basin-dev/basin/daemon"
 	"github.com/basin-dev/basin/internal/store"
 )
 

@@ -25,7 +25,7 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/gateway"
-	"github.com/basin-dev/basin/internal/daemon"
+	"github.com/basin-dev/basin/daemon"
 	"github.com/basin-dev/basin/internal/store"
 	"github.com/basin-dev/basin/remediate/alerts"
 )

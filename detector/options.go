@@ -85,7 +85,7 @@ const (
 	// finished in it. The hit rate is a token-weighted mean over calls; with fewer, one call's
 	// luck moves it by more than the 0.05 drift drop. A busy deployment is far above it: in the
 	// simulator's paper spike runs every one-minute window from the fifth minute on held 50–266
-	// calls, healthy or trapped (internal/harness TestEvidenceHoldsUnderRealLoad).
+	// calls, healthy or trapped (sim/harness TestEvidenceHoldsUnderRealLoad).
 	DefaultMinHitCalls = 20
 	// DefaultMaxFirstCallShare: and only when at most half of those calls can be sessions' first
 	// calls (sessions arrived in the window ≤ 0.5 × calls). A first call misses by nature — its

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/basin-dev/basin/internal/yamlconf/yamlconftest"
+	"github.com/basin-dev/basin/test/yamlconftest"
 )
 
 // TestExampleDocumentsEveryKey: testdata/gateway.example.yaml is the annotated example; every key

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/internal/agentcall"
-	"github.com/basin-dev/basin/internal/yamlconf/yamlconftest"
+	"github.com/basin-dev/basin/test/yamlconftest"
 )
 
 // FuzzParseConfig feeds arbitrary files to ParseConfig. It must never panic; every problem of a

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
-	"github.com/basin-dev/basin/sim/serve/servetest"
+	"github.com/basin-dev/basin/test/servetest"
 )
 
 // testToken is the admin token of the test gateways.

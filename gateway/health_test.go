@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/testclock"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 func TestSessionIDsOverTheLimitAre400(t *testing.T) {

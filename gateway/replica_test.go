@@ -24,7 +24,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
-	"github.com/basin-dev/basin/internal/testclock"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 // replicaConfig is a replicated-mode configuration in front of upstream, sharing the store at

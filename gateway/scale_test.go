@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/admission"
-	"github.com/basin-dev/basin/internal/redistest"
+	"github.com/basin-dev/basin/test/redistest"
 	"github.com/basin-dev/basin/internal/yamlconf"
 )
 

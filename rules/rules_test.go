@@ -18,7 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/internal/harness"
+	"github.com/basin-dev/basin/sim/harness"
 )
 
 const (

@@ -61,7 +61,7 @@ type Result struct {
 	DurationMin       float64  `json:"duration_min"`
 
 	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
-	// shape; see internal/harness). UtilisationAlertFirstMin is the first minute a conventional
+	// shape; see sim/harness). UtilisationAlertFirstMin is the first minute a conventional
 	// utilisation alert would have fired, for comparison: null when none would have, or when no
 	// detector observed the run (then detector is absent too).
 	Detector                 any      `json:"detector,omitempty"`

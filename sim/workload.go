@@ -54,7 +54,7 @@ func (s SessionSpec) PeakContext() int {
 // it moved no other draw: the same seed gives the same sessions as before, and the same session
 // (in a run and in its spike-free twin, or a replayed trace session drawn twice) gets the same
 // noise. Harnesses combine it with the true peak into a feature whose rank correlation with the
-// peak is a chosen parameter (internal/harness, PeakSignal); docs/simulator.md documents it.
+// peak is a chosen parameter (sim/harness, PeakSignal); docs/simulator.md documents it.
 func (s SessionSpec) SignalNoise() float64 {
 	h := fnv.New64a()
 	var buf [8]byte

@@ -7,7 +7,7 @@ package main
 import (
 	"os"
 
-	"github.com/basin-dev/basin/internal/cli"
+	"github.com/basin-dev/basin/cmd/basin/cli"
 )
 
 func main() { os.Exit(cli.Main()) }

@@ -16,10 +16,10 @@ import (
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/lease"
-	"github.com/basin-dev/basin/internal/redistest"
+	"github.com/basin-dev/basin/test/redistest"
 )
 
-// startRedis starts a real redis-server (internal/redistest) with an append-only file fsynced
+// startRedis starts a real redis-server (test/redistest) with an append-only file fsynced
 // as fsync says, and returns a client of it sized for the benchmarks' parallel callers.
 func startRedis(tb testing.TB, fsync string) *redis.Client {
 	tb.Helper()

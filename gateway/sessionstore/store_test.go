@@ -19,7 +19,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/lease"
-	"github.com/basin-dev/basin/internal/testclock"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 const testPrefix = "basin:test:gateway"

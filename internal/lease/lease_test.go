@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/testclock"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 const testPrefix = "basin:test:admission"

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/redistest"
+	"github.com/basin-dev/basin/test/redistest"
 )
 
 // waitFor polls cond every 20 ms until it holds or d passes.

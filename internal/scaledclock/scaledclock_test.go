@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/testclock"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 // TestNowRunsAtTheSpeed: in a synctest bubble (fake wall time), a wall second is Speed seconds of

@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/testclock"
+	"github.com/basin-dev/basin/test/testclock"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/serve"
 )
