@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/basin-dev/basin/daemon/statuspage"
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/httpjson"
-	"github.com/basin-dev/basin/daemon/statuspage"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
 )

@@ -24,10 +24,10 @@ import (
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/adminapi"
-	"github.com/basin-dev/basin/sim/harness"
-	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/internal/scaledclock"
+	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 	"github.com/basin-dev/basin/test/servetest"
 )

@@ -21,8 +21,8 @@ import (
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/httpjson"
-	"github.com/basin-dev/basin/test/testclock"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 // haPair is daemons of one deployment, each with its own data directory, on one miniredis, one

@@ -26,8 +26,8 @@ import (
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/internal/scaledclock"
-	"github.com/basin-dev/basin/test/testclock"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 // testToken is the control API token of the test daemons.

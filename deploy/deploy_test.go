@@ -22,8 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/daemon"
+	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/internal/store"
 )
 

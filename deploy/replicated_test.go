@@ -24,8 +24,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/collector"
-	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/daemon"
+	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/internal/store"
 	"github.com/basin-dev/basin/remediate/alerts"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/admission"
-	"github.com/basin-dev/basin/test/redistest"
 	"github.com/basin-dev/basin/internal/yamlconf"
+	"github.com/basin-dev/basin/test/redistest"
 )
 
 // BenchmarkReplicatedScale is replicated mode at scale, outside CI (docs/scaling.md):

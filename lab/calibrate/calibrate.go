@@ -22,8 +22,8 @@ import (
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/atomicfile"
-	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/internal/scaledclock"
+	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

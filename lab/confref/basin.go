@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/daemon"
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/admission"
-	"github.com/basin-dev/basin/daemon"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"

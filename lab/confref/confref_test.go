@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/daemon"
+	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/internal/yamlconf"
 )
 

@@ -47,10 +47,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/basin-dev/basin/sim/harness"
-	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/internal/scaledclock"
+	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

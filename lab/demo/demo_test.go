@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/internal/scaledclock"
+	"github.com/basin-dev/basin/loadgen"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/scenario"
 )

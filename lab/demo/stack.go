@@ -15,9 +15,9 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/basin-dev/basin/daemon"
 	"github.com/basin-dev/basin/gateway"
 	"github.com/basin-dev/basin/gateway/client"
-	"github.com/basin-dev/basin/daemon"
 	"github.com/basin-dev/basin/internal/scaledclock"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim/scenario"

@@ -5,8 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/test/testclock"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/serve"
+	"github.com/basin-dev/basin/test/testclock"
 )
 
 // syncBuffer is a log sink the test can read while the server writes.

@@ -22,10 +22,10 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/predictor"
+	"github.com/basin-dev/basin/internal/trace"
 	"github.com/basin-dev/basin/lab/calibrate"
 	"github.com/basin-dev/basin/lab/demo"
 	"github.com/basin-dev/basin/loadgen"
-	"github.com/basin-dev/basin/internal/trace"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/test/servetest"
 )

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/basin-dev/basin/lab/demo"
 	"github.com/basin-dev/basin/internal/progress"
+	"github.com/basin-dev/basin/lab/demo"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

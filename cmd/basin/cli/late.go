@@ -11,9 +11,9 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway"
-	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

@@ -17,11 +17,11 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/lab/calibrate"
-	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/internal/scaledclock"
+	"github.com/basin-dev/basin/lab/calibrate"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/internal/progress"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/fidelity"
+	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
