@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/agentbody"
 	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/test/agentbody"
 )
 
 // Streamed body of the throughput benchmark: 4 MiB of SSE in 4 KiB events, each written and

@@ -18,7 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/sim/harness"
+	"github.com/basin-dev/basin/lab/experiment"
 )
 
 const (
@@ -312,7 +312,7 @@ func mapValue(m *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// TestPageForMatchesTheRules keeps the simulator's false-page count (harness.PageFor, `basin sim
+// TestPageForMatchesTheRules keeps the simulator's false-page count (experiment.PageFor, `basin sim
 // detect`) on the for: the paging alerts ship with, so the measured number is the shipped rule's.
 func TestPageForMatchesTheRules(t *testing.T) {
 	rg, _ := loadRules(t)
@@ -327,7 +327,7 @@ func TestPageForMatchesTheRules(t *testing.T) {
 			seen++
 			d, err := time.ParseDuration(r.For)
 			require.NoError(t, err, "%s for: %q", r.Alert, r.For)
-			assert.Equal(t, harness.PageFor[state], d, "%s for: against harness.PageFor[%s]", r.Alert, state)
+			assert.Equal(t, experiment.PageFor[state], d, "%s for: against experiment.PageFor[%s]", r.Alert, state)
 		}
 	}
 	assert.Equal(t, len(want), seen)
@@ -337,7 +337,7 @@ func TestPageForMatchesTheRules(t *testing.T) {
 			if r.Alert == "BasinCacheKneeApproaching" {
 				d, err := time.ParseDuration(r.For)
 				require.NoError(t, err)
-				assert.Equal(t, harness.InfoFor, d, "BasinCacheKneeApproaching for: against harness.InfoFor")
+				assert.Equal(t, experiment.InfoFor, d, "BasinCacheKneeApproaching for: against experiment.InfoFor")
 				info = true
 			}
 		}

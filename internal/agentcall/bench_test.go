@@ -3,7 +3,7 @@ package agentcall
 import (
 	"testing"
 
-	"github.com/basin-dev/basin/internal/agentbody"
+	"github.com/basin-dev/basin/test/agentbody"
 )
 
 // BenchmarkParseRead reads a 300 KB agent conversation with Read (the scanner) and through

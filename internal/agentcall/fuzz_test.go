@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/agentbody"
+	"github.com/basin-dev/basin/test/agentbody"
 )
 
 // corpus are bodies, valid and not, of every shape: the fuzz seeds and the differential test's

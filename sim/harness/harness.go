@@ -68,7 +68,7 @@ type Policies struct {
 // spikes on first use and returns the same calibration afterwards.
 func CalibrateOnce(sc *scenario.Scenario) func() (*detector.Calibration, error) {
 	base := sc.WithoutSpikes()
-	return sync.OnceValues(func() (*detector.Calibration, error) { return Calibrate(base, epoch) })
+	return sync.OnceValues(func() (*detector.Calibration, error) { return Calibrate(base, Epoch) })
 }
 
 // Names implements scenario.PolicySet.
@@ -105,7 +105,7 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	g := &Gate{core: core, predict: predict}
+	g := NewGate(core, predict)
 	o.Gate = g
 	o.PriorityQueues = true
 	o.Deployment.Lending = sim.LendingState{Enabled: true, MaxFraction: lendCap}
@@ -175,15 +175,15 @@ func TrainPredictor(w sim.Workload, seed uint64, n int) (*predictor.Model, error
 		s := w.Session(rng)
 		samples[i] = predictor.Sample{TaskChars: s.TaskChars, FirstPrompt: s.Calls[0].Prompt, Peak: int64(s.PeakContext())}
 	}
-	m, _, err := predictor.Train(samples, predictor.TrainOptions{Seed: seed, Created: epoch})
+	m, _, err := predictor.Train(samples, predictor.TrainOptions{Seed: seed, Created: Epoch})
 	if err != nil {
 		return nil, fmt.Errorf("train the peak predictor on %s: %w", w.Name(), err)
 	}
 	return m, nil
 }
 
-// epoch anchors virtual time to the admission core's wall-clock time.Time.
-var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+// Epoch anchors virtual time to the admission core's wall-clock time.Time.
+var Epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Gate adapts an admission.Core to sim.Gate.
 type Gate struct {
@@ -194,9 +194,16 @@ type Gate struct {
 	held map[int64]time.Duration
 }
 
+// NewGate is a gate over core that predicts each session's peak with predict.
+func NewGate(core *admission.Core, predict func(sim.SessionInfo) int64) *Gate {
+	return &Gate{core: core, predict: predict}
+}
+
 func key(id int64) string { return strconv.FormatInt(id, 10) }
 
-func (g *Gate) take(evs []admission.Event) {
+// Take turns the core's events (admissions, sheds, refusals, resumptions) into the simulator's
+// releases, handed over at the next Poll.
+func (g *Gate) Take(evs []admission.Event) {
 	for _, e := range evs {
 		id, err := strconv.ParseInt(e.ID, 10, 64)
 		if err != nil {
@@ -221,10 +228,10 @@ func (g *Gate) take(evs []admission.Event) {
 
 // Arrive implements sim.Gate.
 func (g *Gate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict {
-	d := g.core.Arrive(epoch.Add(now), admission.Request{ID: key(s.ID), FirstPrompt: int64(s.FirstPrompt),
+	d := g.core.Arrive(Epoch.Add(now), admission.Request{ID: key(s.ID), FirstPrompt: int64(s.FirstPrompt),
 		PredictedPeak: g.predict(s)})
-	g.take(d.Events)
-	prio := d.Priority.Sub(epoch)
+	g.Take(d.Events)
+	prio := d.Priority.Sub(Epoch)
 	switch d.Verdict {
 	case admission.Admitted:
 		return sim.Verdict{Action: sim.Admit, Priority: prio}
@@ -247,24 +254,24 @@ func (g *Gate) Arrive(now time.Duration, s sim.SessionInfo) sim.Verdict {
 // raises the session's tracked context at once (admission.Core.BeginCall), before the answer's
 // usage, and a held session's call waits for its EventResumed.
 func (g *Gate) CallStart(now time.Duration, id int64, promptTokens int) bool {
-	return g.core.BeginCall(epoch.Add(now), key(id), int64(promptTokens)) != admission.CallHeld
+	return g.core.BeginCall(Epoch.Add(now), key(id), int64(promptTokens)) != admission.CallHeld
 }
 
 // CallDone implements sim.Gate: the response's usage updates the session's context.
 func (g *Gate) CallDone(now time.Duration, id int64, contextTokens int) {
-	g.take(g.core.Finish(epoch.Add(now), key(id), int64(contextTokens)))
+	g.Take(g.core.Finish(Epoch.Add(now), key(id), int64(contextTokens)))
 }
 
 // SessionDone implements sim.Gate.
 func (g *Gate) SessionDone(now time.Duration, id int64) {
-	g.take(g.core.End(epoch.Add(now), key(id)))
+	g.Take(g.core.End(Epoch.Add(now), key(id)))
 }
 
 // Poll implements sim.Gate: releases carry the priority the core fixed at arrival. Held calls
 // that reached the hold bound go here, as the gateway's timers send them.
 func (g *Gate) Poll(now time.Duration) []sim.Release {
-	g.take(g.core.ExpireHolds(epoch.Add(now)))
-	g.take(g.core.ExpireQueued(epoch.Add(now)))
+	g.Take(g.core.ExpireHolds(Epoch.Add(now)))
+	g.Take(g.core.ExpireQueued(Epoch.Add(now)))
 	out := g.pending
 	g.pending = nil
 	return out

@@ -65,12 +65,12 @@ func TestUnknownPolicies(t *testing.T) {
 func TestGateTracksCallStart(t *testing.T) {
 	core, err := admission.New(admission.Options{Budget: 1_000_000})
 	require.NoError(t, err)
-	g := &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+	g := NewGate(core, func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) })
 	require.Equal(t, sim.Admit, g.Arrive(0, sim.SessionInfo{ID: 7, FirstPrompt: 100}).Action)
 	g.CallDone(time.Second, 7, 150)
-	assert.EqualValues(t, 150, core.Snapshot(epoch.Add(time.Second), false).Reserved)
+	assert.EqualValues(t, 150, core.Snapshot(Epoch.Add(time.Second), false).Reserved)
 	g.CallStart(2*time.Second, 7, 400)
-	assert.EqualValues(t, 400, core.Snapshot(epoch.Add(2*time.Second), false).Reserved, "the new prompt counts at once")
+	assert.EqualValues(t, 400, core.Snapshot(Epoch.Add(2*time.Second), false).Reserved, "the new prompt counts at once")
 	g.CallDone(3*time.Second, 7, 450)
-	assert.EqualValues(t, 450, core.Snapshot(epoch.Add(3*time.Second), false).Reserved)
+	assert.EqualValues(t, 450, core.Snapshot(Epoch.Add(3*time.Second), false).Reserved)
 }

@@ -97,7 +97,7 @@ var utilisationRules = []struct {
 // and ingested exactly as scrapes would be, the detector steps on the snapshot, and the result
 // gains the Observation. A run without a gate gets an observe-only one (an admission core that
 // admits everything): the gateway is how basin sees sessions, even when it does not enforce.
-func Observe(o *sim.Options, do detector.Options) error { return observe(o, do, nil) }
+func Observe(o *sim.Options, do detector.Options) error { return ObserveEach(o, do, nil) }
 
 // Tick is one observation step, for a hook that acts on it (basin's remediation loop).
 type Tick struct {
@@ -111,7 +111,7 @@ type Tick struct {
 }
 
 // observe is Observe with a hook called after every detector step.
-func observe(o *sim.Options, do detector.Options, after func(Tick)) error {
+func ObserveEach(o *sim.Options, do detector.Options, after func(Tick)) error {
 	g, ok := o.Gate.(*Gate)
 	if o.Gate != nil && !ok {
 		return fmt.Errorf("observe: the run's gate is not basin's admission core")
@@ -121,7 +121,7 @@ func observe(o *sim.Options, do detector.Options, after func(Tick)) error {
 		if err != nil {
 			return err
 		}
-		g = &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+		g = NewGate(core, func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) })
 		o.Gate = g
 	}
 	var now time.Time
@@ -158,7 +158,7 @@ func observe(o *sim.Options, do detector.Options, after func(Tick)) error {
 		if prev != nil && t%prev.Every == 0 {
 			prev.Tick(t, c)
 		}
-		now = epoch.Add(t)
+		now = Epoch.Add(t)
 		stats = c.Stats()
 		lending = c.Observe().Lending.Enabled
 		if regs == nil {

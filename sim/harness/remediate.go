@@ -39,18 +39,18 @@ func (a *coreActuator) SetBudget(_ context.Context, tokens, reference int64, _ s
 	if err != nil {
 		return err
 	}
-	a.g.take(evs)
+	a.g.Take(evs)
 	return nil
 }
 
 func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) error {
-	a.g.take(a.g.core.Shed(a.now, 0, ids, reason))
+	a.g.Take(a.g.core.Shed(a.now, 0, ids, reason))
 	return nil
 }
 
 func (a *coreActuator) Hold(_ context.Context, hold, resume []string, _ string) error {
 	a.g.core.Hold(a.now, hold)
-	a.g.take(a.g.core.Resume(a.now, resume))
+	a.g.Take(a.g.core.Resume(a.now, resume))
 	return nil
 }
 
@@ -58,13 +58,13 @@ func (a *coreActuator) Hold(_ context.Context, hold, resume []string, _ string) 
 // detector's assessment and the admission core's state go through remediate.Loop.Step — the step
 // `basin daemon` runs — acting on the core instead of the gateway's admin API.
 func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options) (*RemediationSummary, error) {
-	return attachRemediationFrom(o, g, do, ro, 0)
+	return AttachRemediationFrom(o, g, do, ro, 0)
 }
 
-// attachRemediationFrom is attachRemediation with the loop acting only from simulated time start
+// AttachRemediationFrom is attachRemediation with the loop acting only from simulated time start
 // on: before it the detector watches and the loop neither decides nor acts, as a daemon switched
 // from watching to acting at start. The last rescue time is searched with it.
-func attachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options, start time.Duration) (*RemediationSummary, error) {
+func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options, start time.Duration) (*RemediationSummary, error) {
 	pol, err := remediate.NewPolicy(ro)
 	if err != nil {
 		return nil, err
@@ -91,7 +91,7 @@ func attachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 		return nil, err
 	}
 	sum := &RemediationSummary{}
-	err = observe(o, do, func(t Tick) {
+	err = ObserveEach(o, do, func(t Tick) {
 		if t.T < start {
 			return
 		}

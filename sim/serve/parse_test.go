@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/internal/agentbody"
 	"github.com/basin-dev/basin/internal/agentcall"
+	"github.com/basin-dev/basin/test/agentbody"
 )
 
 // parseCases are chat bodies, valid and not, and the field each is refused for ("" accepted,

@@ -11,9 +11,9 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway"
+	"github.com/basin-dev/basin/lab/experiment"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
-	"github.com/basin-dev/basin/sim/harness"
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
@@ -32,7 +32,7 @@ func simRunLate(env Env, sc *scenario.Scenario, actAt float64, duration time.Dur
 		}
 	}
 	b := bar(env, asJSON, "simulating "+sc.Name)
-	res, err := harness.RunLate(sc, harness.LateOptions{ActAt: time.Duration(actAt * float64(time.Minute)), Duration: duration,
+	res, err := experiment.RunLate(sc, experiment.LateOptions{ActAt: time.Duration(actAt * float64(time.Minute)), Duration: duration,
 		Calibration: cal, Remediate: remediate.Options{DisableHolds: !holds}})
 	b.Done()
 	if err != nil {
@@ -51,14 +51,14 @@ func simRunLate(env Env, sc *scenario.Scenario, actAt float64, duration time.Dur
 	return nil
 }
 
-func printLate(w io.Writer, r *harness.LateResult) {
+func printLate(w io.Writer, r *experiment.LateResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rec := "never"
 	if r.RecoveredMin != nil {
 		rec = fmt.Sprintf("minute %.0f (%.0f after acting)", *r.RecoveredMin, *r.RecoveredMin-r.ActAtMin)
 	}
 	fmt.Fprintf(tw, "acting from\tminute %g\n", r.ActAtMin)
-	fmt.Fprintf(tw, "recovered\t%s (first of %d minutes with hit rate ≥ %.2f)\n", rec, harness.RecoveryWindow, harness.RecoveryHitRate)
+	fmt.Fprintf(tw, "recovered\t%s (first of %d minutes with hit rate ≥ %.2f)\n", rec, experiment.RecoveryWindow, experiment.RecoveryHitRate)
 	fmt.Fprintf(tw, "holds\t%d sessions at most, %d calls held, %d of them at the %.0f s bound, longest %.0f s\n",
 		r.HeldSessionsMax, r.CallsHeld, r.HoldBoundReleases, r.HoldBoundSeconds, r.HeldCallMaxSeconds)
 	tw.Flush()
@@ -67,7 +67,7 @@ func printLate(w io.Writer, r *harness.LateResult) {
 // simLate is `basin sim late`: the table of docs/results.md's "Acting on a trapped deployment".
 func simLate(env Env, args []string) error {
 	fs := newFlags(env)
-	scen := fs.String("scenarios", strings.Join(harness.LateScenarios, ","), "comma-separated scenarios (the +100% spike presets)")
+	scen := fs.String("scenarios", strings.Join(experiment.LateScenarios, ","), "comma-separated scenarios (the +100% spike presets)")
 	acts := fs.String("act-at", "25,30,40,60", "comma-separated minutes at which the daemon starts acting")
 	seedFrom := fs.Uint64("seed-from", 41, "first seed (seeds never used to tune basin)")
 	seeds := fs.Int("seeds", 6, "number of seeds")
@@ -103,23 +103,23 @@ func simLate(env Env, args []string) error {
 	if *seeds < 1 {
 		return fmt.Errorf("%w: --seeds must be ≥ 1", errUsage)
 	}
-	o := harness.LateTableOptions{Scenarios: strings.Split(*scen, ","), ActAt: mins, Duration: *duration, AlsoBounds: bounds, StartDeadline: *deadline}
+	o := experiment.LateTableOptions{Scenarios: strings.Split(*scen, ","), ActAt: mins, Duration: *duration, AlsoBounds: bounds, StartDeadline: *deadline}
 	for i := range *seeds {
 		o.Seeds = append(o.Seeds, *seedFrom+uint64(i))
 	}
 	b := bar(env, false, "acting late")
-	t, err := harness.MeasureLate(o, func(done, total int) { b.Set(float64(done) / float64(total)) })
+	t, err := experiment.MeasureLate(o, func(done, total int) { b.Set(float64(done) / float64(total)) })
 	b.Done()
 	if err != nil {
 		return err
 	}
 	if *markdown {
-		return harness.WriteLateMarkdown(env.Stdout, t)
+		return experiment.WriteLateMarkdown(env.Stdout, t)
 	}
 	return writeLateText(env.Stdout, t)
 }
 
-func writeLateText(w io.Writer, t *harness.LateTable) error {
+func writeLateText(w io.Writer, t *experiment.LateTable) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tact at\tholds\trecovered\tmedian min\tmax min\tgoodput ÷ twin\tfirst-call wait p50 s\theld max\tbound releases\t")
 	for _, r := range t.Rows {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/basin-dev/basin/lab/experiment"
 	"github.com/basin-dev/basin/sim/harness"
 )
 
@@ -22,11 +23,11 @@ func simRiskGrid(env Env, args []string) error {
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	grid, err := harness.RiskGrid()
+	grid, err := experiment.RiskGrid()
 	if err != nil {
 		return err
 	}
-	res, err := harness.ValidateRisk(grid, harness.DetectorRule, *seed)
+	res, err := experiment.ValidateRisk(grid, harness.DetectorRule, *seed)
 	if err != nil {
 		return err
 	}
@@ -42,12 +43,12 @@ func simRiskGrid(env Env, args []string) error {
 	return nil
 }
 
-func riskCounts(res []harness.GridResult) (right, cacheTruth, decodeTruth int) {
+func riskCounts(res []experiment.GridResult) (right, cacheTruth, decodeTruth int) {
 	for _, r := range res {
 		if r.Correct {
 			right++
 		}
-		if r.Truth.Binding == harness.CacheFirst {
+		if r.Truth.Binding == experiment.CacheFirst {
 			cacheTruth++
 		} else {
 			decodeTruth++
@@ -56,7 +57,7 @@ func riskCounts(res []harness.GridResult) (right, cacheTruth, decodeTruth int) {
 	return right, cacheTruth, decodeTruth
 }
 
-func riskMarkdown(w io.Writer, res []harness.GridResult, seed uint64) error {
+func riskMarkdown(w io.Writer, res []experiment.GridResult, seed uint64) error {
 	right, ct, dt := riskCounts(res)
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Risk rule: which limit binds first\n\n")
@@ -64,13 +65,13 @@ func riskMarkdown(w io.Writer, res []harness.GridResult, seed uint64) error {
 		"1.9 × cache ÷ mean context, decode limit = decode KV ÷ mean context ÷ fraction of sessions served; the smaller "+
 		"binds first. Ground truth: the simulator holds N sessions live (closed loop) for growing N and records which "+
 		"shows first — the hit rate falling %.2f below its plateau (cache) or decode KV ≥ %.0f%% reserved with calls "+
-		"waiting for it (decode).\n\n", seed, harness.CacheDrop, 100*harness.DecodeFull)
+		"waiting for it (decode).\n\n", seed, experiment.CacheDrop, 100*experiment.DecodeFull)
 	fmt.Fprintf(&b, "**Right on %d of %d deployments (%.0f%%)**; the simulator found %d cache-first and %d decode-first. "+
 		"The paper: 78%% of 36 (all 17 cache-first flagged, 8 of 19 decode-first mislabelled).\n\n", right, len(res),
 		100*float64(right)/float64(len(res)), ct, dt)
 	var early int
 	for _, r := range res {
-		if !r.Correct && r.Predicted == harness.DecodeFirst {
+		if !r.Correct && r.Predicted == experiment.DecodeFirst {
 			early++
 		}
 	}
@@ -115,14 +116,14 @@ func simDetect(env Env, args []string) error {
 	}
 	names := []string{"paper-1p1d-h100", "paper-1p1d-h100-spike33", "paper-1p1d-h100-spike", "paper-1p3d-h200",
 		"paper-1p3d-h200-spike"}
-	runs, err := harness.EvaluateDetector(names, list)
+	runs, err := experiment.EvaluateDetector(names, list)
 	if err != nil {
 		return err
 	}
-	var rescues []harness.Rescue
+	var rescues []experiment.Rescue
 	if *rescue {
 		b := bar(env, *asJSON || *markdown, "last rescue times")
-		rescues, err = harness.LastRescues(runs, []string{"paper-1p1d-h100-spike", "paper-1p3d-h200-spike"},
+		rescues, err = experiment.LastRescues(runs, []string{"paper-1p1d-h100-spike", "paper-1p3d-h200-spike"},
 			func(done, total int) { b.Set(float64(done) / float64(total)) })
 		b.Done()
 		if err != nil {
@@ -131,32 +132,32 @@ func simDetect(env Env, args []string) error {
 	}
 	if *asJSON {
 		return writeJSON(env.Stdout, struct {
-			Runs    []harness.DetectionRun `json:"runs"`
-			Rescues []harness.Rescue       `json:"rescues,omitempty"`
+			Runs    []experiment.DetectionRun `json:"runs"`
+			Rescues []experiment.Rescue       `json:"rescues,omitempty"`
 		}{runs, rescues})
 	}
 	cmd := "basin sim detect"
 	if *markdown {
 		cmd = fmt.Sprintf("basin sim detect --seeds %d --markdown", len(list))
 	}
-	if err := harness.DetectionMarkdown(env.Stdout, runs, cmd); err != nil {
+	if err := experiment.DetectionMarkdown(env.Stdout, runs, cmd); err != nil {
 		return err
 	}
 	fmt.Fprintln(env.Stdout)
-	if err := harness.PagesMarkdown(env.Stdout, runs); err != nil {
+	if err := experiment.PagesMarkdown(env.Stdout, runs); err != nil {
 		return err
 	}
 	if !*rescue {
 		return nil
 	}
 	fmt.Fprintln(env.Stdout)
-	return harness.RescueMarkdown(env.Stdout, rescues, runs)
+	return experiment.RescueMarkdown(env.Stdout, rescues, runs)
 }
 
 // simMatrix sweeps every policy over load (as a fraction of each deployment's calibrated peak),
 // spike, tier, deployment and workload; the filters make quick runs of a slice of it.
 func simMatrix(env Env, args []string) error {
-	def := harness.DefaultMatrix()
+	def := experiment.DefaultMatrix()
 	fs := newFlags(env)
 	seeds := seedsFlag(fs, len(def.Seeds))
 	loads := fs.String("loads", joinFloats(def.Loads, 1), "base arrival rates as fractions of each row's calibrated peak, comma-separated")
@@ -186,7 +187,7 @@ func simMatrix(env Env, args []string) error {
 	}
 	spec.Tiers = nil
 	for _, t := range splitList(*tiers) {
-		spec.Tiers = append(spec.Tiers, harness.Tier(t))
+		spec.Tiers = append(spec.Tiers, experiment.Tier(t))
 	}
 	spec.Deployments, spec.Workloads, spec.Policies = splitList(*deployments), splitList(*workloads), splitList(*policies)
 	spec.Workers, spec.LongWindow = *workers, *longWindow
@@ -194,7 +195,7 @@ func simMatrix(env Env, args []string) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	b := bar(env, *asJSON || *markdown, "policy matrix")
-	m, err := harness.RunMatrix(spec, func(done, total int) {
+	m, err := experiment.RunMatrix(spec, func(done, total int) {
 		b.Set(float64(done) / float64(total))
 	})
 	b.Done()
@@ -214,15 +215,15 @@ func simMatrix(env Env, args []string) error {
 	if *asJSON {
 		return writeJSON(env.Stdout, m)
 	}
-	return harness.MatrixMarkdown(env.Stdout, m, strings.TrimSpace("basin sim matrix "+strings.Join(args, " ")), plots)
+	return experiment.MatrixMarkdown(env.Stdout, m, strings.TrimSpace("basin sim matrix "+strings.Join(args, " ")), plots)
 }
 
-func writePlot(path string, m *harness.MatrixResult, workload string) error {
+func writePlot(path string, m *experiment.MatrixResult, workload string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	if err := harness.MatrixPlot(f, m, workload); err != nil {
+	if err := experiment.MatrixPlot(f, m, workload); err != nil {
 		f.Close()
 		return err
 	}

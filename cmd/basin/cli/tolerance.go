@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/basin-dev/basin/sim/harness"
+	"github.com/basin-dev/basin/lab/experiment"
 )
 
 // simTolerance validates the detector's spike tolerance against the simulator over a grid of
 // deployments, tiers and base loads. The wall time goes to stderr: it is about this machine, not
 // the result, so it stays out of the Markdown and JSON.
 func simTolerance(env Env, args []string) error {
-	def := harness.DefaultToleranceSpec()
+	def := experiment.DefaultToleranceSpec()
 	fs := newFlags(env)
 	seeds := seedsFlag(fs, len(def.Seeds))
 	markdown := fs.Bool("markdown", false, "print the Markdown section of docs/results.md")
@@ -27,7 +27,7 @@ func simTolerance(env Env, args []string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	spec := def
 	if *quick {
-		spec = harness.QuickToleranceSpec()
+		spec = experiment.QuickToleranceSpec()
 	}
 	if set["seeds"] || !*quick {
 		list, err := seeds()
@@ -45,7 +45,7 @@ func simTolerance(env Env, args []string) error {
 	}
 	b := bar(env, *asJSON || *markdown, "spike tolerance")
 	start := time.Now()
-	res, err := harness.RunTolerance(spec, func(done, total int) { b.Set(float64(done) / float64(total)) })
+	res, err := experiment.RunTolerance(spec, func(done, total int) { b.Set(float64(done) / float64(total)) })
 	b.Done()
 	if err != nil {
 		return err
@@ -61,5 +61,5 @@ func simTolerance(env Env, args []string) error {
 	if *markdown {
 		cmd += fmt.Sprintf(" --seeds %d --markdown", len(spec.Seeds))
 	}
-	return harness.ToleranceMarkdown(env.Stdout, res, cmd)
+	return experiment.ToleranceMarkdown(env.Stdout, res, cmd)
 }

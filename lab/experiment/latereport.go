@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"io"
 	"strings"
 	"time"
@@ -124,7 +125,7 @@ func writeLateTargets(b *strings.Builder, t *LateTable) {
 	// A call is released on the first simulator event at or after its bound: a few seconds of
 	// virtual time at most, which is what the gateway's timer does on the wall clock.
 	fmt.Fprintf(b, "- no held call beyond the hold bound (%.0f s, checked at the next event): %s, longest %.0f s.\n",
-		bound, verdict(longest <= bound+ObserveEvery.Seconds()), longest)
+		bound, verdict(longest <= bound+harness.ObserveEvery.Seconds()), longest)
 }
 
 // writeLateWhy explains, from the table's own numbers, the rows where the default hold bound did

@@ -1,8 +1,9 @@
-package harness
+package experiment
 
 import (
 	"errors"
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"math"
 	"slices"
 	"sync"
@@ -77,7 +78,7 @@ func RunLate(sc *scenario.Scenario, o LateOptions) (*LateResult, error) {
 	cal := o.Calibration
 	if cal == nil {
 		var err error
-		if cal, err = Calibrate(sc.WithoutSpikes(), epoch); err != nil {
+		if cal, err = harness.Calibrate(sc.WithoutSpikes(), harness.Epoch); err != nil {
 			return nil, fmt.Errorf("calibrate %s: %w", sc.Name, err)
 		}
 	}
@@ -121,10 +122,10 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	if err != nil {
 		return nil, err
 	}
-	g := &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+	g := harness.NewGate(core, func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) })
 	o.Gate = g
 	o.Deployment.Lending.MaxFraction = max(o.Deployment.Lending.MaxFraction, 0.5)
-	if _, err := attachRemediationFrom(&o, g, detector.Options{Calibration: cal}, lo.Remediate, lo.ActAt); err != nil {
+	if _, err := harness.AttachRemediationFrom(&o, g, detector.Options{Calibration: cal}, lo.Remediate, lo.ActAt); err != nil {
 		return nil, err
 	}
 	bound := lo.HoldBound
@@ -136,7 +137,7 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	watch := o.Controller
 	o.Controller = &sim.Controller{Every: watch.Every, Tick: func(t time.Duration, ctl sim.Control) {
 		watch.Tick(t, ctl)
-		s := core.Snapshot(epoch.Add(t), false)
+		s := core.Snapshot(harness.Epoch.Add(t), false)
 		out.HeldSessionsMax = max(out.HeldSessionsMax, s.Held)
 		out.HeldCallsMax = max(out.HeldCallsMax, s.HeldCalls)
 		out.HeldCallMaxSeconds = max(out.HeldCallMaxSeconds, s.OldestHeldCallSeconds)
@@ -148,7 +149,7 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	out.Result = s.Run()
 	out.Result.Scenario = sc.Name
 	out.RecoveredMin = recoveredFrom(out.Timeline, lo.ActAt)
-	cnt := core.Snapshot(epoch.Add(end), false).Counters
+	cnt := core.Snapshot(harness.Epoch.Add(end), false).Counters
 	out.CallsHeld, out.HoldBoundReleases, out.TooLate = cnt.CallsHeld, cnt.HoldBoundReleases, cnt.TooLate
 	out.AdmittedCut = out.Sessions.Killed
 	return out, nil
@@ -249,7 +250,7 @@ func MeasureLate(o LateTableOptions, progress func(done, total int)) (*LateTable
 		if err != nil {
 			return nil, err
 		}
-		cal, err := Calibrate(sc.WithoutSpikes(), epoch)
+		cal, err := harness.Calibrate(sc.WithoutSpikes(), harness.Epoch)
 		if err != nil {
 			return nil, fmt.Errorf("calibrate %s: %w", name, err)
 		}

@@ -1,59 +1,12 @@
-package harness
+package experiment
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"github.com/basin-dev/basin/sim/harness"
 	"sync"
-	"time"
 
 	"github.com/basin-dev/basin/sim"
 )
-
-// WorkloadShape is what the risk rule needs to know of a workload on a deployment: the mean
-// context of a live session and the fraction of live sessions being served (in a call rather than
-// running a tool).
-type WorkloadShape struct {
-	MeanContext    float64 `json:"mean_context_tokens"`
-	MeanCall       float64 `json:"mean_call_seconds"`
-	MeanTool       float64 `json:"mean_tool_seconds"`
-	ServedFraction float64 `json:"served_fraction"`
-	CallsPerSess   float64 `json:"calls_per_session"`
-}
-
-// Shape estimates a workload's shape on a deployment from n sessions drawn from it: the context
-// is averaged over each session's lifetime (each call's prompt held for its call and the tool run
-// after it); call times are the unloaded ones.
-func Shape(dep sim.Deployment, w sim.Workload, seed uint64, n int) WorkloadShape {
-	rng := rand.New(rand.NewPCG(seed^0x5AFE, 0x5A9E))
-	var ctxTime, lifetime, call, tool, calls float64
-	for range n {
-		s := w.Session(rng)
-		var gaps time.Duration
-		for _, c := range s.Calls {
-			gaps += c.GapBefore
-		}
-		total := dep.UnloadedTime(s)
-		busy := (total - gaps).Seconds()
-		per := busy / float64(len(s.Calls))
-		for i, c := range s.Calls {
-			held := per
-			if i+1 < len(s.Calls) {
-				held += s.Calls[i+1].GapBefore.Seconds()
-			}
-			ctxTime += float64(c.Prompt) * held
-		}
-		lifetime += total.Seconds()
-		call += busy
-		tool += gaps.Seconds()
-		calls += float64(len(s.Calls))
-	}
-	sh := WorkloadShape{MeanContext: ctxTime / lifetime, MeanCall: call / calls, CallsPerSess: calls / float64(n)}
-	if calls > float64(n) {
-		sh.MeanTool = tool / (calls - float64(n))
-	}
-	sh.ServedFraction = call / (call + tool)
-	return sh
-}
 
 // GridDeployment is one point of the risk-validation grid.
 type GridDeployment struct {
@@ -103,17 +56,17 @@ func RiskGrid() ([]GridDeployment, error) {
 // GridResult is the rule's prediction and the simulator's ground truth for one deployment.
 type GridResult struct {
 	GridDeployment
-	Shape     WorkloadShape `json:"shape"`
-	Predicted string        `json:"predicted"`
-	CacheN    float64       `json:"predicted_cache_limit_sessions"`
-	DecodeN   float64       `json:"predicted_decode_limit_sessions"`
-	Truth     GroundTruth   `json:"truth"`
-	Correct   bool          `json:"correct"`
+	Shape     harness.WorkloadShape `json:"shape"`
+	Predicted string                `json:"predicted"`
+	CacheN    float64               `json:"predicted_cache_limit_sessions"`
+	DecodeN   float64               `json:"predicted_decode_limit_sessions"`
+	Truth     GroundTruth           `json:"truth"`
+	Correct   bool                  `json:"correct"`
 }
 
 // Predictor is the risk rule under test: from the deployment and the workload's shape, which
 // limit binds first and at how many sessions.
-type Predictor func(dep sim.Deployment, sh WorkloadShape) (binding string, cacheN, decodeN float64)
+type Predictor func(dep sim.Deployment, sh harness.WorkloadShape) (binding string, cacheN, decodeN float64)
 
 // ValidateRisk runs the grid, two deployments at a time.
 func ValidateRisk(grid []GridDeployment, predict Predictor, seed uint64) ([]GridResult, error) {
@@ -125,7 +78,7 @@ func ValidateRisk(grid []GridDeployment, predict Predictor, seed uint64) ([]Grid
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			sh := Shape(g.Deployment, g.Workload, seed, 2000)
+			sh := harness.Shape(g.Deployment, g.Workload, seed, 2000)
 			binding, cn, dn := predict(g.Deployment, sh)
 			// Scan in steps of about a twentieth of the smaller predicted limit, at least 1.
 			step := max(1, int(min(cn, dn)/20))

@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"bytes"
+	"github.com/basin-dev/basin/sim/harness"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestActingLateWithHolds(t *testing.T) {
 	sc, err := scenario.Load("paper-1p1d-h100-spike")
 	require.NoError(t, err)
 	sc.Seed = 41
-	cal, err := Calibrate(sc.WithoutSpikes(), epoch)
+	cal, err := harness.Calibrate(sc.WithoutSpikes(), harness.Epoch)
 	require.NoError(t, err)
 	run := func(holds bool) *LateResult {
 		r, err := RunLate(sc, LateOptions{ActAt: 30 * time.Minute, Duration: 100 * time.Minute, Calibration: cal,
@@ -48,7 +49,7 @@ func TestActingLateWithHolds(t *testing.T) {
 	assert.GreaterOrEqual(t, *on.GoodputRatio, 0.9)
 	assert.Zero(t, on.AdmittedCut)
 	assert.Positive(t, on.HoldBoundReleases, "this trap is deep enough that some held calls reach the bound")
-	assert.LessOrEqual(t, on.HeldCallMaxSeconds, admission.DefaultHoldBound.Seconds()+ObserveEvery.Seconds())
+	assert.LessOrEqual(t, on.HeldCallMaxSeconds, admission.DefaultHoldBound.Seconds()+harness.ObserveEvery.Seconds())
 }
 
 func TestRecoveredFrom(t *testing.T) {

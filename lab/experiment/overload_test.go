@@ -1,6 +1,7 @@
-package harness
+package experiment
 
 import (
+	"github.com/basin-dev/basin/sim/harness"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -21,7 +22,7 @@ func TestOverloadScenarioIsSustainedOverload(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, sc.Arrivals.Spikes, "sustained, not a spike")
 	assert.Empty(t, sc.Arrivals.Extra, "one stream at one rate")
-	cal, err := Calibrate(sc.WithoutSpikes(), epoch)
+	cal, err := harness.Calibrate(sc.WithoutSpikes(), harness.Epoch)
 	require.NoError(t, err)
 	require.Positive(t, cal.PeakCompletionRatePerS)
 	load := sc.Arrivals.RatePerMin / (cal.PeakCompletionRatePerS * 60)
@@ -39,13 +40,13 @@ func TestBasinNotWorseThanContinuumUnderSustainedOverload(t *testing.T) {
 	}
 	base, err := scenario.Load(overloadScenario)
 	require.NoError(t, err)
-	calibrate := CalibrateOnce(base)
+	calibrate := harness.CalibrateOnce(base)
 	for _, seed := range []uint64{1, 2, 3} {
 		sc, err := scenario.Load(overloadScenario)
 		require.NoError(t, err)
 		sc.Seed = seed
-		w := scenario.Wiring{Policies: Policies{Calibrate: calibrate}}
-		res, err := w.Compare(sc, []string{"continuum", Basin}, nil)
+		w := scenario.Wiring{Policies: harness.Policies{Calibrate: calibrate}}
+		res, err := w.Compare(sc, []string{"continuum", harness.Basin}, nil)
 		require.NoError(t, err)
 		require.Len(t, res, 2)
 		cont, basin := res[0].GoodputPerHour, res[1].GoodputPerHour

@@ -1,8 +1,9 @@
-package harness
+package experiment
 
 import (
 	"errors"
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"io"
 	"math"
 	"slices"
@@ -206,7 +207,7 @@ func tolerancePoint(spec ToleranceSpec, row MatrixRow, cal *detector.Calibration
 		return p, err
 	}
 	dep := o.Deployment
-	sh := Shape(dep, o.Streams[0].Workload, sc.Seed, 2000)
+	sh := harness.Shape(dep, o.Streams[0].Workload, sc.Seed, 2000)
 	cache := float64(dep.Prefill.Instances * (dep.Prefill.CacheTokens + dep.Prefill.HostCacheTokens))
 	out, err := detector.CalibratedOutlook(cal, -1, row.ArrivalsPerMin/60, sh.MeanContext, cache)
 	p.StableN = out.Equilibria.Stable

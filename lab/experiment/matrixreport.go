@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"io"
 	"math"
 	"slices"
@@ -96,7 +97,7 @@ func (m *MatrixResult) worstRatio(r int, policy string, other func(k int) (float
 // worstVsBest is basin's smallest per-seed goodput over the best baseline's on the same seed (the
 // "÷ best" target); ok is false when the row has no basin cell or no baseline.
 func (m *MatrixResult) worstVsBest(r int) (float64, bool) {
-	return m.worstRatio(r, Basin, func(k int) (float64, bool) {
+	return m.worstRatio(r, harness.Basin, func(k int) (float64, bool) {
 		b, _ := m.seedBest(r, k)
 		return b, b >= 0
 	})
@@ -124,7 +125,7 @@ func medianOf(c *MatrixCell, f func(*sim.Result) *float64) float64 {
 func (m *MatrixResult) Checks(r int) []RowCheck {
 	row := m.Rows[r]
 	var out []RowCheck
-	if m.Cell(r, Basin) == nil {
+	if m.Cell(r, harness.Basin) == nil {
 		return nil
 	}
 	if v, ok := m.worstVsBest(r); ok {
@@ -132,12 +133,12 @@ func (m *MatrixResult) Checks(r int) []RowCheck {
 	}
 	if row.CacheFirst && row.Load >= TargetSpikeLoad && row.Spike > 0 {
 		if cc := m.Cell(r, string(sim.PolicyContinuum)); cc != nil {
-			v, _ := m.worstRatio(r, Basin, func(k int) (float64, bool) { return cc.Runs[k].Result.GoodputPerHour, true })
+			v, _ := m.worstRatio(r, harness.Basin, func(k int) (float64, bool) { return cc.Runs[k].Result.GoodputPerHour, true })
 			out = append(out, RowCheck{Name: "÷ continuum", Worst: v, OK: v >= TargetVsContinuum, Want: "≥ 1.2"})
 		}
 	}
 	if row.Spike == 1 {
-		c := m.Cell(r, Basin)
+		c := m.Cell(r, harness.Basin)
 		worst, ok := math.Inf(1), false
 		for _, run := range c.Runs {
 			if v := run.Result.GoodputRatio; v != nil {
@@ -152,7 +153,7 @@ func (m *MatrixResult) Checks(r int) []RowCheck {
 		if cc := m.Cell(r, string(sim.PolicyContinuum)); cc != nil {
 			if cw := medianOf(cc, func(r *sim.Result) *float64 { return r.FirstCallWaitP50 }); cw >= MinutesS {
 				worst := 0.0
-				for _, run := range m.Cell(r, Basin).Runs {
+				for _, run := range m.Cell(r, harness.Basin).Runs {
 					if v := run.Result.FirstCallWaitP50; v != nil {
 						worst = max(worst, *v)
 					}
@@ -322,7 +323,7 @@ func MatrixMarkdown(w io.Writer, m *MatrixResult, command string, plots []string
 			for _, p := range spec.Policies {
 				fmt.Fprintf(&b, " %s |", fmtCell(m.Cell(r, p), goodputOf, 0))
 			}
-			if c := m.Cell(r, Basin); c != nil {
+			if c := m.Cell(r, harness.Basin); c != nil {
 				fmt.Fprintf(&b, " %s | %s |", fmtCell(c, resultValue(func(r *sim.Result) *float64 { return r.FirstCallWaitP50 }), 1),
 					gateSummary(c))
 			} else {
@@ -386,10 +387,10 @@ func (m *MatrixResult) writeTargetSummary(b *strings.Builder) {
 			}
 		}
 		row := m.Rows[r]
-		if row.CacheFirst && row.Load >= TargetSpikeLoad && row.Spike > 0 && m.Cell(r, Basin) != nil {
+		if row.CacheFirst && row.Load >= TargetSpikeLoad && row.Spike > 0 && m.Cell(r, harness.Basin) != nil {
 			if cc := m.Cell(r, string(sim.PolicyContinuum)); cc != nil {
 				var per []float64
-				for k, run := range m.Cell(r, Basin).Runs {
+				for k, run := range m.Cell(r, harness.Basin).Runs {
 					per = append(per, ratio(run.Result.GoodputPerHour, cc.Runs[k].Result.GoodputPerHour))
 				}
 				slices.Sort(per)
@@ -445,7 +446,7 @@ func (m *MatrixResult) writeMisses(b *strings.Builder) {
 		if len(missed) == 0 {
 			continue
 		}
-		basin := m.Cell(r, Basin)
+		basin := m.Cell(r, harness.Basin)
 		var seeds []string
 		for k, run := range basin.Runs {
 			res := run.Result
@@ -548,7 +549,7 @@ func (m *MatrixResult) whyVsBest() string {
 	if len(missed) == 0 {
 		return ""
 	}
-	basin := func(r, k int) *sim.Result { return m.Cell(r, Basin).Runs[k].Result }
+	basin := func(r, k int) *sim.Result { return m.Cell(r, harness.Basin).Runs[k].Result }
 	var most, mostOf float64
 	meanAtLeast := 0
 	var lostBasin, lostBest int
@@ -556,7 +557,7 @@ func (m *MatrixResult) whyVsBest() string {
 	for _, r := range missed {
 		var sum float64
 		worst, wk := math.Inf(1), 0
-		for k := range m.Cell(r, Basin).Runs {
+		for k := range m.Cell(r, harness.Basin).Runs {
 			best, _ := m.seedBest(r, k)
 			g := basin(r, k).GoodputPerHour
 			sum += g - best
@@ -605,11 +606,11 @@ func (m *MatrixResult) whyVsBest() string {
 				met++
 			}
 			var bestMean float64
-			for k := range l.Goodput[Basin] {
-				bestMean += l.best(k) / float64(len(l.Goodput[Basin]))
+			for k := range l.Goodput[harness.Basin] {
+				bestMean += l.best(k) / float64(len(l.Goodput[harness.Basin]))
 			}
 			fmt.Fprintf(&s, "| %s | %.3f | %.3f | %.0f/h | %.0f/h |\n", rowTitle(m.Rows[l.Row]), short, lw,
-				meanOf(l.Goodput[Basin]), bestMean)
+				meanOf(l.Goodput[harness.Basin]), bestMean)
 		}
 		fmt.Fprintf(&s, "\nOver %s basin is at or above the best baseline on every seed in %d of these %d rows.", fmtHours(win), met,
 			len(m.Long))
@@ -629,7 +630,7 @@ func (m *MatrixResult) whyVsContinuum() string {
 		cc := m.Cell(r, string(sim.PolicyContinuum))
 		ceiling := math.Inf(1)
 		for k, run := range cc.Runs {
-			arrived := float64(m.Cell(r, Basin).Runs[k].Result.Sessions.Arrived)
+			arrived := float64(m.Cell(r, harness.Basin).Runs[k].Result.Sessions.Arrived)
 			ceiling = min(ceiling, ratio(arrived, run.Result.GoodputPerHour*matrixWindowHours()))
 		}
 		if ceiling < TargetVsContinuum {
@@ -665,7 +666,7 @@ func (m *MatrixResult) whyNoSpike() string {
 		}
 		extra := row.Spike * row.ArrivalsPerMin * (matrixSpikeTo - matrixSpikeFrom).Minutes()
 		worst, lost := math.Inf(1), 0.0
-		for _, run := range m.Cell(r, Basin).Runs {
+		for _, run := range m.Cell(r, harness.Basin).Runs {
 			if v := run.Result.GoodputRatio; v != nil && *v < worst {
 				worst, lost = *v, *run.Result.NoSpikeGoodputPerHour-run.Result.GoodputPerHour
 			}
@@ -692,7 +693,7 @@ func (m *MatrixResult) whyWait() string {
 		if f > 1 {
 			over++
 		}
-		for _, run := range m.Cell(r, Basin).Runs {
+		for _, run := range m.Cell(r, harness.Basin).Runs {
 			queued = append(queued, float64(run.Gate.MaxQueued)/row.PeakPerMin)
 		}
 		if cc := m.Cell(r, string(sim.PolicyContinuum)); cc != nil {

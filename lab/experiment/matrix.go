@@ -1,8 +1,9 @@
-package harness
+package experiment
 
 import (
 	"errors"
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"math"
 	"slices"
 	"strconv"
@@ -110,7 +111,7 @@ func DefaultMatrix() MatrixSpec {
 		Deployments: []string{"1p1d", "1p3d"},
 		Workloads:   []string{"terminal-bench", "swebench-pro"},
 		Seeds:       []uint64{1, 2, 3},
-		Policies:    []string{EnginePolicy, string(sim.PolicyContinuum), BasinBlind, Basin, Oracle},
+		Policies:    []string{EnginePolicy, string(sim.PolicyContinuum), harness.BasinBlind, harness.Basin, harness.Oracle},
 		Workers:     2,
 		LongWindow:  DefaultLongWindow,
 	}
@@ -170,8 +171,8 @@ func (s MatrixSpec) Validate() error {
 		switch {
 		case p == string(sim.PolicyHiCache):
 			add("policies: hicache is the engine baseline of host-tier rows (%q there); choose tiers with --tiers", EnginePolicy)
-		case Validate(p) != nil:
-			add("policies: %w", Validate(p))
+		case harness.Validate(p) != nil:
+			add("policies: %w", harness.Validate(p))
 		}
 	}
 	if s.Workers < 1 {
@@ -289,7 +290,7 @@ type LongCheck struct {
 // WorstRatio is basin's smallest per-seed goodput over the best baseline's on the same seed.
 func (l LongCheck) WorstRatio() float64 {
 	worst := math.Inf(1)
-	for k, b := range l.Goodput[Basin] {
+	for k, b := range l.Goodput[harness.Basin] {
 		worst = min(worst, ratio(b, l.best(k)))
 	}
 	return worst
@@ -405,7 +406,7 @@ func (s MatrixSpec) calibrate() (map[string]*detector.Calibration, error) {
 		if err != nil {
 			return nil, err
 		}
-		cal, err := Calibrate(sc, epoch)
+		cal, err := harness.Calibrate(sc, harness.Epoch)
 		if err != nil {
 			return nil, fmt.Errorf("calibrate %s: %w", g, err)
 		}
@@ -482,12 +483,12 @@ func (m *MatrixResult) remeasureLong() error {
 	spec := m.Spec
 	m.Long = nil
 	var policies []string
-	for _, p := range append([]string{Basin}, MatrixBaselines...) {
+	for _, p := range append([]string{harness.Basin}, MatrixBaselines...) {
 		if slices.Contains(spec.Policies, p) {
 			policies = append(policies, p)
 		}
 	}
-	if !slices.Contains(policies, Basin) || len(policies) < 2 {
+	if !slices.Contains(policies, harness.Basin) || len(policies) < 2 {
 		return nil
 	}
 	for r := range m.Rows {
@@ -553,7 +554,7 @@ func runMatrixCell(row MatrixRow, policy string, seed uint64, cal *detector.Cali
 		return MatrixRun{}, err
 	}
 	sc.Seed = seed
-	w := scenario.Wiring{Policies: Policies{Calibrate: func() (*detector.Calibration, error) { return cal, nil }}}
+	w := scenario.Wiring{Policies: harness.Policies{Calibrate: func() (*detector.Calibration, error) { return cal, nil }}}
 	o, err := w.Options(sc, policy)
 	if err != nil {
 		return MatrixRun{}, err
@@ -590,7 +591,7 @@ func runMatrixCell(row MatrixRow, policy string, seed uint64, cal *detector.Cali
 		run.Gate.MaxQueued = max(run.Gate.MaxQueued, m.QueuedSessions)
 	}
 	r.Timeline = nil
-	if obs, ok := r.Detector.(*Observation); ok && obs.Remediation != nil {
+	if obs, ok := r.Detector.(*harness.Observation); ok && obs.Remediation != nil {
 		run.Gate.Sheds = obs.Remediation.Sheds
 		for _, p := range obs.Remediation.Plans {
 			if b := p.Budget; b != nil && b.To < b.From {

@@ -1,6 +1,7 @@
-package harness
+package experiment
 
 import (
+	"github.com/basin-dev/basin/sim/harness"
 	"testing"
 	"time"
 
@@ -22,13 +23,13 @@ func TestEvidenceHoldsUnderRealLoad(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sc, err := scenario.Load(name)
 			require.NoError(t, err)
-			cal, err := Calibrate(sc, time.Unix(0, 0))
+			cal, err := harness.Calibrate(sc, time.Unix(0, 0))
 			require.NoError(t, err)
 			o, err := sc.Options("")
 			require.NoError(t, err)
 			var steps, trapped int
 			minCalls, maxShare, minPromptC := 1e18, 0.0, 1e18
-			require.NoError(t, observe(&o, detector.Options{Calibration: cal}, func(tk Tick) {
+			require.NoError(t, harness.ObserveEach(&o, detector.Options{Calibration: cal}, func(tk harness.Tick) {
 				a := tk.Assessment
 				if a.ObservedAt.IsZero() || tk.T < 5*time.Minute {
 					return

@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"io"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ func (r DetectionRun) PressureSpells() int {
 // transition, or the end of the run.
 func (r DetectionRun) heldFor(i int) time.Duration {
 	trs := r.Obs.Transitions
-	until := epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
+	until := harness.Epoch.Add(time.Duration(r.DurationMin * float64(time.Minute)))
 	if i+1 < len(trs) {
 		until = trs[i+1].At
 	}
@@ -62,7 +63,7 @@ func (r DetectionRun) PageMin() *float64 {
 			continue
 		}
 		if r.heldFor(i) >= hold {
-			m := tr.At.Add(hold).Sub(epoch).Minutes()
+			m := tr.At.Add(hold).Sub(harness.Epoch).Minutes()
 			return &m
 		}
 	}
@@ -113,7 +114,7 @@ func PagesMarkdown(w io.Writer, runs []DetectionRun) error {
 		"any moment in a run that did not collapse). *Pressure spells* is what pressure costs instead: in the runs "+
 		"that did not collapse, spells in pressure held for BasinCacheKneeApproaching's `for: %gm`, each an "+
 		"info-severity notification, per hour of those runs.\n\n", PageFor[detector.Drifting].Minutes(),
-		PageFor[detector.Trapped].Minutes(), AlertFor.Minutes(), InfoFor.Minutes())
+		PageFor[detector.Trapped].Minutes(), harness.AlertFor.Minutes(), InfoFor.Minutes())
 	b.WriteString("| scenario | runs | not collapsed | false pages (basin) | false pages (utilisation) | drifting states | pressure spells (per hour) | collapsed runs paged |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	var calmHours float64

@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"io"
 	"math"
 	"slices"
@@ -146,14 +147,14 @@ func rerun(name string, seed uint64, cal *detector.Calibration, iv Intervention,
 	if err != nil {
 		return nil, err
 	}
-	g := &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+	g := harness.NewGate(core, func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) })
 	o.Gate = g
 	do := detector.Options{Calibration: cal}
 	switch iv {
 	case ActDaemon:
 		// Lending stays off until the daemon switches it on; it may lend up to basin's default.
 		o.Deployment.Lending.MaxFraction = max(o.Deployment.Lending.MaxFraction, 0.5)
-		if _, err := attachRemediationFrom(&o, g, do, remediate.Options{}, start); err != nil {
+		if _, err := harness.AttachRemediationFrom(&o, g, do, remediate.Options{}, start); err != nil {
 			return nil, err
 		}
 	case CutBudget:
@@ -174,26 +175,26 @@ func rerun(name string, seed uint64, cal *detector.Calibration, iv Intervention,
 // budget is the one remediate's policy (default options) sets when an alert puts it in incident
 // mode on that step's assessment, so the cut is the daemon's own incident value — the fraction and
 // B_ref come from the policy, not from a copy here. Later steps only watch.
-func attachBudgetCut(o *sim.Options, g *Gate, do detector.Options, start time.Duration) error {
+func attachBudgetCut(o *sim.Options, g *harness.Gate, do detector.Options, start time.Duration) error {
 	pol, err := remediate.NewPolicy(remediate.Options{})
 	if err != nil {
 		return err
 	}
 	cut := false
-	return observe(o, do, func(t Tick) {
+	return harness.ObserveEach(o, do, func(t harness.Tick) {
 		if cut || t.T < start {
 			return
 		}
 		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true)), Alerts: []string{"rescue: budget cut"}})
+			Gateway: remediate.GatewayFrom(g.Core().Snapshot(t.Now, true)), Alerts: []string{"rescue: budget cut"}})
 		if plan.Budget == nil {
 			return // no knee or capacity yet: the cut is made on the first step that has one
 		}
-		evs, err := g.core.SetBudget(t.Now, plan.Budget.To, plan.Budget.Reference)
+		evs, err := g.Core().SetBudget(t.Now, plan.Budget.To, plan.Budget.Reference)
 		if err != nil {
 			panic(fmt.Sprintf("simulated budget cut: %v", err)) // the plan's budget is positive
 		}
-		g.take(evs)
+		g.Take(evs)
 		cut = true
 	})
 }
@@ -213,7 +214,7 @@ func LastRescues(runs []DetectionRun, names []string, progress func(done, total 
 			if err != nil {
 				return nil, err
 			}
-			if cals[r.Scenario], err = Calibrate(sc.WithoutSpikes(), epoch); err != nil {
+			if cals[r.Scenario], err = harness.Calibrate(sc.WithoutSpikes(), harness.Epoch); err != nil {
 				return nil, fmt.Errorf("calibrate %s: %w", r.Scenario, err)
 			}
 		}
@@ -456,12 +457,12 @@ func RescueMarkdown(w io.Writer, rescues []Rescue, runs []DetectionRun) error {
 
 // warnedBy names the signals of the transition that began a run's first warning, from its reasons
 // (the detector states each condition with a fixed opening): "—" when there is none.
-func warnedBy(obs *Observation) string {
+func warnedBy(obs *harness.Observation) string {
 	if obs.FirstWarningMin == nil {
 		return "—"
 	}
 	for _, tr := range obs.Transitions {
-		if math.Abs(tr.At.Sub(epoch).Minutes()-*obs.FirstWarningMin) > 1e-9 {
+		if math.Abs(tr.At.Sub(harness.Epoch).Minutes()-*obs.FirstWarningMin) > 1e-9 {
 			continue
 		}
 		var names []string

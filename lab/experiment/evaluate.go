@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"io"
 	"math"
 	"sort"
@@ -14,26 +15,11 @@ import (
 	"github.com/basin-dev/basin/sim/scenario"
 )
 
-// Calibrate measures a scenario's deployment the way `basin calibrate` does (closed-loop step load
-// in the simulator) and fits the knee.
-func Calibrate(sc *scenario.Scenario, created time.Time) (*detector.Calibration, error) {
-	c, err := scenario.MeasureCurve(sc, "", scenario.CurveOptions{}, nil)
-	if err != nil {
-		return nil, err
-	}
-	pts := make([]detector.Point, len(c.Points))
-	for i, p := range c.Points {
-		pts[i] = detector.Point{WorkingSetOverCache: p.WorkingSetOverCache, HitRate: p.HitRate, Sessions: float64(p.N),
-			CompletionRatePerS: p.SessionsPerMin / 60}
-	}
-	return detector.NewCalibration(pts, c.K, created, "basin calibrate --scenario "+sc.Name)
-}
-
 // DetectionRun is one observed run of the detector evaluation.
 type DetectionRun struct {
-	Scenario string       `json:"scenario"`
-	Seed     uint64       `json:"seed"`
-	Obs      *Observation `json:"observation"`
+	Scenario string               `json:"scenario"`
+	Seed     uint64               `json:"seed"`
+	Obs      *harness.Observation `json:"observation"`
 	// Collapsed is the simulator's ground truth: the hit rate stayed under 0.5 for five minutes.
 	Collapsed bool `json:"collapsed"`
 	// SpikeStartMin is when the scenario's first arrival spike begins (nil without one).
@@ -82,7 +68,7 @@ func EvaluateDetector(names []string, seeds []uint64) ([]DetectionRun, error) {
 		key := sc.Deployment.Preset
 		if cals[key] == nil {
 			base := sc.WithoutSpikes()
-			if cals[key], err = Calibrate(base, epoch); err != nil {
+			if cals[key], err = harness.Calibrate(base, harness.Epoch); err != nil {
 				return nil, fmt.Errorf("calibrate %s: %w", n, err)
 			}
 		}
@@ -114,7 +100,7 @@ func EvaluateDetector(names []string, seeds []uint64) ([]DetectionRun, error) {
 				errs[i] = err
 				return
 			}
-			if err := Observe(&o, detector.Options{Calibration: cals[sc.Deployment.Preset]}); err != nil {
+			if err := harness.Observe(&o, detector.Options{Calibration: cals[sc.Deployment.Preset]}); err != nil {
 				errs[i] = err
 				return
 			}
@@ -124,7 +110,7 @@ func EvaluateDetector(names []string, seeds []uint64) ([]DetectionRun, error) {
 				return
 			}
 			r := s.Run()
-			j.Obs = r.Detector.(*Observation)
+			j.Obs = r.Detector.(*harness.Observation)
 			low := 0
 			for _, m := range r.Timeline {
 				if m.HitRate < 0.5 {
@@ -207,7 +193,7 @@ func DetectionMarkdown(w io.Writer, runs []DetectionRun, command string) error {
 		"(the collector's windowed p99). A run *collapsed* when "+
 		"the simulator's hit rate stayed under 0.5 for five minutes; a *false alarm* is drifting or trapped in a run "+
 		"that did not collapse. Lead = first utilisation alert − the start of the warning that led into the trap (the unbroken run of pressure-or-worse states containing the first trapped state).\n\n",
-		command, AlertFor)
+		command, harness.AlertFor)
 	b.WriteString("| scenario | runs | collapsed | collapsed and warned | lead ≥ 5 min (or no alert) | median lead (min) | no utilisation alert | false alarms |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, n := range names {

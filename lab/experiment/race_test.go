@@ -1,6 +1,6 @@
 //go:build race
 
-package harness
+package experiment
 
 // raceEnabled: the race detector slows the simulator about tenfold. TestLastRescue runs some
 // thirty 150-minute simulations; the plain `go test` pass runs it, the race pass skips it.

@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"fmt"
+	"github.com/basin-dev/basin/sim/harness"
 	"image/color"
 	"io"
 	"slices"
@@ -24,13 +25,13 @@ func policyStyle(p string) (color.Color, []vg.Length) {
 		return color.RGBA{R: 120, G: 120, B: 120, A: 255}, []vg.Length{vg.Points(2), vg.Points(2)}
 	case string(sim.PolicyContinuum):
 		return color.RGBA{R: 30, G: 30, B: 30, A: 255}, []vg.Length{vg.Points(6), vg.Points(3)}
-	case BasinBlind:
+	case harness.BasinBlind:
 		return color.RGBA{R: 230, G: 159, B: 0, A: 255}, nil
-	case Basin:
+	case harness.Basin:
 		return color.RGBA{R: 0, G: 114, B: 178, A: 255}, nil
-	case Oracle:
+	case harness.Oracle:
 		return color.RGBA{R: 0, G: 158, B: 115, A: 255}, []vg.Length{vg.Points(1), vg.Points(2)}
-	case BasinCurrent:
+	case harness.BasinCurrent:
 		return color.RGBA{R: 204, G: 121, B: 167, A: 255}, nil
 	}
 	return color.Black, nil

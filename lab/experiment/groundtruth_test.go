@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"encoding/json"
+	"github.com/basin-dev/basin/sim/harness"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,7 +55,7 @@ func TestRiskGridAndShape(t *testing.T) {
 	dep, err := sim.DeploymentPreset("paper-1p1d-h100")
 	require.NoError(t, err)
 	short, long := grid[0].Workload, grid[2].Workload // tool medians 3 s and 12 s
-	a, b := Shape(dep, short, 1, 500), Shape(dep, long, 1, 500)
+	a, b := harness.Shape(dep, short, 1, 500), harness.Shape(dep, long, 1, 500)
 	assert.Greater(t, a.ServedFraction, b.ServedFraction, "longer tools: fewer sessions in a call")
 	assert.InDelta(t, a.MeanContext, b.MeanContext, 0.05*a.MeanContext, "tool time does not change contexts")
 	assert.InDelta(t, 30, a.CallsPerSess, 1.5)

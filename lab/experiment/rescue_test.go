@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"bytes"
+	"github.com/basin-dev/basin/sim/harness"
 	"math"
 	"testing"
 	"time"
@@ -51,12 +52,12 @@ func TestActingFromNeverIsTheEvaluatedRun(t *testing.T) {
 	const name = "paper-1p1d-h100-spike"
 	sc, err := scenario.Load(name)
 	require.NoError(t, err)
-	cal, err := Calibrate(sc.WithoutSpikes(), epoch)
+	cal, err := harness.Calibrate(sc.WithoutSpikes(), harness.Epoch)
 	require.NoError(t, err)
 	sc.Seed = 2
 	o, err := sc.Options("")
 	require.NoError(t, err)
-	require.NoError(t, Observe(&o, detector.Options{Calibration: cal}))
+	require.NoError(t, harness.Observe(&o, detector.Options{Calibration: cal}))
 	s, err := sim.New(o)
 	require.NoError(t, err)
 	want := s.Run().Timeline
@@ -86,21 +87,21 @@ func TestBudgetCut(t *testing.T) {
 	const name = "paper-1p1d-h100-spike"
 	sc, err := scenario.Load(name)
 	require.NoError(t, err)
-	cal, err := Calibrate(sc.WithoutSpikes(), epoch)
+	cal, err := harness.Calibrate(sc.WithoutSpikes(), harness.Epoch)
 	require.NoError(t, err)
 	sc.Seed = 2
 	o, err := sc.Options("")
 	require.NoError(t, err)
 	core, err := admission.New(admission.Options{CountOnly: true})
 	require.NoError(t, err)
-	g := &Gate{core: core, predict: func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) }}
+	g := harness.NewGate(core, func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) })
 	o.Gate = g
 	require.NoError(t, attachBudgetCut(&o, g, detector.Options{Calibration: cal}, 10*time.Minute))
 	var before admission.Snapshot
 	cutAt := o.Controller.Tick
 	o.Controller.Tick = func(d time.Duration, c sim.Control) {
-		if d == 10*time.Minute-ObserveEvery {
-			before = g.core.Snapshot(epoch.Add(d), false)
+		if d == 10*time.Minute-harness.ObserveEvery {
+			before = g.Core().Snapshot(harness.Epoch.Add(d), false)
 		}
 		cutAt(d, c)
 	}
@@ -108,7 +109,7 @@ func TestBudgetCut(t *testing.T) {
 	require.NoError(t, err)
 	tl := s.Run().Timeline
 	assert.True(t, before.CountOnly, "nothing is cut before the minute")
-	after := g.core.Snapshot(epoch.Add(time.Hour), false)
+	after := g.Core().Snapshot(harness.Epoch.Add(time.Hour), false)
 	require.False(t, after.CountOnly, "the cut takes admission over")
 	require.Positive(t, after.ReferenceBudget)
 	assert.InDelta(t, remediate.DefaultIncidentFraction, float64(after.Budget)/float64(after.ReferenceBudget), 1e-6)
@@ -176,14 +177,14 @@ func TestRescueMarkdownTargets(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	at := func(min float64, reasons ...string) detector.Transition {
 		return detector.Transition{From: detector.Healthy, To: detector.Pressure,
-			At: epoch.Add(time.Duration(min * float64(time.Minute))), Reasons: reasons}
+			At: harness.Epoch.Add(time.Duration(min * float64(time.Minute))), Reasons: reasons}
 	}
 	runs := []DetectionRun{
-		{Scenario: "s-spike", Seed: 1, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(16), UtilisationFirstMin: f(24),
+		{Scenario: "s-spike", Seed: 1, Collapsed: true, SpikeStartMin: f(15), Obs: &harness.Observation{FirstWarningMin: f(16), UtilisationFirstMin: f(24),
 			Transitions: []detector.Transition{at(9, "W/C 1.10 ≥ 0.80 × knee"), at(16, "arrivals 16.00/min > peak completion rate 11.86/min")}}},
-		{Scenario: "s-spike", Seed: 2, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(14), UtilisationFirstMin: f(19),
+		{Scenario: "s-spike", Seed: 2, Collapsed: true, SpikeStartMin: f(15), Obs: &harness.Observation{FirstWarningMin: f(14), UtilisationFirstMin: f(19),
 			Transitions: []detector.Transition{at(14, "W/C 1.10 ≥ 0.80 × knee", "arrivals 6.00/min > peak completion rate 5.38/min")}}},
-		{Scenario: "s-spike", Seed: 3, Collapsed: true, SpikeStartMin: f(15), Obs: &Observation{FirstWarningMin: f(18)}},
+		{Scenario: "s-spike", Seed: 3, Collapsed: true, SpikeStartMin: f(15), Obs: &harness.Observation{FirstWarningMin: f(18)}},
 	}
 	rescues := []Rescue{
 		{Scenario: "s-spike", Seed: 1, CollapseMin: 25, LastRescueMin: f(22), LastCutMin: f(17.5), FirstWarningMin: f(16), UtilisationFirstMin: f(24),

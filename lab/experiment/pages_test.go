@@ -1,7 +1,8 @@
-package harness
+package experiment
 
 import (
 	"bytes"
+	"github.com/basin-dev/basin/sim/harness"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 )
 
 func TestPageMin(t *testing.T) {
-	at := func(min float64) time.Time { return epoch.Add(time.Duration(min * float64(time.Minute))) }
+	at := func(min float64) time.Time { return harness.Epoch.Add(time.Duration(min * float64(time.Minute))) }
 	tr := func(from, to detector.State, min float64) detector.Transition {
 		return detector.Transition{From: from, To: to, At: at(min)}
 	}
@@ -33,7 +34,7 @@ func TestPageMin(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := DetectionRun{DurationMin: 90, Obs: &Observation{Transitions: tc.trs}}
+			r := DetectionRun{DurationMin: 90, Obs: &harness.Observation{Transitions: tc.trs}}
 			got := r.PageMin()
 			if tc.want == nil {
 				assert.Nil(t, got)
@@ -52,15 +53,15 @@ func TestPageMin(t *testing.T) {
 func ptr(v float64) *float64 { return &v }
 
 func TestPagesMarkdown(t *testing.T) {
-	at := func(min float64) time.Time { return epoch.Add(time.Duration(min * float64(time.Minute))) }
-	paged := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
+	at := func(min float64) time.Time { return harness.Epoch.Add(time.Duration(min * float64(time.Minute))) }
+	paged := &harness.Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
 		{From: detector.Drifting, To: detector.Healthy, At: at(26)}}, FirstDriftingMin: ptr(20)}
-	brief := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
+	brief := &harness.Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Drifting, At: at(20)},
 		{From: detector.Drifting, To: detector.Healthy, At: at(24)}}, UtilisationFirstMin: ptr(21),
 		FirstDriftingMin: ptr(20)}
 	// Pressure held 2 min notifies (BasinCacheKneeApproaching's for:), held 1.9 min does not, and
 	// a spell that lasts to the end of the run counts when the end is 2 min away.
-	pressed := &Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Pressure, At: at(10)},
+	pressed := &harness.Observation{Transitions: []detector.Transition{{From: detector.Healthy, To: detector.Pressure, At: at(10)},
 		{From: detector.Pressure, To: detector.Healthy, At: at(12)}, {From: detector.Healthy, To: detector.Pressure, At: at(30)},
 		{From: detector.Pressure, To: detector.Healthy, At: at(31.9)}, {From: detector.Healthy, To: detector.Pressure, At: at(88)}}}
 	runs := []DetectionRun{

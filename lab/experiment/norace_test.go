@@ -1,5 +1,5 @@
 //go:build !race
 
-package harness
+package experiment
 
 const raceEnabled = false

@@ -1,8 +1,9 @@
-package harness
+package experiment
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/basin-dev/basin/sim/harness"
 	"math"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ func TestMatrixSpecValidate(t *testing.T) {
 func fakeMatrix(good map[string][2][]float64) *MatrixResult {
 	spec := MatrixSpec{Loads: []float64{1.2}, Spikes: []float64{0, 3}, Tiers: []Tier{TierGPU}, Deployments: []string{"1p3d"},
 		Workloads: []string{"terminal-bench"}, Seeds: []uint64{1, 2},
-		Policies: []string{EnginePolicy, string(sim.PolicyContinuum), Basin}, Workers: 1}
+		Policies: []string{EnginePolicy, string(sim.PolicyContinuum), harness.Basin}, Workers: 1}
 	m := &MatrixResult{Spec: spec, Calibrations: map[string]*detector.Calibration{
 		"1p3d/gpu/terminal-bench": {PeakCompletionRatePerS: 0.1, KneeRatio: 1.3}}}
 	m.Rows = spec.expand(m.Calibrations)
@@ -139,9 +140,9 @@ func fakeMatrix(good map[string][2][]float64) *MatrixResult {
 
 func TestMatrixTargets(t *testing.T) {
 	m := fakeMatrix(map[string][2][]float64{
-		EnginePolicy: {{100, 100}, {0, 0}},
-		"continuum":  {{100, 100}, {50, 0}},
-		Basin:        {{100, 100}, {90, 0}},
+		EnginePolicy:  {{100, 100}, {0, 0}},
+		"continuum":   {{100, 100}, {50, 0}},
+		harness.Basin: {{100, 100}, {90, 0}},
 	})
 	checks := map[string]RowCheck{}
 	for _, c := range m.Checks(1) {
@@ -158,7 +159,7 @@ func TestMatrixTargets(t *testing.T) {
 	for _, c := range m.Checks(0) {
 		assert.NotEqual(t, "÷ continuum", c.Name, "the continuum target is for spiked rows")
 	}
-	r := m.Cell(1, Basin).Runs[0].Result
+	r := m.Cell(1, harness.Basin).Runs[0].Result
 	require.NotNil(t, r.GoodputRatio)
 	assert.InDelta(t, 0.9, *r.GoodputRatio, 1e-9, "the twin is the spike-free row, same policy and seed")
 	assert.True(t, math.IsInf(ratio(1, 0), 1))
@@ -177,19 +178,19 @@ func TestMatrixTargets(t *testing.T) {
 // re-measurement its table.
 func TestMatrixWhy(t *testing.T) {
 	m := fakeMatrix(map[string][2][]float64{
-		EnginePolicy: {{100, 100}, {0, 0}},
-		"continuum":  {{100, 100}, {50, 45}},
-		Basin:        {{100, 100}, {90, 40}},
+		EnginePolicy:  {{100, 100}, {0, 0}},
+		"continuum":   {{100, 100}, {50, 45}},
+		harness.Basin: {{100, 100}, {90, 40}},
 	})
 	wait := 300.0
-	for k := range m.Cell(1, Basin).Runs {
-		r := m.Cell(1, Basin).Runs[k].Result
+	for k := range m.Cell(1, harness.Basin).Runs {
+		r := m.Cell(1, harness.Basin).Runs[k].Result
 		r.Sessions.Arrived, r.FirstCallWaitP50 = 100, &wait
-		m.Cell(1, Basin).Runs[k].Gate.MaxQueued = 60
+		m.Cell(1, harness.Basin).Runs[k].Gate.MaxQueued = 60
 	}
-	m.Cell(1, Basin).Runs[1].Result.Sessions.Late = 7
+	m.Cell(1, harness.Basin).Runs[1].Result.Sessions.Late = 7
 	m.Cell(1, string(sim.PolicyContinuum)).Runs[1].Result.Sessions.Late = 3
-	m.Long = []LongCheck{{Row: 1, Goodput: map[string][]float64{Basin: {100, 100}, EnginePolicy: {90, 50}, "continuum": {95, 101}}}}
+	m.Long = []LongCheck{{Row: 1, Goodput: map[string][]float64{harness.Basin: {100, 100}, EnginePolicy: {90, 50}, "continuum": {95, 101}}}}
 	assert.InDelta(t, 100.0/101, m.Long[0].WorstRatio(), 1e-9)
 	m.Spec.LongWindow = 4 * time.Hour
 
@@ -220,7 +221,7 @@ func TestMatrixRunDeterministicAndRendered(t *testing.T) {
 		t.Skip("runs the simulator")
 	}
 	spec := MatrixSpec{Loads: []float64{1.2}, Spikes: []float64{3}, Tiers: []Tier{TierGPU}, Deployments: []string{"1p1d"},
-		Workloads: []string{"terminal-bench"}, Seeds: []uint64{1}, Policies: []string{EnginePolicy, Basin}, Workers: 1}
+		Workloads: []string{"terminal-bench"}, Seeds: []uint64{1}, Policies: []string{EnginePolicy, harness.Basin}, Workers: 1}
 	serial, err := RunMatrix(spec, nil)
 	require.NoError(t, err)
 	spec.Workers = 2
@@ -237,7 +238,7 @@ func TestMatrixRunDeterministicAndRendered(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, string(a), string(b), "parallel = serial")
 
-	basin := parallel.Cell(1, Basin).Runs[0]
+	basin := parallel.Cell(1, harness.Basin).Runs[0]
 	assert.Positive(t, basin.Gate.Held, "at 1.2× peak with +300%% basin's gate holds sessions")
 	assert.Positive(t, basin.Gate.MaxQueued)
 	assert.Zero(t, parallel.Cell(1, EnginePolicy).Runs[0].Gate, "the engine has no gate")
@@ -268,7 +269,7 @@ func TestMatrixRunDeterministicAndRendered(t *testing.T) {
 	require.Len(t, parallel.Long, 1)
 	l := parallel.Long[0]
 	assert.Equal(t, 1, l.Row)
-	assert.Positive(t, l.Goodput[Basin][0], "re-run, not copied")
+	assert.Positive(t, l.Goodput[harness.Basin][0], "re-run, not copied")
 	assert.Contains(t, l.Goodput, EnginePolicy)
 	assert.NotContains(t, l.Goodput, string(sim.PolicyContinuum), "only the policies the sweep runs")
 }
