@@ -103,7 +103,8 @@ const DefaultHoldResumeFraction = 0.1
 // goodput unless the deployment is stuck. Measured on the scenario matrix (docs/results.md), holds
 // that began with the incident — on drifting, or on a first trapped reading — held about 20
 // sessions in most rows at 0.5–1.2 × peak and left basin short of the best baseline on 32 rows (by
-// up to 19.5%), where the incident's cut alone got the cache back within minutes.
+// up to 19.5%), where the incident's cut alone got the cache back within minutes. The first hold
+// also needs arrivals under holdArrivalFraction × the peak completion rate.
 const DefaultHoldAfter = 3 * time.Minute
 
 // holdArrivalFraction: the first hold needs arrivals under 0.9 × the peak completion rate (see
