@@ -243,132 +243,209 @@ type reading struct {
 	arith    string  // the grant's arithmetic
 }
 
-// Decide applies the rules to one set of readings and returns the decision, updating the switch.
+// Decide applies the rules to one set of readings and returns the decision, updating the switch:
+// the readings are surveyed, the waiting timer moved, the rule for the switch as it stands (on:
+// stayOn, off: switchOn) gives the verdict, and the grants follow it.
 func (l *Lender) Decide(in Inputs) Decision {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	o := l.o
-
-	rs := make([]reading, len(in.Instances))
+	s := l.situationLocked(in)
 	var (
-		hottest     *reading // the usable instance with the largest reserved fraction
-		waitingOn   *reading // the first usable instance with requests waiting
-		blind       []string
-		anyGrant    bool
-		measurement []string
+		enabled bool
+		verdict string
 	)
-	for i, inst := range in.Instances {
-		r := l.read(inst)
-		rs[i] = r
-		if !r.usable {
-			blind = append(blind, name(inst, i))
-			measurement = append(measurement, fmt.Sprintf("%s: unusable reading (capacity %v, free %v, reserved %v, lent %v, waiting %d)",
-				name(inst, i), inst.CapacityTokens, inst.FreeTokens, inst.ReservedTokens, inst.LentTokens, inst.Waiting))
-			continue
-		}
-		measurement = append(measurement, fmt.Sprintf("%s: reserved %s / %s = %.2f, free %s, lent %s, %d waiting for decode KV",
-			inst.Name, tok(inst.ReservedTokens), tok(inst.CapacityTokens), r.reserved, tok(inst.FreeTokens), tok(inst.LentTokens), inst.Waiting))
-		if hottest == nil || r.reserved > hottest.reserved {
-			hottest = &rs[i]
-		}
-		if inst.Waiting > 0 && waitingOn == nil {
-			waitingOn = &rs[i]
-		}
-		if r.grant > 0 {
-			anyGrant = true
-		}
-	}
-
-	// The waiting timer: a blind step resets it, so a gap cannot make a queue look persistent.
-	if waitingOn == nil || len(blind) > 0 {
-		l.mu.waiting = false
-	} else if !l.mu.waiting {
-		l.mu.waiting, l.mu.waitingSince = true, in.At
-	}
-	waitedFor := time.Duration(0)
-	if l.mu.waiting {
-		waitedFor = in.At.Sub(l.mu.waitingSince)
-	}
-
-	binding := "decode-first"
-	if in.CacheFirst {
-		binding = "cache-first"
-	}
-	if in.Reason != "" {
-		binding += " (" + in.Reason + ")"
-	}
-	elapsed := in.At.Sub(l.mu.since)
-	dwellOK := l.mu.since.IsZero() || elapsed >= o.MinDwell
-	dwellNote := func(what string) string {
-		return fmt.Sprintf("lending switched %s %v ago; it may switch at %s (min dwell %v)",
-			what, elapsed.Round(time.Second), l.mu.since.Add(o.MinDwell).Format(time.RFC3339), o.MinDwell)
-	}
-
-	enabled, verdict := l.mu.enabled, ""
 	if l.mu.enabled {
-		switch {
-		case hottest != nil && hottest.reserved >= o.PressureOn:
-			// The reclaim bypasses the dwell: decode memory is what serves calls, and a call that
-			// cannot reserve its KV waits with its whole latency, while lent KV only saves a
-			// recomputation. The dwell guards against flapping, and PressureOff guards the way back.
-			enabled = false
-			verdict = fmt.Sprintf("lending off (reclaim): %s reserved %.2f ≥ pressure-on %.2f; immediate, not held by the dwell — decode memory serves calls, lent KV only saves recomputation",
-				hottest.Name, hottest.reserved, o.PressureOn)
-		case l.mu.waiting && waitedFor >= o.WaitingHold:
-			enabled = false
-			verdict = fmt.Sprintf("lending off (reclaim): %s has had requests waiting for decode KV for %v ≥ %v (%d now); immediate, not held by the dwell — decode memory serves calls, lent KV only saves recomputation",
-				waitingOn.Name, waitedFor.Round(time.Second), o.WaitingHold, waitingOn.Waiting)
-		case !in.CacheFirst && dwellOK:
-			enabled = false
-			verdict = fmt.Sprintf("lending off: %s — decode memory binds before the cache, so lent KV would be reclaimed as load grows", binding)
-		case !in.CacheFirst:
-			verdict = fmt.Sprintf("lending on, held: %s, but %s", binding, dwellNote("on"))
-		default:
-			verdict = "lending on: " + binding
-			if hottest != nil {
-				verdict += fmt.Sprintf("; hottest decode %s reserved %.2f < pressure-on %.2f", hottest.Name, hottest.reserved, o.PressureOn)
-			}
-		}
-		if enabled && waitingOn != nil {
-			verdict += fmt.Sprintf("; %s has requests waiting for decode KV (%v of %v before a reclaim), its grant is 0",
-				waitingOn.Name, waitedFor.Round(time.Second), o.WaitingHold)
-		}
-		switch {
-		case enabled && len(blind) > 0:
-			verdict += fmt.Sprintf("; no usable reading from %s: grant 0, the switch holds", strings.Join(blind, ", "))
-		case enabled && len(in.Instances) == 0:
-			verdict += "; no decode instance reported, the switch holds"
-		}
+		enabled, verdict = l.stayOn(s)
 	} else {
-		switch {
-		case !in.CacheFirst:
-			verdict = "lending off: " + binding
-		case len(in.Instances) == 0:
-			verdict = "lending off: no decode instance reported, cannot confirm headroom"
-		case len(blind) > 0:
-			verdict = fmt.Sprintf("lending off: no usable reading from %s, cannot confirm headroom", strings.Join(blind, ", "))
-		case hottest.reserved > o.PressureOff:
-			verdict = fmt.Sprintf("lending off: %s, but hottest decode %s reserved %.2f > pressure-off %.2f",
-				binding, hottest.Name, hottest.reserved, o.PressureOff)
-		case waitingOn != nil:
-			verdict = fmt.Sprintf("lending off: %s, but %s has %d requests waiting for decode KV", binding, waitingOn.Name, waitingOn.Waiting)
-		case !anyGrant:
-			verdict = fmt.Sprintf("lending off: %s, but no decode instance has memory beyond its headroom", binding)
-		case !dwellOK:
-			verdict = fmt.Sprintf("lending off, held: %s with decode headroom, but %s", binding, dwellNote("off"))
-		default:
-			enabled = true
-			verdict = fmt.Sprintf("lending on: %s; hottest decode %s reserved %.2f ≤ pressure-off %.2f, nothing waiting for decode KV",
-				binding, hottest.Name, hottest.reserved, o.PressureOff)
-		}
+		enabled, verdict = l.switchOn(s)
 	}
-
-	d := Decision{At: in.At, Enabled: enabled, Changed: enabled != l.mu.enabled, MaxFraction: o.MaxFraction,
-		Grants: make([]Grant, len(rs))}
+	d := Decision{At: in.At, Enabled: enabled, Changed: enabled != l.mu.enabled, MaxFraction: l.o.MaxFraction,
+		Grants: grants(s.readings, enabled)}
 	if d.Changed {
 		l.mu.enabled, l.mu.since = enabled, in.At
 	}
 	d.Since = l.mu.since
+	d.Reasons = append([]string{verdict}, s.measurements...)
+	return d
+}
+
+// survey is one set of readings as the rules read them.
+type survey struct {
+	// readings has one entry per input instance, in input order.
+	readings []reading
+	// hottest is the usable instance with the largest reserved fraction; waitingOn the first
+	// usable one with requests waiting for decode KV. Either may be nil.
+	hottest, waitingOn *reading
+	// blind names the instances without a usable reading.
+	blind []string
+	// anyGrant: some instance has memory beyond its headroom to lend.
+	anyGrant bool
+	// measurements are the reasons' lines, one per instance.
+	measurements []string
+}
+
+// surveyOf reads every instance (read) and finds what the rules compare: the hottest instance, the
+// first one with requests waiting, those without a usable reading, and whether any has memory to
+// lend.
+func (l *Lender) surveyOf(insts []Instance) survey {
+	s := survey{readings: make([]reading, len(insts))}
+	for i, inst := range insts {
+		r := l.read(inst)
+		s.readings[i] = r
+		if !r.usable {
+			s.blind = append(s.blind, name(inst, i))
+			s.measurements = append(s.measurements, fmt.Sprintf("%s: unusable reading (capacity %v, free %v, reserved %v, lent %v, waiting %d)",
+				name(inst, i), inst.CapacityTokens, inst.FreeTokens, inst.ReservedTokens, inst.LentTokens, inst.Waiting))
+			continue
+		}
+		s.measurements = append(s.measurements, fmt.Sprintf("%s: reserved %s / %s = %.2f, free %s, lent %s, %d waiting for decode KV",
+			inst.Name, tok(inst.ReservedTokens), tok(inst.CapacityTokens), r.reserved, tok(inst.FreeTokens), tok(inst.LentTokens), inst.Waiting))
+		if s.hottest == nil || r.reserved > s.hottest.reserved {
+			s.hottest = &s.readings[i]
+		}
+		if inst.Waiting > 0 && s.waitingOn == nil {
+			s.waitingOn = &s.readings[i]
+		}
+		if r.grant > 0 {
+			s.anyGrant = true
+		}
+	}
+	return s
+}
+
+// situation is everything one decision's verdict reads: the inputs, the survey of the
+// instances, the waiting timer and where the switch stands against the dwell.
+type situation struct {
+	in Inputs
+	survey
+	// binding is the deployment's binding limit as the reasons quote it, with the caller's reason.
+	binding string
+	// waiting: some instance has had requests waiting for decode KV, without a break, for
+	// waitedFor.
+	waiting   bool
+	waitedFor time.Duration
+	// since is the switch's last toggle (zero: never) and elapsed the time from it to in.At.
+	since   time.Time
+	elapsed time.Duration
+}
+
+// situationLocked surveys in and moves the waiting timer; l.mu is held.
+func (l *Lender) situationLocked(in Inputs) situation {
+	s := situation{in: in, survey: l.surveyOf(in.Instances), binding: binding(in), since: l.mu.since, elapsed: in.At.Sub(l.mu.since)}
+	s.waiting, s.waitedFor = l.trackWaitingLocked(s.survey, in.At)
+	return s
+}
+
+// trackWaitingLocked moves the waiting timer: it starts when an instance first has requests
+// waiting for decode KV and runs while some instance has. A step with no usable reading from an
+// instance resets it, so a gap cannot make a queue look persistent. l.mu is held.
+func (l *Lender) trackWaitingLocked(s survey, at time.Time) (waiting bool, waitedFor time.Duration) {
+	if s.waitingOn == nil || len(s.blind) > 0 {
+		l.mu.waiting = false
+	} else if !l.mu.waiting {
+		l.mu.waiting, l.mu.waitingSince = true, at
+	}
+	if l.mu.waiting {
+		waitedFor = at.Sub(l.mu.waitingSince)
+	}
+	return l.mu.waiting, waitedFor
+}
+
+// binding is the deployment's binding limit as the verdicts quote it.
+func binding(in Inputs) string {
+	b := "decode-first"
+	if in.CacheFirst {
+		b = "cache-first"
+	}
+	if in.Reason != "" {
+		b += " (" + in.Reason + ")"
+	}
+	return b
+}
+
+// dwellOK reports whether the switch may toggle: MinDwell has passed since the last toggle, or
+// there was none.
+func (l *Lender) dwellOK(s situation) bool { return s.since.IsZero() || s.elapsed >= l.o.MinDwell }
+
+// dwellNote says why the switch, last switched what, is held by the dwell, and until when.
+func (l *Lender) dwellNote(s situation, what string) string {
+	return fmt.Sprintf("lending switched %s %v ago; it may switch at %s (min dwell %v)",
+		what, s.elapsed.Round(time.Second), s.since.Add(l.o.MinDwell).Format(time.RFC3339), l.o.MinDwell)
+}
+
+// stayOn is the rule while lending is on: reclaim at once for decode pressure or requests that
+// have waited WaitingHold, switch off when the deployment is decode-first (after the dwell), else
+// stay on. The verdict notes what still holds the switch where it is.
+func (l *Lender) stayOn(s situation) (enabled bool, verdict string) {
+	o, hottest, waitingOn := l.o, s.hottest, s.waitingOn
+	enabled = true
+	switch {
+	case hottest != nil && hottest.reserved >= o.PressureOn:
+		// The reclaim bypasses the dwell: decode memory is what serves calls, and a call that
+		// cannot reserve its KV waits with its whole latency, while lent KV only saves a
+		// recomputation. The dwell guards against flapping, and PressureOff guards the way back.
+		enabled = false
+		verdict = fmt.Sprintf("lending off (reclaim): %s reserved %.2f ≥ pressure-on %.2f; immediate, not held by the dwell — decode memory serves calls, lent KV only saves recomputation",
+			hottest.Name, hottest.reserved, o.PressureOn)
+	case s.waiting && s.waitedFor >= o.WaitingHold:
+		enabled = false
+		verdict = fmt.Sprintf("lending off (reclaim): %s has had requests waiting for decode KV for %v ≥ %v (%d now); immediate, not held by the dwell — decode memory serves calls, lent KV only saves recomputation",
+			waitingOn.Name, s.waitedFor.Round(time.Second), o.WaitingHold, waitingOn.Waiting)
+	case !s.in.CacheFirst && l.dwellOK(s):
+		enabled = false
+		verdict = fmt.Sprintf("lending off: %s — decode memory binds before the cache, so lent KV would be reclaimed as load grows", s.binding)
+	case !s.in.CacheFirst:
+		verdict = fmt.Sprintf("lending on, held: %s, but %s", s.binding, l.dwellNote(s, "on"))
+	default:
+		verdict = "lending on: " + s.binding
+		if hottest != nil {
+			verdict += fmt.Sprintf("; hottest decode %s reserved %.2f < pressure-on %.2f", hottest.Name, hottest.reserved, o.PressureOn)
+		}
+	}
+	if enabled && waitingOn != nil {
+		verdict += fmt.Sprintf("; %s has requests waiting for decode KV (%v of %v before a reclaim), its grant is 0",
+			waitingOn.Name, s.waitedFor.Round(time.Second), o.WaitingHold)
+	}
+	switch {
+	case enabled && len(s.blind) > 0:
+		verdict += fmt.Sprintf("; no usable reading from %s: grant 0, the switch holds", strings.Join(s.blind, ", "))
+	case enabled && len(s.in.Instances) == 0:
+		verdict += "; no decode instance reported, the switch holds"
+	}
+	return enabled, verdict
+}
+
+// switchOn is the rule while lending is off: switch on only for a cache-first deployment whose
+// every decode instance is read, the hottest back under PressureOff, nothing waiting for decode
+// KV, some memory to lend, and the dwell passed. The verdict names the first condition not met.
+func (l *Lender) switchOn(s situation) (enabled bool, verdict string) {
+	o, hottest := l.o, s.hottest
+	switch {
+	case !s.in.CacheFirst:
+		return false, "lending off: " + s.binding
+	case len(s.in.Instances) == 0:
+		return false, "lending off: no decode instance reported, cannot confirm headroom"
+	case len(s.blind) > 0:
+		return false, fmt.Sprintf("lending off: no usable reading from %s, cannot confirm headroom", strings.Join(s.blind, ", "))
+	case hottest.reserved > o.PressureOff:
+		return false, fmt.Sprintf("lending off: %s, but hottest decode %s reserved %.2f > pressure-off %.2f",
+			s.binding, hottest.Name, hottest.reserved, o.PressureOff)
+	case s.waitingOn != nil:
+		return false, fmt.Sprintf("lending off: %s, but %s has %d requests waiting for decode KV", s.binding, s.waitingOn.Name, s.waitingOn.Waiting)
+	case !s.anyGrant:
+		return false, fmt.Sprintf("lending off: %s, but no decode instance has memory beyond its headroom", s.binding)
+	case !l.dwellOK(s):
+		return false, fmt.Sprintf("lending off, held: %s with decode headroom, but %s", s.binding, l.dwellNote(s, "off"))
+	}
+	return true, fmt.Sprintf("lending on: %s; hottest decode %s reserved %.2f ≤ pressure-off %.2f, nothing waiting for decode KV",
+		s.binding, hottest.Name, hottest.reserved, o.PressureOff)
+}
+
+// grants are the instances' grants under the switch as decided, one per reading in its order: an
+// instance's grant while lending is on, 0 while it is off (the reason keeps what it would be),
+// and 0 for an unusable reading.
+func grants(rs []reading, enabled bool) []Grant {
+	gs := make([]Grant, len(rs))
 	for i, r := range rs {
 		g := Grant{Instance: r.Name}
 		switch {
@@ -379,10 +456,9 @@ func (l *Lender) Decide(in Inputs) Decision {
 		default:
 			g.Tokens, g.Reason = r.grant, r.Name+": "+r.arith
 		}
-		d.Grants[i] = g
+		gs[i] = g
 	}
-	d.Reasons = append([]string{verdict}, measurement...)
-	return d
+	return gs
 }
 
 // read checks one instance and works out its grant were lending on.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -150,163 +149,33 @@ func (e *Executor) Execute(ctx context.Context, p Plan, persist func() error) er
 	if p.Empty() {
 		return nil
 	}
-	if paused, until, why := e.Paused(p.At); paused {
-		return fmt.Errorf("execute plan %d: paused until %s (%s)", p.Seq, until.UTC().Format(time.RFC3339), why)
-	}
-	base := Record{Seq: p.Seq, At: p.At, State: string(p.State), Mode: p.Mode, Reasons: p.Reasons}
-	var intents []Record
-	// Each record carries its own action's reasons, so that a budget change is not explained by
-	// the lender's measurements (the plan's reasons hold them all, in order).
-	own := func(r Record, reasons []string) Record {
-		if len(reasons) > 0 {
-			r.Reasons = slices.Clone(reasons)
-		}
-		return r
-	}
-	if p.Budget != nil {
-		r := own(base, p.Budget.Reasons)
-		r.Kind, r.Budget = "budget", p.Budget
-		intents = append(intents, r)
-	}
-	if p.Shed != nil {
-		r := own(base, p.Shed.Reasons)
-		r.Kind, r.Shed = "shed", p.Shed
-		intents = append(intents, r)
-	}
-	if p.Hold != nil {
-		r := own(base, p.Hold.Reasons)
-		r.Kind, r.Hold = "hold", p.Hold
-		intents = append(intents, r)
-	}
-	if p.Lending != nil {
-		r := own(base, p.Lending.Reasons)
-		r.Kind, r.Lending = "lending", p.Lending
-		intents = append(intents, r)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("execute plan %d: %w (nothing done)", p.Seq, err)
-	}
-	phase := PhaseIntent
-	if e.o.DryRun {
-		phase = PhaseDryRun
-	}
-	for i := range intents {
-		intents[i].Phase = phase
-	}
-	if err := e.o.Audit.Append(ctx, intents...); err != nil {
-		return fmt.Errorf("execute plan %d: %w (nothing done)", p.Seq, err)
-	}
-	if persist != nil {
-		if err := persist(); errors.Is(err, ErrSuperseded) {
-			return fmt.Errorf("execute plan %d: %w (nothing done; the intents are the successor's to reconcile)", p.Seq, err)
-		} else if err != nil {
-			e.log.Error("saving the policy state failed; acting anyway, the audit log has the intent", "err", err)
-		}
-	}
-	if e.o.DryRun {
-		for _, r := range intents {
-			e.actions.WithLabelValues(r.Kind, string(PhaseDryRun)).Inc()
-			// Logged as an action is: an operator watching a dry run reads the log, not only
-			// /api/v1/events.
-			e.log.Info("dry run: would act", "seq", r.Seq, "kind", r.Kind, "change", r.Change(), "reasons", r.Reasons)
-			e.notify(r)
-		}
-		return nil
-	}
-	var errs []error
-	for i, r := range intents {
-		if ctx.Err() != nil {
-			// Shutting down: the intents not yet begun stay in the log without an outcome, and
-			// the next start reconciles them against the world.
-			left := len(intents) - i
-			e.log.Warn("stopping before acting; the rest of the plan is left to reconciliation", "seq", p.Seq, "actions", left)
-			return errors.Join(append(errs, fmt.Errorf("execute plan %d: %d action(s) not begun: %w", p.Seq, left, ctx.Err()))...)
-		}
-		if err := e.act(ctx, r, false); err != nil {
-			errs = append(errs, err)
-			if errors.Is(err, ErrSuperseded) {
-				return errors.Join(append(errs, e.abandon(p.Seq, len(intents)-i-1))...)
-			}
-		}
-	}
-	return errors.Join(errs...)
+	_, err := e.planStages(persist).Exec(ctx, intents(p))
+	return err
 }
 
-// abandon says that a superseded executor leaves left actions of plan seq unbegun.
-func (e *Executor) abandon(seq uint64, left int) error {
-	if left == 0 {
-		return nil
+// planStages is how a plan is carried out (stages.go): fenced, its intents audited, persist
+// called, then each action taken and its outcome audited; in a dry run the intents are audited
+// and announced instead.
+func (e *Executor) planStages(persist func() error) pipeline {
+	phase, carry := PhaseIntent, stage(eachStage{each: e.actionStages(false), log: e.log})
+	if e.o.DryRun {
+		phase, carry = PhaseDryRun, dryRunStage{actions: e.actions, log: e.log, notify: e.notify}
 	}
-	e.log.Warn("superseded: the rest of the plan is left to the daemon that acts now", "seq", seq, "actions", left)
-	return fmt.Errorf("execute plan %d: %d action(s) not begun: %w", seq, left, ErrSuperseded)
+	return pipeline{
+		fenceStage{paused: e.Paused},
+		intentStage{audit: e.o.Audit, phase: phase},
+		persistStage{persist: persist, log: e.log},
+		carry,
+	}
 }
 
-// act takes one recorded intent and records its outcome. An action once begun is carried to its
-// end (bounded by Timeout) even when ctx is cancelled — a daemon shutting down mid-call would
-// otherwise record as failed a change the gateway may well have applied, and the log that says
-// what was done would be wrong.
-func (e *Executor) act(ctx context.Context, r Record, reconciled bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.Timeout)
-	defer cancel()
-	reason := fmt.Sprintf("basin plan %d (%s, %s)", r.Seq, r.State, r.Mode)
-	if len(r.Reasons) > 0 {
-		reason += ": " + strings.Join(r.Reasons, "; ")
-	}
-	var err error
-	switch {
-	case r.Budget != nil:
-		if e.o.Budget == nil {
-			err = errors.New("no budget actuator configured")
-		} else {
-			err = e.o.Budget.SetBudget(ctx, r.Budget.To, r.Budget.Reference, reason)
-		}
-	case r.Shed != nil:
-		if e.o.Shed == nil {
-			err = errors.New("no shedder configured")
-		} else {
-			err = e.o.Shed.Shed(ctx, r.Shed.IDs, reason)
-		}
-	case r.Hold != nil:
-		if e.o.Hold == nil {
-			err = errors.New("no holder configured")
-		} else {
-			err = e.o.Hold.Hold(ctx, r.Hold.Hold, r.Hold.Resume, reason)
-		}
-	case r.Lending != nil:
-		if e.o.Lending == nil {
-			err = errors.New("no lending backend configured")
-		} else {
-			err = e.o.Lending.ApplyLending(ctx, *r.Lending)
-		}
-	default:
-		err = fmt.Errorf("record %d (%s) carries no action", r.Seq, r.Kind)
-	}
-	out := r
-	out.Phase, out.Reconciled = PhaseDone, reconciled
-	outcome := string(PhaseDone)
-	if err != nil {
-		out.Phase, out.Error = PhaseFailed, err.Error()
-		outcome = string(PhaseFailed)
-	} else if reconciled {
-		outcome = "reconciled"
-	}
-	e.actions.WithLabelValues(r.Kind, outcome).Inc()
-	if aerr := e.o.Audit.Append(ctx, out); errors.Is(aerr, ErrSuperseded) {
-		// Another daemon owns the log now and reconciles this intent itself: one outcome per
-		// intent, so this one is not written, nor retried, nor announced.
-		e.log.Warn("superseded: the action's outcome is left to the daemon that acts now", "seq", r.Seq, "kind", r.Kind,
-			"outcome", out.Phase, "err", aerr)
-		return fmt.Errorf("%s (plan %d): outcome %s not recorded: %w", r.Kind, r.Seq, out.Phase, errors.Join(aerr, err))
-	} else if aerr != nil {
-		e.log.Error("recording an action's outcome failed", "seq", r.Seq, "kind", r.Kind, "err", aerr)
-	}
-	e.notify(out)
-	if err != nil {
-		e.log.Warn("remediation action failed", "seq", r.Seq, "kind", r.Kind, "err", err)
-		return fmt.Errorf("%s (plan %d): %w", r.Kind, r.Seq, err)
-	}
-	e.log.Info("remediation action", "seq", r.Seq, "kind", r.Kind, "change", r.Change(), "reasons", r.Reasons, "reconciled", reconciled)
-	return nil
+// actionStages take one recorded intent and record its outcome, carried to its end once begun
+// (detachedStage); reconciled marks an intent finished after a restart.
+func (e *Executor) actionStages(reconciled bool) stage {
+	return detachedStage{timeout: e.o.Timeout, stages: pipeline{
+		actStage{budget: e.o.Budget, shed: e.o.Shed, hold: e.o.Hold, lending: e.o.Lending, reconciled: reconciled},
+		outcomeStage{audit: e.o.Audit, actions: e.actions, log: e.log, notify: e.notify},
+	}}
 }
 
 // Observed is what reconciliation reads of the world after a restart.
@@ -321,9 +190,13 @@ type Observed struct {
 // Reconcile finishes the actions a crash interrupted between their intent and their outcome,
 // without repeating what already happened: a budget already at its target is recorded done, a
 // shed only drops sessions still queued, a lending plan is applied again (idempotent). With the
-// gateway unread, the budget intents stay pending for the next call.
+// gateway unread, the budget intents stay pending for the next call. A dry run acts on nothing,
+// and leaves them all pending.
 func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) error {
-	if paused, until, why := e.Paused(now); paused && !e.o.DryRun {
+	if e.o.DryRun {
+		return nil
+	}
+	if paused, until, why := e.Paused(now); paused {
 		if n := len(e.o.Audit.Pending()); n > 0 {
 			return fmt.Errorf("reconcile: paused until %s (%s): %d interrupted actions left pending",
 				until.UTC().Format(time.RFC3339), why, n)
@@ -332,46 +205,7 @@ func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) err
 	}
 	var errs []error
 	for _, r := range e.o.Audit.Pending() {
-		switch {
-		case e.o.DryRun:
-			continue
-		case r.Budget != nil && !w.BudgetOK:
-			errs = append(errs, fmt.Errorf("budget (plan %d): gateway unread, left pending", r.Seq))
-			continue
-		case r.Budget != nil && w.Budget == r.Budget.To:
-			out := r
-			out.At, out.Phase, out.Reconciled = now, PhaseDone, true
-			out.Reasons = append(slices.Clone(r.Reasons), "found applied after a restart")
-			if err := e.o.Audit.Append(ctx, out); errors.Is(err, ErrSuperseded) {
-				return errors.Join(append(errs, err)...)
-			} else if err != nil {
-				errs = append(errs, err)
-			}
-			e.actions.WithLabelValues(r.Kind, "reconciled").Inc()
-			continue
-		case r.Shed != nil && w.Queued != nil:
-			var still []string
-			for _, id := range r.Shed.IDs {
-				if w.Queued(id) {
-					still = append(still, id)
-				}
-			}
-			if len(still) == 0 {
-				out := r
-				out.At, out.Phase, out.Reconciled = now, PhaseDone, true
-				out.Reasons = append(slices.Clone(r.Reasons), "no longer queued after a restart: shed (or admitted) already")
-				if err := e.o.Audit.Append(ctx, out); errors.Is(err, ErrSuperseded) {
-					return errors.Join(append(errs, err)...)
-				} else if err != nil {
-					errs = append(errs, err)
-				}
-				e.actions.WithLabelValues(r.Kind, "reconciled").Inc()
-				continue
-			}
-			r.Shed = &ShedAction{IDs: still}
-		}
-		r.At = now
-		if err := e.act(ctx, r, true); err != nil {
+		if err := e.reconcile(ctx, r, now, w); err != nil {
 			errs = append(errs, err)
 			if errors.Is(err, ErrSuperseded) {
 				return errors.Join(errs...)
@@ -379,6 +213,47 @@ func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) err
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reconcile finishes one interrupted intent r as the world w shows it at now: recorded done if
+// done already, left pending if w cannot tell, else taken through the same stages as a new
+// action, its outcome marked reconciled.
+func (e *Executor) reconcile(ctx context.Context, r Record, now time.Time, w Observed) error {
+	switch {
+	case r.Budget != nil && !w.BudgetOK:
+		return fmt.Errorf("budget (plan %d): gateway unread, left pending", r.Seq)
+	case r.Budget != nil && w.Budget == r.Budget.To:
+		return e.foundDone(ctx, r, now, "found applied after a restart")
+	case r.Shed != nil && w.Queued != nil:
+		var still []string
+		for _, id := range r.Shed.IDs {
+			if w.Queued(id) {
+				still = append(still, id)
+			}
+		}
+		if len(still) == 0 {
+			return e.foundDone(ctx, r, now, "no longer queued after a restart: shed (or admitted) already")
+		}
+		r.Shed = &ShedAction{IDs: still}
+	}
+	r.At = now
+	_, err := e.actionStages(true).Exec(ctx, []action{{rec: r}})
+	return err
+}
+
+// foundDone records an interrupted intent as done, reconciled, because the world shows it done
+// (why says how): nothing is acted on again. The record is counted unless the executor was
+// superseded (its error stops Reconcile).
+func (e *Executor) foundDone(ctx context.Context, r Record, now time.Time, why string) error {
+	out := r
+	out.At, out.Phase, out.Reconciled = now, PhaseDone, true
+	out.Reasons = append(slices.Clone(r.Reasons), why)
+	err := e.o.Audit.Append(ctx, out)
+	if errors.Is(err, ErrSuperseded) {
+		return err
+	}
+	e.actions.WithLabelValues(r.Kind, "reconciled").Inc()
+	return err
 }
 
 func (e *Executor) record(r Record) error {

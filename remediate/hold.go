@@ -112,114 +112,149 @@ const DefaultHoldAfter = 3 * time.Minute
 // ones back; at 1.0 × peak a smoothed λ crosses the line both ways on noise alone.
 const holdArrivalFraction = 0.9
 
-// holds applies the hold rule (see the top of this file) with B the budget this step decided.
+// holds applies the hold rule (see the top of this file) with B the budget this step decided:
+// it holds more sessions (holdMore) or resumes some (resumeSome), or, in a trap that arrivals
+// keep up, says why it holds nobody. The hold carries its own reason (BudgetChange.Reasons).
 func (p *Policy) holds(in Inputs, plan *Plan, budget int64, blind bool) {
 	o, a, g := p.o, in.Assessment, in.Gateway
 	if o.DisableHolds || !in.GatewayOK || g.CountOnly || budget <= 0 || g.Sessions == nil {
 		return
 	}
-	reading := a.HitEvidence.Enough
-	off := reading && a.HitRate < a.Plateau-o.LeaveDrop
+	off := a.HitEvidence.Enough && a.HitRate < a.Plateau-o.LeaveDrop
 	// The first hold waits for a trap that has lasted HoldAfter (DefaultHoldAfter says why): the
-	// detector's, so a daemon that starts acting on a deployment trapped for long holds at once. Once sessions are held, drifting and recovering count too: with the held sessions out
-	// of the working set the detector reads, it leaves trapped as soon as the first holds land,
+	// detector's, so a daemon that starts acting on a deployment trapped for long holds at once.
+	// Once sessions are held, drifting and recovering count too: with the held sessions out of
+	// the working set the detector reads, it leaves trapped as soon as the first holds land,
 	// while the hit rate is still off its plateau and the active sessions' contexts keep growing.
 	trouble := a.State == detector.Trapped && !in.At.Before(a.Since.Add(o.HoldAfter)) ||
 		g.Held > 0 && (a.State == detector.Drifting || a.State == detector.Trapped || a.State == detector.Recovering)
 	active := g.WorkingSet - g.HeldTokens
-	held, live := g.Held, len(g.Sessions)
-	// Room for resumes is measured against what the gateway admits newcomers to at once (its
-	// reference budget, B_ref, at least B). While an incident holds B under B_ref, newcomers are
-	// admitted only up to B, so the band from B to B_ref is the held sessions' whatever queues;
-	// once B is back at B_ref, a resume would take room from a queued newcomer, who goes first.
-	room := max(budget, g.Reference, int64(p.o.ReferenceFraction*a.KneeTokens))
-	// A trap a hold can end is one that outlived its cause: arrivals (λ, the detector's smoothed
-	// rate) back under what the deployment completes at its peak, with room to spare. Under
-	// lasting overload a hold frees nothing — the sessions it makes room for are replaced as fast
-	// as they finish — and only moves the wait onto admitted sessions: measured on the scenario
-	// matrix (docs/results.md), holds at 1.0–1.5 × peak left basin short of the best baseline on
-	// 25 rows (by up to 19.5%), against 6 rows (1.9%) without them. The late-acting presets run
-	// at 0.61 × peak once the spike is over.
-	// Both the detector's λ and its hour-long rate must be under the line: λ alone, over ten
-	// minutes of a workload of long sessions (under one a minute), dips that far on Poisson noise
-	// at 1.2 × peak; the long-run rate alone stays up for an hour after a spike.
-	lambda := max(a.Lambda, a.LongLambda)
-	outlived := a.PeakCompletionRate > 0 && lambda <= holdArrivalFraction*a.PeakCompletionRate
-	if g.Held == 0 && p.st.Mode == Incident && trouble && off && !blind && active > budget && !outlived {
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("trapped, but arrivals (λ %.2f/min, over the last hour %.2f/min) are not under %.1f × the peak completion rate %.2f/min: holding would only move the wait; no hold",
-			a.Lambda*60, a.LongLambda*60, holdArrivalFraction, a.PeakCompletionRate*60))
-		return
-	}
+	var (
+		h   *HoldAction
+		why string
+	)
 	switch {
 	case p.st.Mode == Incident && trouble && off && !blind && active > budget:
-		// Only the population that was live when the incident began: the sessions admitted
-		// since came in under the incident's cut, once the population had drained under it, and
-		// holding them would only move the wait onto the sessions that can still finish in time.
-		cands := make([]LiveSession, 0, len(g.Sessions))
-		for _, s := range g.Sessions {
-			if !s.Held && s.Admitted.Before(p.st.ModeSince) {
-				cands = append(cands, s)
-			}
-		}
-		// Lowest priority first: the latest arrivals with the largest predicted peaks, the
-		// sessions furthest from finishing; the ones that stay run towards their ends.
-		slices.SortFunc(cands, func(x, y LiveSession) int { return y.Priority.Compare(x.Priority) })
-		h := &HoldAction{}
-		from := active
-		for _, s := range cands {
-			if active <= budget {
-				break
-			}
-			h.Hold = append(h.Hold, s.ID)
-			active -= s.Context
-			held++
-		}
-		if len(h.Hold) == 0 {
+		if g.Held == 0 && !trapOutlivedArrivals(a) {
+			plan.Reasons = append(plan.Reasons, fmt.Sprintf("trapped, but arrivals (λ %.2f/min, over the last hour %.2f/min) are not under %.1f × the peak completion rate %.2f/min: holding would only move the wait; no hold",
+				a.Lambda*60, a.LongLambda*60, holdArrivalFraction, a.PeakCompletionRate*60))
 			return
 		}
-		h.Held, h.Active = held, live-held
-		h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
-		h.Text = h.Summary()
-		plan.Hold = h
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, hit rate %.2f off its plateau %.2f: %s: active working set %s → %s, at or under B %s",
-			a.State, a.HitRate, a.Plateau, h.Summary(), FormatTokens(from), FormatTokens(active), FormatTokens(budget)))
+		h, why = p.holdMore(in, active, budget)
 	case g.Held > 0 && !off && (g.Queued == 0 || budget < g.Reference):
-		var heldS []LiveSession
-		for _, s := range g.Sessions {
-			if s.Held {
-				heldS = append(heldS, s)
-			}
-		}
-		slices.SortFunc(heldS, func(x, y LiveSession) int { return x.Priority.Compare(y.Priority) })
-		quota := part(o.HoldResumeFraction, budget)
-		h := &HoldAction{}
-		var back int64
-		for _, s := range heldS {
-			if active+s.Context > room || back+s.Context > quota && len(h.Resume) > 0 {
-				break
-			}
-			h.Resume = append(h.Resume, s.ID)
-			active += s.Context
-			back += s.Context
-			held--
-		}
-		if len(h.Resume) == 0 {
-			return
-		}
-		h.Held, h.Active = held, live-held
-		h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
-		h.Text = h.Summary()
-		plan.Hold = h
-		why := "hit rate on its plateau"
-		if !reading {
-			why = "no hit-rate reading off the plateau"
-		}
-		if g.Queued == 0 {
-			why += ", nobody queued"
-		} else {
-			why += fmt.Sprintf(", newcomers admitted up to B %s", FormatTokens(budget))
-		}
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("%s: %s, highest priority first (%s of context back, active working set %s, at most %s)",
-			why, h.Summary(), FormatTokens(back), FormatTokens(active), FormatTokens(room)))
+		h, why = p.resumeSome(in, active, budget)
 	}
+	if h == nil {
+		return
+	}
+	h.Reasons = []string{why}
+	plan.Hold = h
+	plan.Reasons = append(plan.Reasons, why)
+}
+
+// trapOutlivedArrivals reports a trap a hold can end: one that outlived its cause, with arrivals
+// (λ, the detector's smoothed rate) back under what the deployment completes at its peak, with
+// room to spare. Under lasting overload a hold frees nothing — the sessions it makes room for are
+// replaced as fast as they finish — and only moves the wait onto admitted sessions: measured on
+// the scenario matrix (docs/results.md), holds at 1.0–1.5 × peak left basin short of the best
+// baseline on 25 rows (by up to 19.5%), against 6 rows (1.9%) without them. The late-acting
+// presets run at 0.61 × peak once the spike is over.
+//
+// Both the detector's λ and its hour-long rate must be under the line: λ alone, over ten minutes
+// of a workload of long sessions (under one a minute), dips that far on Poisson noise at 1.2 ×
+// peak; the long-run rate alone stays up for an hour after a spike.
+func trapOutlivedArrivals(a detector.Assessment) bool {
+	lambda := max(a.Lambda, a.LongLambda)
+	return a.PeakCompletionRate > 0 && lambda <= holdArrivalFraction*a.PeakCompletionRate
+}
+
+// holdMore holds the live sessions not held, lowest priority first, until the active working set
+// (active, the contexts of the sessions not held) is at or under budget; nil when there is no one
+// to hold. Only the population that was live when the incident began is held: the sessions
+// admitted since came in under the incident's cut, once the population had drained under it, and
+// holding them would only move the wait onto the sessions that can still finish in time.
+func (p *Policy) holdMore(in Inputs, active, budget int64) (*HoldAction, string) {
+	a, g := in.Assessment, in.Gateway
+	cands := make([]LiveSession, 0, len(g.Sessions))
+	for _, s := range g.Sessions {
+		if !s.Held && s.Admitted.Before(p.st.ModeSince) {
+			cands = append(cands, s)
+		}
+	}
+	// Lowest priority first: the latest arrivals with the largest predicted peaks, the sessions
+	// furthest from finishing; the ones that stay run towards their ends.
+	slices.SortFunc(cands, func(x, y LiveSession) int { return y.Priority.Compare(x.Priority) })
+	h := &HoldAction{}
+	held, from := g.Held, active
+	for _, s := range cands {
+		if active <= budget {
+			break
+		}
+		h.Hold = append(h.Hold, s.ID)
+		active -= s.Context
+		held++
+	}
+	if len(h.Hold) == 0 {
+		return nil, ""
+	}
+	h.settle(g, held, active)
+	return h, fmt.Sprintf("detector %s, hit rate %.2f off its plateau %.2f: %s: active working set %s → %s, at or under B %s",
+		a.State, a.HitRate, a.Plateau, h.Summary(), FormatTokens(from), FormatTokens(active), FormatTokens(budget))
+}
+
+// resumeSome resumes held sessions, highest priority first, while the active working set with
+// them stays under the room for resumes, at most HoldResumeFraction × budget of context a step (so
+// the recomputes arrive a few at a time); nil when none fits.
+//
+// The room is measured against what the gateway admits newcomers to at once (its reference
+// budget, B_ref, at least B). While an incident holds B under B_ref, newcomers are admitted only
+// up to B, so the band from B to B_ref is the held sessions' whatever queues; once B is back at
+// B_ref, a resume would take room from a queued newcomer, who goes first (holds does not call
+// this then).
+func (p *Policy) resumeSome(in Inputs, active, budget int64) (*HoldAction, string) {
+	a, g := in.Assessment, in.Gateway
+	room := max(budget, g.Reference, int64(p.o.ReferenceFraction*a.KneeTokens))
+	var heldS []LiveSession
+	for _, s := range g.Sessions {
+		if s.Held {
+			heldS = append(heldS, s)
+		}
+	}
+	slices.SortFunc(heldS, func(x, y LiveSession) int { return x.Priority.Compare(y.Priority) })
+	quota := part(p.o.HoldResumeFraction, budget)
+	h := &HoldAction{}
+	held := g.Held
+	var back int64
+	for _, s := range heldS {
+		if active+s.Context > room || back+s.Context > quota && len(h.Resume) > 0 {
+			break
+		}
+		h.Resume = append(h.Resume, s.ID)
+		active += s.Context
+		back += s.Context
+		held--
+	}
+	if len(h.Resume) == 0 {
+		return nil, ""
+	}
+	h.settle(g, held, active)
+	why := "hit rate on its plateau"
+	if !a.HitEvidence.Enough {
+		why = "no hit-rate reading off the plateau"
+	}
+	if g.Queued == 0 {
+		why += ", nobody queued"
+	} else {
+		why += fmt.Sprintf(", newcomers admitted up to B %s", FormatTokens(budget))
+	}
+	return h, fmt.Sprintf("%s: %s, highest priority first (%s of context back, active working set %s, at most %s)",
+		why, h.Summary(), FormatTokens(back), FormatTokens(active), FormatTokens(room))
+}
+
+// settle fills in the numbers an operator reads after the action: held sessions and the active
+// working set once it is applied to gateway g, and the summary kept for readers that are not Go.
+func (h *HoldAction) settle(g Gateway, held int, active int64) {
+	h.Held, h.Active = held, len(g.Sessions)-held
+	h.HeldTokens, h.ActiveTokens = g.WorkingSet-active, active
+	h.Text = h.Summary()
 }

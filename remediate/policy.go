@@ -219,231 +219,133 @@ func (p *Policy) reference(a detector.Assessment, now time.Time) int64 {
 
 // Decide makes one decision. It never loosens while blind (a needed signal stale or missing, or
 // the gateway unread), cuts at once on an incident, and otherwise moves at most one step per
-// interval.
+// interval. The steps run in this order because each reads what the ones before it left: the
+// budget rules read the B_ref in use and the budget to start from, the budget change the target
+// they give, and the hold rule the budget this decision sets.
 func (p *Policy) Decide(in Inputs) Plan {
-	o, a := p.o, in.Assessment
-	plan := Plan{At: in.At, State: a.State}
-	now := in.At
-	blind := len(a.Blind) > 0 || !in.GatewayOK || a.ObservedAt.IsZero()
-
-	// The long-run arrival rate for shedding.
-	if in.ArrivalOK && in.ArrivalRate >= 0 && !math.IsInf(in.ArrivalRate, 0) {
-		if p.st.ArrivalAt.IsZero() {
-			p.st.ArrivalEWMA = in.ArrivalRate
-		} else if dt := now.Sub(p.st.ArrivalAt); dt > 0 {
-			w := 1 - math.Exp(-dt.Seconds()/o.ShedWindow.Seconds())
-			p.st.ArrivalEWMA += w * (in.ArrivalRate - p.st.ArrivalEWMA)
-		}
-		p.st.ArrivalAt = now
+	plan := Plan{At: in.At, State: in.Assessment.State}
+	p.trackArrivals(in)
+	ref := p.referenceInUse(in.Assessment, in.At)
+	if ref <= 0 {
+		return p.undecided(plan, "no capacity or knee yet: the budget is left as it is")
 	}
+	takeover, ok := p.startTarget(in, ref, &plan)
+	if !ok {
+		return p.undecided(plan, "the gateway's budget is not known yet: nothing decided")
+	}
+	v := p.viewOf(in, ref, p.st.Target)
+	target := p.nextTarget(v, &plan)
+	plan.Mode = p.st.Mode
+	p.budgetChange(v, target, takeover, &plan)
+	p.shed(in, &plan)
+	p.holds(in, &plan, p.st.Target, v.blind)
+	return p.finish(plan)
+}
 
+// trackArrivals folds the windowed arrival rate into the long-run rate the shedding rule compares
+// with the peak completion rate: an exponential average over ShedWindow, so a burst alone never
+// sheds. A stale or impossible reading is left out rather than read as no arrivals; the first
+// reading starts the average.
+func (p *Policy) trackArrivals(in Inputs) {
+	if !in.ArrivalOK || in.ArrivalRate < 0 || math.IsInf(in.ArrivalRate, 0) {
+		return
+	}
+	if p.st.ArrivalAt.IsZero() {
+		p.st.ArrivalEWMA = in.ArrivalRate
+	} else if dt := in.At.Sub(p.st.ArrivalAt); dt > 0 {
+		w := 1 - math.Exp(-dt.Seconds()/p.o.ShedWindow.Seconds())
+		p.st.ArrivalEWMA += w * (in.ArrivalRate - p.st.ArrivalEWMA)
+	}
+	p.st.ArrivalAt = in.At
+}
+
+// referenceInUse is the B_ref this decision works from (0: no capacity or knee yet). B_ref as
+// held drifts a little on every step (the held capacity decays towards each reading); a drift of
+// less than one Step is no reason to move anything derived from it — the incident cut, the
+// bounds, the level B returns to — or every step would re-send the budget by a fraction of a
+// percent (an audit record each). The B_ref in use stays the one last sent until it has moved by
+// more than one Step.
+func (p *Policy) referenceInUse(a detector.Assessment, now time.Time) int64 {
 	ref := p.reference(a, now)
 	if ref > 0 && p.st.Reference > 0 && !p.meaningful(p.st.Reference, ref, ref) {
-		// B_ref as held drifts a little on every step (the held capacity decays towards each
-		// reading); a drift of less than one Step is no reason to move anything derived from
-		// it — the incident cut, the bounds, the level B returns to — or every step would
-		// re-send the budget by a fraction of a percent (an audit record each). The B_ref in use
-		// stays the one last sent until it has moved by more than one Step.
-		ref = p.st.Reference
+		return p.st.Reference
 	}
-	if ref <= 0 {
-		plan.Mode = p.st.Mode
-		plan.Reasons = append(plan.Reasons, "no capacity or knee yet: the budget is left as it is")
-		return p.finish(plan)
+	return ref
+}
+
+// undecided ends a decision that cannot be made, saying why: the plan changes nothing and keeps
+// the mode.
+func (p *Policy) undecided(plan Plan, why string) Plan {
+	plan.Mode = p.st.Mode
+	plan.Reasons = append(plan.Reasons, why)
+	return p.finish(plan)
+}
+
+// startTarget gives the policy a budget to start from when it has none (its first decision, or a
+// restored state without one), and says whether it could. It starts from the gateway's budget;
+// from the top of the normal range when the gateway only counts, as from an out-of-reach budget
+// (takeover: this decision's budget change takes admission over); from B_ref in a dry run, which
+// does not need the gateway's budget to say what it would do. Acting for real without the
+// gateway's budget, there is nothing to start from.
+func (p *Policy) startTarget(in Inputs, ref int64, plan *Plan) (takeover, ok bool) {
+	if p.st.Target != 0 {
+		return false, true
 	}
-	takeover := false // the first budget of a count-only gateway
-	if p.st.Target == 0 {
-		switch {
-		case in.GatewayOK && in.Gateway.CountOnly:
-			takeover = true
-			// Nothing to start from: the gateway admits everything. Start from the top of the
-			// normal range, as from an out-of-reach budget (the change below takes admission over).
-			p.st.Target = part(o.MaxFraction, ref)
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway only counts (admission.count_only): basin takes admission over from %.2f × B_ref %s",
-				o.MaxFraction, FormatTokens(ref)))
-		case in.GatewayOK:
-			p.st.Target = in.Gateway.Budget
-		case in.DryRun:
-			p.st.Target = ref
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("dry run without the gateway's budget: deciding from B_ref %s", FormatTokens(ref)))
-		default:
-			plan.Mode = p.st.Mode
-			plan.Reasons = append(plan.Reasons, "the gateway's budget is not known yet: nothing decided")
-			return p.finish(plan)
-		}
+	switch {
+	case in.GatewayOK && in.Gateway.CountOnly:
+		p.st.Target = part(p.o.MaxFraction, ref)
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway only counts (admission.count_only): basin takes admission over from %.2f × B_ref %s",
+			p.o.MaxFraction, FormatTokens(ref)))
+		return true, true
+	case in.GatewayOK:
+		p.st.Target = in.Gateway.Budget
+	case in.DryRun:
+		p.st.Target = ref
+		plan.Reasons = append(plan.Reasons, fmt.Sprintf("dry run without the gateway's budget: deciding from B_ref %s", FormatTokens(ref)))
+	default:
+		return false, false
 	}
-	cur := p.st.Target
-	plateau := a.Plateau
-	// A hit rate on too little evidence (a quiet window, a burst of first calls) is no reading:
-	// it neither loosens nor tightens the budget (detector.Evidence).
+	return false, true
+}
+
+// view is one decision's reading of its inputs, worked out once so that every budget rule reads
+// the same answer to the same question: blind or not, on the plateau or off it, an incident or
+// not.
+type view struct {
+	Inputs
+	// ref is the B_ref in use; cur the budget the policy last decided, where any change starts.
+	ref, cur int64
+	// blind: a needed signal stale or missing, or the gateway unread. B is then never loosened.
+	blind bool
+	// onPlateau and left say where the hit rate stands; both are false on too little evidence (a
+	// quiet window, a burst of first calls), which is no reading (detector.Evidence): it neither
+	// loosens nor tightens the budget.
+	onPlateau, left bool
+	// unseenTrouble: drifting or trapped, but from a detector that cannot see (see viewOf).
+	// incident: trouble seen on a fresh reading, or a configured alert firing.
+	unseenTrouble, incident bool
+}
+
+// viewOf reads in for the budget rules, with ref the B_ref in use and cur the budget to start
+// from.
+func (p *Policy) viewOf(in Inputs, ref, cur int64) view {
+	o, a := p.o, in.Assessment
 	reading := a.HitEvidence.Enough
-	onPlateau := reading && a.HitRate >= plateau-o.PlateauTolerance
-	left := reading && a.HitRate < plateau-o.LeaveDrop
 	trouble := a.State == detector.Drifting || a.State == detector.Trapped
 	// A blind detector holds its last state: a drifting or trapped it can no longer see is not
 	// evidence of an incident, and cutting on it would throttle a deployment basin cannot see (all
 	// targets down, or restarted into a resumed state before a fresh reading). An incident already
 	// under way is held (B is never loosened while blind); a new one needs a fresh reading or a
 	// firing alert.
-	unseenTrouble := trouble && (len(a.Blind) > 0 || a.ObservedAt.IsZero())
-	incident := trouble && !unseenTrouble || len(in.Alerts) > 0
-
-	setMode := func(m Mode, why string) {
-		if p.st.Mode != m {
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("mode %s → %s: %s", p.st.Mode, m, why))
-			p.st.Mode, p.st.ModeSince = m, now
-		}
+	unseen := trouble && (len(a.Blind) > 0 || a.ObservedAt.IsZero())
+	return view{
+		Inputs: in, ref: ref, cur: cur,
+		blind:         len(a.Blind) > 0 || !in.GatewayOK || a.ObservedAt.IsZero(),
+		onPlateau:     reading && a.HitRate >= a.Plateau-o.PlateauTolerance,
+		left:          reading && a.HitRate < a.Plateau-o.LeaveDrop,
+		unseenTrouble: unseen,
+		incident:      trouble && !unseen || len(in.Alerts) > 0,
 	}
-	target := cur
-	switch {
-	case unseenTrouble && !incident:
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, but blind (%s): no action on a state basin cannot see, B held at %s",
-			a.State, blindWhy(a, in), FormatTokens(cur)))
-	case incident:
-		why := fmt.Sprintf("detector %s", a.State)
-		if len(in.Alerts) > 0 {
-			why = fmt.Sprintf("alerts firing: %v (detector %s)", in.Alerts, a.State)
-		}
-		setMode(Incident, why)
-		cut := part(o.IncidentFraction, ref)
-		if cur > cut {
-			target = cut
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("incident: cut B %s → %s (%.2f × B_ref %s) so the working set drains; admitted sessions finish",
-				FormatTokens(cur), FormatTokens(cut), o.IncidentFraction, FormatTokens(ref)))
-		}
-	case p.st.Mode == Incident && in.GatewayOK && in.Gateway.Held > 0:
-		// The sessions still running are out of the trap, but the held ones are its backlog:
-		// the incident lasts until they are all back, and B stays at its cut, so newcomers are
-		// admitted up to it and the room above it is the held sessions' (hold.go).
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("detector %s, but %s still held: the incident lasts until every one is resumed, B held at %s",
-			a.State, countOf(in.Gateway.Held, "session", "sessions"), FormatTokens(cur)))
-	case p.st.Mode == Incident:
-		setMode(Restoring, fmt.Sprintf("detector %s, no alert firing", a.State))
-		fallthrough
-	case p.st.Mode == Restoring:
-		switch {
-		case blind:
-			plan.Reasons = append(plan.Reasons, "restoring, but blind ("+blindWhy(a, in)+"): B held")
-		case left && now.Sub(p.st.LastChange) < o.StepInterval:
-			// Off the plateau again: tighten, but one step an interval as in normal mode, so a
-			// hit rate that needs a window to answer is not read as a reason to cut every tick.
-		case left:
-			target = min(cur, max(part(o.MinFraction, ref), cur-part(o.RestoreStep, ref)))
-			if target < cur {
-				plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f < plateau %.2f − %.2f: B %s → %s",
-					a.HitRate, plateau, o.LeaveDrop, FormatTokens(cur), FormatTokens(target)))
-			}
-		case cur >= ref:
-			setMode(Normal, fmt.Sprintf("B %s back at B_ref %s", FormatTokens(cur), FormatTokens(ref)))
-		case onPlateau && now.Sub(p.st.LastChange) >= o.RestoreInterval:
-			target = min(ref, cur+part(o.RestoreStep, ref))
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("restoring: hit rate %.2f on plateau %.2f: B %s → %s (B_ref %s)",
-				a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(ref)))
-			if target >= ref {
-				setMode(Normal, "B back at B_ref")
-			}
-		}
-	default: // normal
-		step := part(o.Step, ref)
-		lo, hi := part(o.MinFraction, ref), part(o.MaxFraction, ref)
-		due := now.Sub(p.st.LastChange) >= o.StepInterval
-		n := len(plan.Reasons)
-		gwRef := in.Gateway.Reference
-		if gwRef <= 0 {
-			gwRef = ref
-		}
-		idle := in.GatewayOK && !in.Gateway.CountOnly && in.Gateway.Queued == 0 && in.Gateway.WorkingSet+step < gwRef
-		switch {
-		case cur > hi:
-			target = hi
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s above %.2f × B_ref %s: B → %s", FormatTokens(cur), o.MaxFraction, FormatTokens(ref), FormatTokens(hi)))
-		case !due:
-		case left:
-			target = min(cur, max(lo, cur-step)) // never up while off the plateau
-			if target < cur {
-				plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f left its plateau %.2f (− %.2f): tighten B %s → %s",
-					a.HitRate, plateau, o.LeaveDrop, FormatTokens(cur), FormatTokens(target)))
-			}
-		case blind:
-			if cur < lo || in.GatewayOK && in.Gateway.Queued > 0 {
-				plan.Reasons = append(plan.Reasons, "blind ("+blindWhy(a, in)+"): never loosen, B held at "+FormatTokens(cur))
-			}
-		case cur < lo:
-			target = lo
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("B %s below %.2f × B_ref %s: B → %s", FormatTokens(cur), o.MinFraction, FormatTokens(ref), FormatTokens(lo)))
-		case in.Gateway.Queued > 0 && onPlateau:
-			target = min(hi, cur+step)
-			if target > cur {
-				plan.Reasons = append(plan.Reasons, fmt.Sprintf("%s queued and hit rate %.2f on its plateau %.2f: loosen B %s → %s (max %s)",
-					countOf(in.Gateway.Queued, "session", "sessions"), a.HitRate, plateau, FormatTokens(cur), FormatTokens(target), FormatTokens(hi)))
-			}
-		case idle && (cur > ref || cur < ref && onPlateau):
-			// B only re-centres on B_ref below; while the gateway admits every arrival by the
-			// reference test (nobody queued, the working set a step under its B_ref) it does not
-			// read B, and following B_ref there was a change a minute on rows where the gate
-			// held nobody. Once the gate engages the rules below move B a step an interval.
-		case in.Gateway.Queued == 0 && cur > ref:
-			target = max(ref, cur-step)
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("nobody queued: B %s back towards B_ref %s → %s", FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
-		case cur < ref && onPlateau:
-			target = min(ref, cur+step)
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("hit rate %.2f on its plateau %.2f: B %s up towards B_ref %s → %s",
-				a.HitRate, plateau, FormatTokens(cur), FormatTokens(ref), FormatTokens(target)))
-		}
-		// B within half a step of where a rule sends it counts as there: the rest of a step
-		// after B_ref moved (B 816.06K → 816.00K), or a loosening clipped at the bound, is an
-		// audit record and a gateway call that change no admission decision worth the name.
-		if target != cur && 2*math.Abs(float64(target-cur)) < float64(step) {
-			target, plan.Reasons = cur, plan.Reasons[:n]
-		}
-	}
-	plan.Mode = p.st.Mode
-	switch {
-	case target != cur:
-		// The change is from what the gateway has, when basin acts and can read it: the policy's
-		// own target may not be the gateway's (it restarted, someone changed it by hand).
-		from, countOnly := cur, false
-		switch {
-		case in.GatewayOK && in.Gateway.CountOnly && (!in.DryRun || takeover):
-			from, countOnly = 0, true
-		case !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur:
-			from = in.Gateway.Budget
-			plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget is %s, not the %s basin last set",
-				FormatTokens(from), FormatTokens(cur)))
-		}
-		plan.Budget = &BudgetChange{From: from, FromCountOnly: countOnly, To: target, Reference: ref}
-		p.st.Target, p.st.LastChange, p.st.Reference = target, now, ref
-	case !in.DryRun && in.GatewayOK && in.Gateway.CountOnly:
-		plan.Budget = &BudgetChange{FromCountOnly: true, To: cur, Reference: ref}
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway only counts (admission.count_only: no budget yet, or it restarted without one): set B %s",
-			FormatTokens(cur)))
-		p.st.LastChange, p.st.Reference = now, ref
-	case !in.DryRun && in.GatewayOK && in.Gateway.Budget != cur:
-		plan.Budget = &BudgetChange{From: in.Gateway.Budget, To: cur, Reference: ref}
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("the gateway's budget %s is not the %s basin last set "+
-			"(the gateway restarted with its configured budget, or someone changed it; pause basin to hold a budget by hand): set %s",
-			FormatTokens(in.Gateway.Budget), FormatTokens(cur), FormatTokens(cur)))
-		p.st.Reference = ref
-	case in.GatewayOK && cur > 0 && ref != p.st.Reference: // moved by more than one Step (above)
-		plan.Budget = &BudgetChange{From: cur, To: cur, Reference: ref}
-		plan.Reasons = append(plan.Reasons, fmt.Sprintf("B_ref %s → %s (min(%.2f × knee %.2f × C, C) with C %s)",
-			FormatTokens(p.st.Reference), FormatTokens(ref), o.ReferenceFraction, a.Knee.Ratio, FormatTokens(int64(a.KneeTokens/a.Knee.Ratio))))
-		p.st.Reference = ref
-	}
-	if plan.Budget != nil { // what led to the budget change: everything decided so far
-		plan.Budget.Reasons = slices.Clone(plan.Reasons)
-	}
-	n := len(plan.Reasons)
-	p.shed(in, &plan, blind)
-	if plan.Shed != nil {
-		plan.Shed.Reasons = slices.Clone(plan.Reasons[n:])
-	}
-	n = len(plan.Reasons)
-	p.holds(in, &plan, p.st.Target, blind)
-	if plan.Hold != nil {
-		plan.Hold.Reasons = slices.Clone(plan.Reasons[n:])
-	}
-	return p.finish(plan)
 }
 
 // shed applies the shedding rule: the long-run arrival rate above the peak completion rate and the
@@ -461,7 +363,10 @@ func (p *Policy) Decide(in Inputs) Plan {
 // lifetimes under the 15 minutes); on long ones it does (SWE-bench Pro on 1P1D: ≈ 18 live ÷
 // 0.7/min ≈ 26 minutes): with a fixed 15 minutes basin shed 8–10 sessions of the hour that
 // Continuum, which never sheds, served within their deadline.
-func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
+//
+// It reads the gateway and the arrival rate only, both checked here, so a blind detector does not
+// stop it.
+func (p *Policy) shed(in Inputs, plan *Plan) {
 	o, a := p.o, in.Assessment
 	peak := a.PeakCompletionRate
 	switch {
@@ -482,11 +387,11 @@ func (p *Policy) shed(in Inputs, plan *Plan, blind bool) {
 	}
 	wait := max(o.ShedHeadWait, shedLifetimes*sessionLifetime(in.Gateway.Live, peak))
 	id := in.Gateway.ShedCandidates[0]
-	plan.Shed = &ShedAction{IDs: []string{id}}
-	plan.Reasons = append(plan.Reasons, fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s (the longer of shed_head_wait and two session lifetimes, %d live ÷ the peak): shed the lowest-priority queued session %s",
-		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), wait.Round(time.Second), in.Gateway.Live, id))
+	why := fmt.Sprintf("long-run arrivals %.2f/min > peak completion rate %.2f/min and the head of the queue waited %s ≥ %s (the longer of shed_head_wait and two session lifetimes, %d live ÷ the peak): shed the lowest-priority queued session %s",
+		p.st.ArrivalEWMA*60, peak*60, in.Gateway.HeadWait.Round(time.Second), wait.Round(time.Second), in.Gateway.Live, id)
+	plan.Shed = &ShedAction{IDs: []string{id}, Reasons: []string{why}}
+	plan.Reasons = append(plan.Reasons, why)
 	p.st.LastShed = in.At
-	_ = blind // shedding reads the gateway and the arrival rate only, both checked above
 }
 
 // sessionLifetime is Little's law: live sessions ÷ completion rate (sessions/s), the mean time a
