@@ -40,8 +40,8 @@ func (g *Gateway) chain(ctx context.Context, c *call) {
 		g.mu.Lock()
 		link, known = g.mu.chains[prev]
 		g.mu.Unlock()
-		if !known && c.id == "" && g.repl != nil {
-			link, known = g.repl.lookupChain(ctx, prev)
+		if !known && c.id == "" {
+			link.session, link.context, known = g.repl.LookupChain(ctx, prev)
 		}
 	}
 	if known {
@@ -77,8 +77,8 @@ func (g *Gateway) chained(session, responseID string, context int64) {
 		g.linkLocked(si, session, responseID, context)
 	}
 	g.mu.Unlock()
-	if ok && g.repl != nil {
-		g.repl.reportChain(session, responseID, context)
+	if ok {
+		g.repl.ReportChain(session, responseID, context)
 	}
 }
 

@@ -463,11 +463,9 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 	}
 	g.deliverLocked(evs)
 	g.mu.Unlock()
-	if g.repl != nil {
-		// On the leader (a follower forwarded the request): the hold list is in the table
-		// before the answer, so a successor keeps it.
-		g.repl.saveNow("holds")
-	}
+	// Replicated, on the leader (a follower forwarded the request): the hold list is in the
+	// table before the answer, so a successor keeps it.
+	g.repl.SaveNow("holds")
 	res := adminapi.HoldResult{Added: added, Resumed: int(after.Counters.Resumed - before.Resumed), Released: released,
 		HeldSessions: after.Held, HeldTokens: after.HeldTokens, HeldCalls: after.HeldCalls}
 	g.log.Info("hold list changed", "reason", req.Reason, "held", res.Added, "resumed", res.Resumed,

@@ -243,11 +243,11 @@ func (r *replica) self() sessionstore.Replica {
 	return sessionstore.Replica{ID: r.id, Instance: r.instance, AdvertiseURL: r.advertise}
 }
 
-// claim heartbeats once before the gateway serves: a replica id another running replica holds
+// Claim heartbeats once before the gateway serves: a replica id another running replica holds
 // is refused at start, naming that replica. A store that cannot be reached now does not stop the
 // start (the replica serves degraded); the first heartbeat that reaches it claims the id then,
 // and a refusal stops the gateway (fail).
-func (r *replica) claim(ctx context.Context) error {
+func (r *replica) Claim(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
 	err := r.table.Heartbeat(ctx, r.self(), r.g.now())
@@ -272,6 +272,37 @@ func replicaIDInUse(err error) error {
 		"same for every replica on one host", inUse.ReplicaID, inUse.Other.AdvertiseURL, inUse.LastSeen.UTC().Format(time.RFC3339))
 }
 
+// Fatal delivers the error this replica cannot run on (its id in use by another running
+// replica); Gateway.Run stops with it.
+func (r *replica) Fatal() <-chan error { return r.fatal }
+
+// Rounds: every change of leader and every end of a degraded spell sends a held call round
+// again, so a call gets more rounds than alone.
+func (r *replica) Rounds() int { return 32 }
+
+// Leads reports whether this replica is the admission leader: its core is the deployment's.
+func (r *replica) Leads() bool {
+	_, ok := r.isLeading()
+	return ok
+}
+
+// SessionArrival is a session's arrival at the deployment, its call's, whichever replica holds
+// the call and however often the leader changes while it waits.
+func (r *replica) SessionArrival(callArrival time.Time) time.Time { return callArrival }
+
+// Admitted records a session the local core admitted. Unless this replica leads, it admitted
+// it alone (degraded): the next leader reached takes it as live.
+func (r *replica) Admitted(id string) {
+	if _, leading := r.isLeading(); leading {
+		return
+	}
+	r.admittedAlone(id)
+	r.metrics.degradedAdmits.Inc()
+	snap := r.g.core.Snapshot(r.g.now(), false)
+	r.g.log.Info("session admitted alone (degraded)", "session", id, "local_budget_tokens", snap.Budget,
+		"local_reserved_tokens", snap.Reserved, "local_live_sessions", snap.Live)
+}
+
 // fail stops the gateway with err (Gateway.Run returns it).
 func (r *replica) fail(err error) {
 	r.log.Error("stopping this gateway replica", "err", err)
@@ -291,9 +322,9 @@ func (r *replica) isLeading() (uint64, bool) {
 	return e, ok && le == e
 }
 
-// run campaigns, follows the leadership and does the periodic work until ctx is done; then it
+// Run campaigns, follows the leadership and does the periodic work until ctx is done; then it
 // saves the table a last time and releases the lease so a successor takes over at once.
-func (r *replica) run(ctx context.Context) {
+func (r *replica) Run(ctx context.Context) {
 	// The campaign stops only once the last save is written: it releases the lease as it
 	// returns (lease.Campaign.Run), so a campaign stopped with ctx could release before the save
 	// and leave it unwritten, and a second Release here would find the lease gone and warn.
@@ -675,8 +706,8 @@ func (r *replica) cutSlice(v leaderView, seen int) {
 	g.deliver(evs)
 }
 
-// saveNow persists the table at once when leading: an admin change is answered once durable.
-func (r *replica) saveNow(what string) {
+// SaveNow persists the table at once when leading: an admin change is answered once durable.
+func (r *replica) SaveNow(what string) {
 	epoch, ok := r.isLeading()
 	if !ok {
 		return
@@ -743,10 +774,10 @@ func (r *replica) forgetEnds(now time.Time) {
 	maps.DeleteFunc(r.mu.ended, func(_ string, at time.Time) bool { return at.Before(cutoff) })
 }
 
-// ended deletes a session that ended on the leader from the table without waiting for the next
+// SessionEnded deletes a session that ended on the leader from the table without waiting for the next
 // save (group-committed with the admissions), so that a successor taking over within the second
 // does not load it live. Best effort: the next save deletes it anyway.
-func (r *replica) ended(id string) {
+func (r *replica) SessionEnded(id string) {
 	epoch, ok := r.isLeading()
 	if !ok {
 		return
@@ -772,10 +803,10 @@ func (r *replica) viewOwn() {
 		Reserved: snap.Reserved, Replicas: r.mu.seen}
 }
 
-// queued records a session queued at the leader with its arrival (group-committed): a
+// Queued records a session queued at the leader with its arrival (group-committed): a
 // successor that takes over before the next save still gives it its place in time when its
 // client, cut off with this leader, asks again. Best effort, as ended.
-func (r *replica) queued(id string, arrival time.Time) {
+func (r *replica) Queued(id string, arrival time.Time) {
 	epoch, ok := r.isLeading()
 	if !ok {
 		return
@@ -787,8 +818,8 @@ func (r *replica) queued(id string, arrival time.Time) {
 	}()
 }
 
-// deciding reports whether this replica's own core may admit: it leads, or it is degraded.
-func (r *replica) deciding() bool {
+// Deciding reports whether this replica's own core may admit: it leads, or it is degraded.
+func (r *replica) Deciding() bool {
 	if _, ok := r.isLeading(); ok {
 		return true
 	}

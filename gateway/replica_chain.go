@@ -32,10 +32,10 @@ type chainAnswer struct {
 	Context int64  `json:"context_tokens,omitempty"`
 }
 
-// reportChain tells the leader, when this replica follows, that session continues as a call
+// ReportChain tells the leader, when this replica follows, that session continues as a call
 // naming responseID, and sends the report now: the agent's next call may reach another replica
 // as soon as it has the response.
-func (r *replica) reportChain(session, responseID string, context int64) {
+func (r *replica) ReportChain(session, responseID string, context int64) {
 	if _, ok := r.isLeading(); ok {
 		return
 	}
@@ -48,14 +48,14 @@ func (r *replica) reportChain(session, responseID string, context int64) {
 	}
 }
 
-// lookupChain asks the leader for the session of a response this replica does not know.
-func (r *replica) lookupChain(ctx context.Context, responseID string) (chainLink, bool) {
+// LookupChain asks the leader for the session of a response this replica does not know.
+func (r *replica) LookupChain(ctx context.Context, responseID string) (string, int64, bool) {
 	if _, ok := r.isLeading(); ok {
-		return chainLink{}, false // the leader's own map was asked already
+		return "", 0, false // the leader's own map was asked already
 	}
 	li, _, ok := r.currentLeader()
 	if !ok {
-		return chainLink{}, false
+		return "", 0, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
@@ -66,18 +66,18 @@ func (r *replica) lookupChain(ctx context.Context, responseID string) (chainLink
 	if err != nil {
 		r.metrics.rpcErrors.WithLabelValues("chain").Inc()
 		r.log.Debug("looking a response up at the leader", "response", responseID, "err", err)
-		return chainLink{}, false
+		return "", 0, false
 	}
 	if !ans.Known || ans.Session == "" {
-		return chainLink{}, false
+		return "", 0, false
 	}
-	return chainLink{session: ans.Session, context: ans.Context}, true
+	return ans.Session, ans.Context, true
 }
 
-// serveChain is the leader's side of lookupChain.
+// serveChain is the leader's side of LookupChain.
 func (r *replica) serveChain(w http.ResponseWriter, req *http.Request) {
 	if _, ok := r.isLeading(); !ok {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	var in chainRequest

@@ -131,16 +131,16 @@ const (
 	remoteAnswered                     // the client has its answer (a refusal), or is gone
 )
 
-// admitRemote asks the leader to admit c's session when this replica follows. A session the
+// AdmitRemote asks the leader to admit c's session when this replica follows. A session the
 // leader admitted earlier and holds comes back admitted and held: its call waits here, on the
 // waiter returned with remoteAdmitted.
-func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call) (remoteResult, *waiter) {
+func (r *replica) AdmitRemote(w http.ResponseWriter, req *http.Request, c *call) (remoteResult, *waiter) {
 	if _, ok := r.isLeading(); ok {
 		return remoteLocal, nil
 	}
 	if c.forwarded {
 		// Asked as the leader, which this replica no longer is: the follower asks again.
-		r.notLeader(w)
+		r.NotLeader(w)
 		return remoteAnswered, nil
 	}
 	// asked is the epoch of a leader that said it no longer leads; the store names the next
@@ -326,8 +326,8 @@ func relay(w http.ResponseWriter, ans arriveAnswer) {
 	_, _ = w.Write(ans.Body)
 }
 
-// notLeader answers a replica that asked the wrong one.
-func (r *replica) notLeader(w http.ResponseWriter) {
+// NotLeader answers a replica that asked the wrong one.
+func (r *replica) NotLeader(w http.ResponseWriter) {
 	httpjson.WriteError(w, http.StatusMisdirectedRequest, "server_error", "not_leader", "",
 		fmt.Sprintf("replica %s is not the admission leader; ask the one the store names", r.id))
 }
@@ -337,7 +337,7 @@ func (r *replica) notLeader(w http.ResponseWriter) {
 func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 	epoch, ok := r.isLeading()
 	if !ok {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	var in arriveRequest
@@ -372,7 +372,7 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 		case 0:
 			return // the follower's client left
 		case http.StatusMisdirectedRequest:
-			r.notLeader(w) // stopped leading while it waited: the follower asks the next leader
+			r.NotLeader(w) // stopped leading while it waited: the follower asks the next leader
 			return
 		}
 		httpjson.Write(w, http.StatusOK, arriveAnswer{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})
@@ -381,7 +381,7 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 	ls, live := g.core.LiveSession(c.id)
 	if !live {
 		// Ended between its admission and now (an admin end): the follower's client retries.
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	if c.first && !in.Anonymous {
@@ -393,6 +393,19 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 		_ = r.persistAdmit(req.Context(), epoch, ls)
 	}
 	httpjson.Write(w, http.StatusOK, arriveAnswer{Admitted: true, First: c.first, Session: &ls})
+}
+
+// PersistAdmission makes the admission of a session admitted here for a call of this replica's
+// own durable before the call goes upstream, when this replica leads. On failure the session
+// is reported to the next leader.
+func (r *replica) PersistAdmission(ctx context.Context, id string) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		return
+	}
+	if ls, live := r.g.core.LiveSession(id); live {
+		_ = r.persistAdmit(ctx, epoch, ls)
+	}
 }
 
 // persistAdmit makes a new session durable in the table before its first call goes upstream.
@@ -431,7 +444,7 @@ func (c *capture) Write(b []byte) (int, error) {
 func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 	epoch, ok := r.isLeading()
 	if !ok {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	var in reportRequest
@@ -495,6 +508,19 @@ func (r *replica) liveUpdate(epoch uint64, from livePosition) liveUpdate {
 	ids, held, last := core.LiveSet()
 	return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Whole: true, Live: ids, Held: held}
 }
+
+// ReportBegin queues a call's begin for the leader, when this replica follows.
+func (r *replica) ReportBegin(id string, promptEstimate int64) {
+	r.report(repBegin, id, promptEstimate)
+}
+
+// ReportFinish queues a call's finish, with the session's context after it.
+func (r *replica) ReportFinish(id string, contextTokens int64) {
+	r.report(repFinish, id, contextTokens)
+}
+
+// ReportEnd queues a session's end, and has it sent at once.
+func (r *replica) ReportEnd(id string) { r.report(repEnd, id, 0) }
 
 // report queues one call event for the leader, when this replica follows.
 func (r *replica) report(op, id string, tokens int64) {
@@ -635,6 +661,24 @@ func (r *replica) sendReport(ctx context.Context) {
 	r.followHolds(changed, all)
 }
 
+// AdminRequest names this replica on every admin answer and, when forward allows, sends the
+// request to the leader.
+func (r *replica) AdminRequest(w http.ResponseWriter, req *http.Request, forward bool) bool {
+	w.Header().Set(ReplicaHeader, r.id)
+	return forward && r.forwardAdmin(w, req)
+}
+
+// Routes adds the replicas' protocol and this replica's own view to the admin listener.
+func (r *replica) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+replicationPath, func(w http.ResponseWriter, _ *http.Request) {
+		httpjson.Write(w, http.StatusOK, r.View())
+	})
+	mux.HandleFunc("POST "+arrivePath, r.serveArrive)
+	mux.HandleFunc("POST "+reportPath, r.serveReport)
+	mux.HandleFunc("POST "+chainPath, r.serveChain)
+	mux.HandleFunc("POST "+leaderPath, r.serveLeader)
+}
+
 // forwardAdmin sends an admin request to the leader when this replica follows; it reports
 // whether it did (or answered that it cannot).
 func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
@@ -642,7 +686,7 @@ func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
 		return false
 	}
 	if req.Header.Get(ForwardedByHeader) != "" {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return true
 	}
 	li, _, ok := r.currentLeader()
@@ -671,8 +715,8 @@ func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
 	return true
 }
 
-// view is this replica's own state of replicated mode.
-func (r *replica) view() *adminapi.ReplicationView {
+// View is this replica's own state of replicated mode.
+func (r *replica) View() *adminapi.ReplicationView {
 	epoch, leading := r.isLeading()
 	heldCalls := r.g.core.Snapshot(r.g.now(), false).HeldCalls
 	r.mu.Lock()
@@ -688,21 +732,18 @@ func (r *replica) view() *adminapi.ReplicationView {
 	return v
 }
 
-// pickUpstream chooses a new session's upstream. Alone, round robin. Replicated, by a hash of the
-// session id, so that every replica sends a session's calls to the same upstream without asking.
-func (g *Gateway) pickUpstream(id string) int {
-	if g.repl != nil {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(id))
-		return int(h.Sum64() % uint64(len(g.upstreams)))
-	}
-	return int((g.rr.Add(1) - 1) % uint64(len(g.upstreams)))
+// PickUpstream chooses a new session's upstream by a hash of the session id, so that every
+// replica sends a session's calls to the same upstream without asking.
+func (r *replica) PickUpstream(id string, n int) int {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum64() % uint64(n))
 }
 
-// retryAfterLease is the Retry-After of a refusal while degraded: a new leader is in place
-// within a lease.
-func (r *replica) retryAfterLease() time.Duration {
-	return time.Duration(r.g.cfg.Store.LeaseTTL)
+// Degraded is why this replica is degraded ("" when it is not), and the Retry-After of a
+// refusal meanwhile: a new leader is in place within a lease.
+func (r *replica) Degraded() (string, time.Duration) {
+	return r.degradedReason(), time.Duration(r.g.cfg.Store.LeaseTTL)
 }
 
 // announce tells every other replica seen that this one leads in epoch, once the store says so:

@@ -240,9 +240,9 @@ func TestDegradedWithoutTheStore(t *testing.T) {
 			r := f.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100000,"reason":"test"}`)
 			require.Equal(t, http.StatusOK, r.status, "%s", r)
 			waitFor(t, "the follower knows the budget", func() bool {
-				f.g.repl.mu.Lock()
-				defer f.g.repl.mu.Unlock()
-				return f.g.repl.mu.view.Budget == 100000
+				f.g.repl.(*replica).mu.Lock()
+				defer f.g.repl.(*replica).mu.Unlock()
+				return f.g.repl.(*replica).mu.view.Budget == 100000
 			})
 
 			addr := mr.Addr()
@@ -263,7 +263,7 @@ func TestDegradedWithoutTheStore(t *testing.T) {
 			}
 			require.Equal(t, http.StatusOK, r.status, "a new session is admitted against the local slice: %s", r)
 			assert.Contains(t, string(ready.body), "degraded", "%s", ready)
-			assert.Equal(t, 1.0, testutil.ToFloat64(f.g.repl.metrics.degradedAdmits))
+			assert.Equal(t, 1.0, testutil.ToFloat64(f.g.repl.(*replica).metrics.degradedAdmits))
 
 			// The store is back: a leader is elected, and the session admitted alone is live there.
 			mr2 := miniredis.NewMiniRedis()
@@ -300,7 +300,7 @@ func TestKnownLiveSessionsPassWhileDegraded(t *testing.T) {
 	r := fs[1].chat("a", 5, nil)
 	require.Equal(t, http.StatusOK, r.status, "a live session's call passes on a replica that never served it: %s", r)
 	assert.True(t, fs[1].replication().Degraded)
-	assert.Equal(t, 1.0, testutil.ToFloat64(fs[1].g.repl.metrics.knownPassed))
+	assert.Equal(t, 1.0, testutil.ToFloat64(fs[1].g.repl.(*replica).metrics.knownPassed))
 	r = fs[1].chat("new", 5, nil)
 	assert.Equal(t, http.StatusServiceUnavailable, r.status, "a new session is refused while degraded: %s", r)
 	// The old leader's copy is its own table.
@@ -333,8 +333,8 @@ func TestUnpersistedAdmissionStands(t *testing.T) {
 		admin := httptest.NewUnstartedServer(nil)
 		hs[i] = startPrepared(t, replicaConfig(t, fmt.Sprintf("gw-%d", i), mr.Addr(), admin, up.URL, ""), nil, admin,
 			func(g *Gateway) {
-				tables[i] = &failingAdmits{sessionTable: g.repl.table}
-				g.repl.table = tables[i]
+				tables[i] = &failingAdmits{sessionTable: g.repl.(*replica).table}
+				g.repl.(*replica).table = tables[i]
 			})
 	}
 	leader, fs := leaderOf(t, hs)
@@ -351,7 +351,7 @@ func TestUnpersistedAdmissionStands(t *testing.T) {
 	assert.Equal(t, int64(1), tried, "the leader tried to persist the admission")
 	v := f.replication()
 	assert.False(t, v.Degraded, "%+v", v)
-	assert.Equal(t, 0.0, testutil.ToFloat64(f.g.repl.metrics.degradedAdmits), "admitted by the leader, not alone")
+	assert.Equal(t, 0.0, testutil.ToFloat64(f.g.repl.(*replica).metrics.degradedAdmits), "admitted by the leader, not alone")
 	assert.Equal(t, 1, leader.state().Live)
 
 	// The next save writes it: the successor loads it live.
