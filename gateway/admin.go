@@ -16,6 +16,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/replication"
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/internal/secret"
 )
@@ -63,11 +64,11 @@ func (g *Gateway) adminRoutes() http.Handler {
 			return
 		}
 		forward := r.URL.Path == AdmissionMetricsPath ||
-			strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath)
+			strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replication.AdminPath)
 		if g.repl.AdminRequest(w, r, forward) {
 			return
 		}
-		if r.Method != http.MethodGet && strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath) &&
+		if r.Method != http.MethodGet && strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replication.AdminPath) &&
 			!g.checkDaemonTerm(w, r) {
 			return
 		}

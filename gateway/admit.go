@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/replication"
 )
 
 // waiter is a queued call waiting for its session's admission. It receives at most one message,
@@ -43,14 +44,19 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 		// A held session's call waits here (hold.go), on every replica.
 		v, hw := g.beginCall(now, c)
 		if v == admission.CallNotLive && !g.isStopping() {
-			var res remoteResult
-			switch res, hw = g.repl.AdmitRemote(w, r, c); res {
-			case remoteAdmitted:
+			adopt := func(ls admission.LiveSession, first bool) (bool, error) {
+				c.first = first
+				var err error
+				hw, err = g.adopt(c, ls)
+				return hw != nil, err
+			}
+			switch g.repl.AdmitRemote(w, r, c.remote(), adopt) {
+			case replication.Admitted:
 				v = admission.CallPass
 				if hw != nil {
 					v = admission.CallHeld // live at the leader, which holds it
 				}
-			case remoteAnswered:
+			case replication.Answered:
 				return false
 			}
 		}

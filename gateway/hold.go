@@ -38,10 +38,11 @@ import (
 // Replicated, the leader decides and every replica enforces. POST /admin/holds changes the
 // leader's hold list (a follower forwards it, as every admin request); the leader's live log
 // carries each hold and resume to the followers with the answers to their reports, and each
-// follower holds its own calls of the sessions the leader holds (replica.followHolds), on its
-// own clock for the bound. A follower's waiting call is reported to the leader as begun, so the
-// session counts in flight there too and does not idle out; a resume reaches the follower with
-// its next report's answer (within report_interval, and a second at most).
+// follower holds its own calls of the sessions the leader holds (package replication, through
+// replicaHost.Hold), on its own clock for the bound. A follower's waiting call is reported to
+// the leader as begun, so the session counts in flight there too and does not idle out; a
+// resume reaches the follower with its next report's answer (within report_interval, and a
+// second at most).
 
 // heldResult is how a held call's wait ended.
 type heldResult int

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
+	"github.com/basin-dev/basin/gateway/replication"
 	"github.com/basin-dev/basin/internal/httpjson"
 )
 
 // replicator is how far a gateway's admission reaches beyond its own process. Alone (single)
-// its own core decides every admission and nothing is told to anyone. Replicated (replica,
-// docs/scaling.md), one replica elected through the store runs the deployment's core and the
-// others follow it: they ask it to admit first calls, report their calls to it, and forward the
-// admin API to it. The gateway asks its replicator at every point where the two differ, and
-// never which one it has.
+// its own core decides every admission and nothing is told to anyone. Replicated
+// (replication.Replica, docs/scaling.md), one replica elected through the store runs the
+// deployment's core and the others follow it: they ask it to admit first calls, report their
+// calls to it, and forward the admin API to it. The gateway asks its replicator at every point
+// where the two differ, and never which one it has.
 type replicator interface {
 	callReporter
 
@@ -39,9 +40,9 @@ type replicator interface {
 	// the gateway; zero for the core's own clock.
 	SessionArrival(callArrival time.Time) time.Time
 	// AdmitRemote has a call of a session the local core does not know admitted elsewhere, if
-	// anywhere: remoteLocal leaves it to the local core; remoteAdmitted lets it go (or hold,
-	// on the waiter returned); remoteAnswered means the client has its answer.
-	AdmitRemote(w http.ResponseWriter, r *http.Request, c *call) (remoteResult, *waiter)
+	// anywhere: Local leaves it to the local core; Admitted lets it go, or wait where adopt
+	// held it; Answered means the client has its answer.
+	AdmitRemote(w http.ResponseWriter, r *http.Request, c replication.Call, adopt replication.AdoptFunc) replication.Outcome
 	// Degraded says why new sessions cannot be decided where they should be ("" when they
 	// can), and how soon that may change: the Retry-After of a refusal meanwhile.
 	Degraded() (why string, retryAfter time.Duration)
@@ -113,8 +114,8 @@ func (*single) View() *adminapi.ReplicationView                            { ret
 func (*single) SaveNow(string)                                             {}
 func (*single) AdminRequest(http.ResponseWriter, *http.Request, bool) bool { return false }
 
-func (*single) AdmitRemote(http.ResponseWriter, *http.Request, *call) (remoteResult, *waiter) {
-	return remoteLocal, nil
+func (*single) AdmitRemote(http.ResponseWriter, *http.Request, replication.Call, replication.AdoptFunc) replication.Outcome {
+	return replication.Local
 }
 
 func (*single) LookupChain(context.Context, string) (string, int64, bool) { return "", 0, false }

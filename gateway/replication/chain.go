@@ -1,4 +1,4 @@
-package gateway
+package replication
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type chainAnswer struct {
 // ReportChain tells the leader, when this replica follows, that session continues as a call
 // naming responseID, and sends the report now: the agent's next call may reach another replica
 // as soon as it has the response.
-func (r *replica) ReportChain(session, responseID string, context int64) {
+func (r *Replica) ReportChain(session, responseID string, context int64) {
 	if _, ok := r.isLeading(); ok {
 		return
 	}
@@ -49,7 +49,7 @@ func (r *replica) ReportChain(session, responseID string, context int64) {
 }
 
 // LookupChain asks the leader for the session of a response this replica does not know.
-func (r *replica) LookupChain(ctx context.Context, responseID string) (string, int64, bool) {
+func (r *Replica) LookupChain(ctx context.Context, responseID string) (string, int64, bool) {
 	if _, ok := r.isLeading(); ok {
 		return "", 0, false // the leader's own map was asked already
 	}
@@ -75,7 +75,7 @@ func (r *replica) LookupChain(ctx context.Context, responseID string) (string, i
 }
 
 // serveChain is the leader's side of LookupChain.
-func (r *replica) serveChain(w http.ResponseWriter, req *http.Request) {
+func (r *Replica) serveChain(w http.ResponseWriter, req *http.Request) {
 	if _, ok := r.isLeading(); !ok {
 		r.NotLeader(w)
 		return
@@ -86,46 +86,6 @@ func (r *replica) serveChain(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("chain: want a JSON body with response: %v", err))
 		return
 	}
-	g := r.g
-	g.mu.Lock()
-	link, ok := g.mu.chains[in.Response]
-	g.mu.Unlock()
-	httpjson.Write(w, http.StatusOK, chainAnswer{Known: ok, Session: link.session, Context: link.context})
-}
-
-// linkChain records, on the leader, a response a replica answered for a live session. A
-// session that is not live (ended meanwhile) keeps nothing, as on the replica itself.
-func (g *Gateway) linkChain(session, responseID string, context int64) {
-	if session == "" || responseID == "" {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.core.Live(session) {
-		return
-	}
-	if l, ok := g.mu.chains[responseID]; ok && l.session == session {
-		context = max(l.context, context) // told again (a new leader's resync)
-	}
-	si, ok := g.mu.sessions[session]
-	if !ok {
-		si = &sessionInfo{upstream: g.pickUpstream(session)}
-		g.addSessionLocked(session, si)
-	}
-	g.linkLocked(si, session, responseID, context)
-}
-
-// chainLinks are the chain ops for every response a live session here may be continued from.
-func (g *Gateway) chainLinks() []reportOp {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var ops []reportOp
-	for id, si := range g.mu.sessions {
-		for _, resp := range si.responses {
-			if l, ok := g.mu.chains[resp]; ok {
-				ops = append(ops, reportOp{Op: repChain, ID: id, Response: resp, Tokens: l.context})
-			}
-		}
-	}
-	return ops
+	session, tokens, ok := r.host.ChainLink(in.Response)
+	httpjson.Write(w, http.StatusOK, chainAnswer{Known: ok, Session: session, Context: tokens})
 }
