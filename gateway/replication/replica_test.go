@@ -83,3 +83,49 @@ func (nopHost) LinkChain(string, string, int64)                             {}
 func (nopHost) ChainLinks() []ChainLink                                     { return nil }
 func (nopHost) Settings() (bool, uint64)                                    { return false, 0 }
 func (nopHost) RestoreSettings(*bool, uint64)                               {}
+
+// TestKnownLiveFollowsTheLeadersLog: a follower's copy of the leader's live set takes the set
+// whole, then the changes from where it is; a change list that does not start where the copy is
+// resets its position, so the next report asks for the set whole.
+func TestKnownLiveFollowsTheLeadersLog(t *testing.T) {
+	at := func(seq uint64) livePosition { return livePosition{Epoch: 3, Seq: seq} }
+	whole := liveUpdate{To: at(5), Whole: true, Live: []string{"a", "b"}, Held: []string{"b"}}
+	for _, tc := range []struct {
+		name        string
+		from        livePosition
+		update      liveUpdate
+		wantAt      livePosition
+		wantLive    []string
+		wantHeld    []string
+		wantChanged []string
+		wantAll     bool
+	}{
+		{name: "nothing said", from: at(5), update: liveUpdate{}, wantAt: at(5), wantLive: []string{"a", "b"}, wantHeld: []string{"b"}},
+		{name: "the set whole", from: livePosition{}, update: liveUpdate{To: at(9), Whole: true, Live: []string{"c"}},
+			wantAt: at(9), wantLive: []string{"c"}, wantHeld: []string{}, wantAll: true},
+		{name: "changes from here", from: at(5), update: liveUpdate{To: at(7), Changes: []admission.LiveChange{
+			{ID: "a", Live: false}, {ID: "c", Live: true, Held: true}, {ID: "b", Live: true}}},
+			wantAt: at(7), wantLive: []string{"b", "c"}, wantHeld: []string{"c"}, wantChanged: []string{"a", "c", "b"}},
+		{name: "changes from elsewhere", from: at(4), update: liveUpdate{To: at(7), Changes: []admission.LiveChange{{ID: "c", Live: true}}},
+			wantAt: livePosition{}, wantLive: []string{"a", "b"}, wantHeld: []string{"b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var k knownLive
+			k.apply(livePosition{}, whole)
+			changed, all := k.apply(tc.from, tc.update)
+			assert.Equal(t, tc.wantAt, k.at)
+			assert.ElementsMatch(t, tc.wantLive, keys(k.ids))
+			assert.ElementsMatch(t, tc.wantHeld, keys(k.held))
+			assert.Equal(t, tc.wantChanged, changed)
+			assert.Equal(t, tc.wantAll, all)
+		})
+	}
+}
+
+func keys(m map[string]struct{}) []string {
+	out := []string{}
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
