@@ -16,6 +16,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/replication"
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/internal/secret"
 )
@@ -45,15 +46,7 @@ func (g *Gateway) adminRoutes() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", g.serveReady)
-	if g.repl != nil {
-		mux.HandleFunc("GET "+replicationPath, func(w http.ResponseWriter, _ *http.Request) {
-			httpjson.Write(w, http.StatusOK, g.repl.view())
-		})
-		mux.HandleFunc("POST "+arrivePath, g.repl.serveArrive)
-		mux.HandleFunc("POST "+reportPath, g.repl.serveReport)
-		mux.HandleFunc("POST "+chainPath, g.repl.serveChain)
-		mux.HandleFunc("POST "+leaderPath, g.repl.serveLeader)
-	}
+	g.repl.Routes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/")) && !g.authorized(r) {
 			g.metrics.authFailures.Inc()
@@ -70,15 +63,12 @@ func (g *Gateway) adminRoutes() http.Handler {
 				"the admin API needs the admin token: Authorization: Bearer <token>")
 			return
 		}
-		if g.repl != nil {
-			w.Header().Set(ReplicaHeader, g.repl.id)
-			forwarded := r.URL.Path == AdmissionMetricsPath ||
-				strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath)
-			if forwarded && g.repl.forwardAdmin(w, r) {
-				return
-			}
+		forward := r.URL.Path == AdmissionMetricsPath ||
+			strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replication.AdminPath)
+		if g.repl.AdminRequest(w, r, forward) {
+			return
 		}
-		if r.Method != http.MethodGet && strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replicationPath) &&
+		if r.Method != http.MethodGet && strings.HasPrefix(r.URL.Path, "/admin/") && !strings.HasPrefix(r.URL.Path, replication.AdminPath) &&
 			!g.checkDaemonTerm(w, r) {
 			return
 		}
@@ -135,9 +125,7 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	for i, u := range g.upstreams {
 		v.Upstreams = append(v.Upstreams, adminapi.UpstreamView{URL: u.url.Redacted(), Sessions: counts[i]})
 	}
-	if g.repl != nil {
-		v.Replication = g.repl.view()
-	}
+	v.Replication = g.repl.View()
 	v.DaemonTerm = g.daemonTerm.Load()
 	v.DeploymentSpeed = g.deploymentSpeed()
 	httpjson.Write(w, http.StatusOK, v)
@@ -309,9 +297,7 @@ func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
 // syncAdminChange makes an admin change durable before it is answered. A journal that cannot be
 // written leaves the change in effect (it is saved with the next state file) and is logged.
 func (g *Gateway) syncAdminChange(what string) {
-	if g.repl != nil {
-		g.repl.saveNow(what)
-	}
+	g.repl.SaveNow(what)
 	if g.journal == nil {
 		return
 	}
@@ -420,9 +406,9 @@ func (g *Gateway) checkDaemonTerm(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if g.raiseDaemonTerm(term) {
 		g.log.Info("a new daemon term", "term", term)
-		if g.repl != nil {
-			g.repl.saveNow("daemon term")
-		} else if g.journal != nil {
+		// Replicated, the table is the state (no state file goes with a store).
+		g.repl.SaveNow("daemon term")
+		if g.journal != nil {
 			if err := g.saveState(); err != nil {
 				g.log.Error("saving the daemon term", "err", err)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/replication"
 )
 
 // waiter is a queued call waiting for its session's admission. It receives at most one message,
@@ -38,23 +39,24 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 	// A few rounds, because a session can become live (or end) between the checks; in practice
 	// the second round decides. Replicated, every change of leader and every end of a degraded
 	// spell sends a held call round again, so it gets more.
-	rounds := 4
-	if g.repl != nil {
-		rounds = 32
-	}
-	for range rounds {
+	for range g.repl.Rounds() {
 		now := g.now()
 		// A held session's call waits here (hold.go), on every replica.
 		v, hw := g.beginCall(now, c)
-		if v == admission.CallNotLive && !g.isStopping() && g.repl != nil {
-			var res remoteResult
-			switch res, hw = g.repl.admitRemote(w, r, c); res {
-			case remoteAdmitted:
+		if v == admission.CallNotLive && !g.isStopping() {
+			adopt := func(ls admission.LiveSession, first bool) (bool, error) {
+				c.first = first
+				var err error
+				hw, err = g.adopt(c, ls)
+				return hw != nil, err
+			}
+			switch g.repl.AdmitRemote(w, r, c.remote(), adopt) {
+			case replication.Admitted:
 				v = admission.CallPass
 				if hw != nil {
 					v = admission.CallHeld // live at the leader, which holds it
 				}
-			case remoteAnswered:
+			case replication.Answered:
 				return false
 			}
 		}
@@ -81,22 +83,18 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			g.refuseStopping(w, c)
 			return false
 		}
-		if g.repl != nil {
-			if why := g.repl.degradedReason(); why != "" && g.cfg.Replication.DegradedAdmission == DegradedRefuse {
-				g.refuse(w, refusal{api: c.req.Shape, status: http.StatusServiceUnavailable, reason: reasonDegraded,
-					typ: "server_error", retryAfter: g.repl.retryAfterLease(),
-					message: "this gateway replica cannot reach its admission leader (" + why + "); retry shortly"})
-				return false
-			}
+		if why, retryAfter := g.repl.Degraded(); why != "" && g.cfg.Replication.DegradedAdmission == DegradedRefuse {
+			g.refuse(w, refusal{api: c.req.Shape, status: http.StatusServiceUnavailable, reason: reasonDegraded,
+				typ: "server_error", retryAfter: retryAfter,
+				message: "this gateway replica cannot reach its admission leader (" + why + "); retry shortly"})
+			return false
 		}
 		peak := g.pred.PredictPeak(c.req.Task, c.req.TaskChars, int(min(c.req.Prompt, 1<<31-1)))
 		g.mu.Lock()
-		ar := admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.Prompt, PredictedPeak: peak}
-		if g.repl != nil {
-			// Replicated, a session's arrival is its call's arrival at the deployment, whichever
-			// replica holds the call and however often the leader changes while it waits.
-			ar.Arrival = c.arrival
-		}
+		// Replicated, a session's arrival is its call's arrival at the deployment, whichever
+		// replica holds the call and however often the leader changes while it waits.
+		ar := admission.Request{ID: c.id, Tenant: c.tenant, FirstPrompt: c.req.Prompt, PredictedPeak: peak,
+			Arrival: g.repl.SessionArrival(c.arrival)}
 		d := g.core.Arrive(now, ar)
 		var wt *waiter
 		if d.Verdict == admission.Admitted && d.Reason != admission.ReasonLive {
@@ -131,9 +129,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, c *call) bool {
 			g.refuseTooLate(w, c.req.Shape, d.RetryAfter)
 			return false
 		case admission.Queued:
-			if g.repl != nil {
-				g.repl.queued(c.id, d.Arrival)
-			}
+			g.repl.Queued(c.id, d.Arrival)
 			g.log.Info("session queued", "session", c.id, "tenant", c.tenant, "priority", d.Priority,
 				"arrival", d.Arrival, "predicted_peak_tokens", peak)
 			switch g.wait(w, r, c, wt) {
@@ -176,8 +172,8 @@ func (g *Gateway) refuseShuttingDown(w http.ResponseWriter, api endpoint) {
 // refuseStopping answers a call the gateway will not admit because it is shutting down; a
 // follower's first call held here on the leader is sent to ask the next leader instead.
 func (g *Gateway) refuseStopping(w http.ResponseWriter, c *call) {
-	if c.forwarded && g.repl != nil {
-		g.repl.notLeader(w)
+	if c.forwarded {
+		g.repl.NotLeader(w)
 		return
 	}
 	g.refuseShuttingDown(w, c.req.Shape)
@@ -307,16 +303,7 @@ func (g *Gateway) leave(id string, wt *waiter) (msg waitMsg, got bool, retryAfte
 func (g *Gateway) admittedLocked(id string, journal bool) {
 	si := &sessionInfo{upstream: g.pickUpstream(id)}
 	g.addSessionLocked(id, si)
-	if g.repl != nil {
-		if _, leading := g.repl.isLeading(); !leading {
-			// Admitted here alone (degraded): the next leader reached takes it as live.
-			g.repl.admittedAlone(id)
-			g.repl.metrics.degradedAdmits.Inc()
-			snap := g.core.Snapshot(g.now(), false)
-			g.log.Info("session admitted alone (degraded)", "session", id, "local_budget_tokens", snap.Budget,
-				"local_reserved_tokens", snap.Reserved, "local_live_sessions", snap.Live)
-		}
-	}
+	g.repl.Admitted(id)
 	if !journal || g.journal == nil {
 		return
 	}
@@ -348,7 +335,7 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 		case admission.EventAdmitted:
 			ws := g.mu.waiters[ev.ID]
 			delete(g.mu.waiters, ev.ID)
-			if g.repl != nil && !g.repl.deciding() {
+			if !g.repl.Deciding() {
 				// A replica that neither leads nor is degraded does not admit: this core's
 				// queue drained on a stale budget (a leader resumed after its lease lapsed, an
 				// end that arrived as it stepped down). The session goes back and its calls ask
@@ -380,9 +367,7 @@ func (g *Gateway) deliverLocked(evs []admission.Event) {
 				w.ch <- waitMsg{ev: ev}
 			}
 		case admission.EventEnded:
-			if g.repl != nil {
-				g.repl.ended(ev.ID)
-			}
+			g.repl.SessionEnded(ev.ID)
 			if g.fallback != nil {
 				g.fallback.Observe(ev.Peak)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+
+	"github.com/basin-dev/basin/gateway/replication"
 )
 
 // A Responses conversation may be carried by the server: each call names the previous response
@@ -31,7 +33,7 @@ const chainPrefix = "chain-"
 // a response the gateway does not know (kept before a restart, or by another replica) is keyed
 // by that response id, so the rest of its chain still stays together. Replicated, a response
 // another replica answered is looked up at the admission leader, which every replica tells of
-// the responses it answers (see replica_chain.go).
+// the responses it answers (see package replication).
 func (g *Gateway) chain(ctx context.Context, c *call) {
 	prev := c.req.PreviousResponseID
 	var link chainLink
@@ -40,8 +42,8 @@ func (g *Gateway) chain(ctx context.Context, c *call) {
 		g.mu.Lock()
 		link, known = g.mu.chains[prev]
 		g.mu.Unlock()
-		if !known && c.id == "" && g.repl != nil {
-			link, known = g.repl.lookupChain(ctx, prev)
+		if !known && c.id == "" {
+			link.session, link.context, known = g.repl.LookupChain(ctx, prev)
 		}
 	}
 	if known {
@@ -77,8 +79,8 @@ func (g *Gateway) chained(session, responseID string, context int64) {
 		g.linkLocked(si, session, responseID, context)
 	}
 	g.mu.Unlock()
-	if ok && g.repl != nil {
-		g.repl.reportChain(session, responseID, context)
+	if ok {
+		g.repl.ReportChain(session, responseID, context)
 	}
 }
 
@@ -89,4 +91,42 @@ func (g *Gateway) linkLocked(si *sessionInfo, session, responseID string, contex
 		si.responses = append(si.responses, responseID)
 	}
 	g.mu.chains[responseID] = chainLink{session: session, context: context}
+}
+
+// linkChain records, on the leader, a response a replica answered for a live session. A
+// session that is not live (ended meanwhile) keeps nothing, as on the replica itself.
+func (g *Gateway) linkChain(session, responseID string, context int64) {
+	if session == "" || responseID == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.core.Live(session) {
+		return
+	}
+	if l, ok := g.mu.chains[responseID]; ok && l.session == session {
+		context = max(l.context, context) // told again (a new leader's resync)
+	}
+	si, ok := g.mu.sessions[session]
+	if !ok {
+		si = &sessionInfo{upstream: g.pickUpstream(session)}
+		g.addSessionLocked(session, si)
+	}
+	g.linkLocked(si, session, responseID, context)
+}
+
+// chainLinks are every response a live session here may be continued from: what a new leader
+// learns again from its followers.
+func (g *Gateway) chainLinks() []replication.ChainLink {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var links []replication.ChainLink
+	for id, si := range g.mu.sessions {
+		for _, resp := range si.responses {
+			if l, ok := g.mu.chains[resp]; ok {
+				links = append(links, replication.ChainLink{Session: id, Response: resp, Context: l.context})
+			}
+		}
+	}
+	return links
 }

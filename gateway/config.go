@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/replication"
 	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/store"
 	"github.com/basin-dev/basin/internal/yamlconf"
@@ -122,9 +123,18 @@ const (
 const (
 	// DegradedLocalSlice admits them against this replica's share of the budget the leader had
 	// free at the last contact, divided by the number of replicas seen.
-	DegradedLocalSlice = "local_slice"
+	DegradedLocalSlice = replication.DegradedLocalSlice
 	// DegradedRefuse answers them 503 (with Retry-After) until the leader is back.
-	DegradedRefuse = "refuse"
+	DegradedRefuse = replication.DegradedRefuse
+)
+
+// Headers of replicated mode's admin traffic.
+const (
+	// ForwardedByHeader marks an admin request a follower forwarded to the leader, so that a
+	// replica that is not (or no longer) the leader answers instead of forwarding it again.
+	ForwardedByHeader = replication.ForwardedByHeader
+	// ReplicaHeader names the replica that answered an admin request.
+	ReplicaHeader = replication.ReplicaHeader
 )
 
 // ReplicationConfig is one replica's settings in replicated mode.

@@ -8,12 +8,13 @@ import (
 
 // core is the admission core as the gateway drives it. Alone, and on the admission leader, it is
 // the core itself. On a follower in replicated mode, the calls of the sessions it serves are
-// also reported to the leader: Begin, Finish and End here queue a report, so every call path of
-// the gateway keeps the leader's working set without knowing about replicas. Code that must not
-// report (applying the leader's own answers) calls the embedded Core.
+// also reported to the leader: Begin, Finish and End here tell the replicator, which queues a
+// report, so every call path of the gateway keeps the leader's working set without knowing
+// about replicas. Code that must not report (applying the leader's own answers) calls the
+// embedded Core.
 type core struct {
 	*admission.Core
-	repl *replica // nil without a store
+	repl callReporter
 }
 
 // Begin begins a call of a live session.
@@ -21,9 +22,7 @@ func (c core) Begin(now time.Time, id string, promptEstimate int64) bool {
 	if !c.Core.Begin(now, id, promptEstimate) {
 		return false
 	}
-	if c.repl != nil {
-		c.repl.report(repBegin, id, promptEstimate)
-	}
+	c.repl.ReportBegin(id, promptEstimate)
 	return true
 }
 
@@ -32,8 +31,8 @@ func (c core) Begin(now time.Time, id string, promptEstimate int64) bool {
 // call waits on this replica.
 func (c core) BeginCall(now time.Time, id string, promptEstimate int64) admission.CallVerdict {
 	v := c.Core.BeginCall(now, id, promptEstimate)
-	if v != admission.CallNotLive && c.repl != nil {
-		c.repl.report(repBegin, id, promptEstimate)
+	if v != admission.CallNotLive {
+		c.repl.ReportBegin(id, promptEstimate)
 	}
 	return v
 }
@@ -44,26 +43,22 @@ func (c core) Abandon(now time.Time, id string) bool {
 	if !c.Core.Abandon(now, id) {
 		return false
 	}
-	if c.repl != nil {
-		c.repl.report(repFinish, id, 0)
-	}
+	c.repl.ReportFinish(id, 0)
 	return true
 }
 
 // Finish finishes a call of a live session.
 func (c core) Finish(now time.Time, id string, contextTokens int64) []admission.Event {
 	evs := c.Core.Finish(now, id, contextTokens)
-	if c.repl != nil {
-		c.repl.report(repFinish, id, contextTokens)
-	}
+	c.repl.ReportFinish(id, contextTokens)
 	return evs
 }
 
 // End ends a live session.
 func (c core) End(now time.Time, id string) []admission.Event {
 	evs := c.Core.End(now, id)
-	if c.repl != nil && len(evs) > 0 {
-		c.repl.report(repEnd, id, 0)
+	if len(evs) > 0 {
+		c.repl.ReportEnd(id)
 	}
 	return evs
 }

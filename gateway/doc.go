@@ -26,5 +26,10 @@
 // through a state file and its journal, where each admission is fsync'd before its first call
 // is forwarded, so that not even a crash between two saves forgets an admitted session.
 //
+// With a store, several gateways share one budget as replicas of one deployment (package
+// replication). Every point where a replica differs from a gateway alone is one interface the
+// gateway asks, replicator: a gateway alone answers it itself (single), a replica through its
+// admission leader.
+//
 // See README.md in this directory for the endpoints, the metrics and the configuration.
 package gateway

@@ -69,7 +69,9 @@ type Gateway struct {
 	shutdownTimeout time.Duration
 
 	core core
-	repl *replica // nil without a store (replicated mode)
+	// repl is the gateway alone (single) or one replica of several (replica): everything the
+	// two do differently is asked of it.
+	repl replicator
 	// speed is the deployment's speed as its upstream announces it (speed.go); not applied when
 	// the clock is the deployment's already (Options.DeploymentClock).
 	speed           speedWatch
@@ -91,7 +93,6 @@ type Gateway struct {
 	errLog     ratelog.Limiter // journal errors on the call path
 
 	affinity atomic.Bool
-	rr       atomic.Uint64 // round-robin position for new sessions
 	stopping chan struct{} // closed when shutdown begins
 	stopOnce sync.Once
 	running  atomic.Bool
@@ -209,11 +210,15 @@ func New(o Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if cfg.Store.Enabled() {
-		if g.repl, err = newReplica(g, o, reg); err != nil {
+		r, err := newReplica(g, o, reg)
+		if err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
-		g.core.repl = g.repl
+		g.repl = r
+	} else {
+		g.repl = &single{}
 	}
+	g.core.repl = g.repl
 
 	if err := g.restoreState(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -291,26 +296,23 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if !g.running.CompareAndSwap(false, true) {
 		return errors.New("gateway: run: already started")
 	}
-	var fatal <-chan error
-	if g.repl != nil {
-		if err := g.repl.claim(ctx); err != nil {
-			g.stopOnce.Do(func() { close(g.stopping) })
-			return fmt.Errorf("gateway: %w", err)
-		}
-		fatal = g.repl.fatal
-		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			g.repl.run(rctx)
-		}()
-		// After the shutdown below, so that calls finishing during it are still saved; then the
-		// lease is released for a successor.
-		defer func() {
-			cancel()
-			<-done
-		}()
+	if err := g.repl.Claim(ctx); err != nil {
+		g.stopOnce.Do(func() { close(g.stopping) })
+		return fmt.Errorf("gateway: %w", err)
 	}
+	fatal := g.repl.Fatal()
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.repl.Run(rctx)
+	}()
+	// After the shutdown below, so that calls finishing during it are still saved; then the
+	// lease is released for a successor.
+	defer func() {
+		cancel()
+		<-done
+	}()
 	expire := time.NewTicker(expireEvery)
 	defer expire.Stop()
 	save := time.NewTicker(g.saveEvery)
@@ -344,7 +346,7 @@ func (g *Gateway) expire() {
 	// First: a session whose held call's client gave up is idle, and must not end before its
 	// call's release is delivered. Every replica releases the calls it holds at the bound.
 	g.expireHolds(now)
-	if g.repl == nil || g.repl.deciding() {
+	if g.repl.Deciding() {
 		// Queued sessions past admission.start_deadline are refused by the core that queued
 		// them: replicated, the leader's, which queues followers' first calls too (their refusal
 		// is relayed), or a degraded replica's own.
@@ -397,11 +399,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if g.repl != nil {
-		// Before listening: a second replica under a running one's id does not start at all.
-		if err := g.repl.claim(ctx); err != nil {
-			return fmt.Errorf("gateway: %w", err)
-		}
+	// Before listening: a second replica under a running one's id does not start at all.
+	if err := g.repl.Claim(ctx); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	ln, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {

@@ -39,15 +39,13 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ok, detail := g.ready(r.Context())
-	if g.repl != nil {
-		if why := g.repl.degradedReason(); why != "" {
-			// Degraded with degraded_admission: refuse, this replica turns new sessions away: a
-			// load balancer should send them to a replica that reaches the leader. With the
-			// local slice it still admits, and stays in rotation.
-			detail += "; degraded: " + why
-			if g.cfg.Replication.DegradedAdmission == DegradedRefuse {
-				ok = false
-			}
+	if why, _ := g.repl.Degraded(); why != "" {
+		// Degraded with degraded_admission: refuse, this replica turns new sessions away: a
+		// load balancer should send them to a replica that reaches the leader. With the local
+		// slice it still admits, and stays in rotation.
+		detail += "; degraded: " + why
+		if g.cfg.Replication.DegradedAdmission == DegradedRefuse {
+			ok = false
 		}
 	}
 	if !ok {

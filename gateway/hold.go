@@ -38,10 +38,11 @@ import (
 // Replicated, the leader decides and every replica enforces. POST /admin/holds changes the
 // leader's hold list (a follower forwards it, as every admin request); the leader's live log
 // carries each hold and resume to the followers with the answers to their reports, and each
-// follower holds its own calls of the sessions the leader holds (replica.followHolds), on its
-// own clock for the bound. A follower's waiting call is reported to the leader as begun, so the
-// session counts in flight there too and does not idle out; a resume reaches the follower with
-// its next report's answer (within report_interval, and a second at most).
+// follower holds its own calls of the sessions the leader holds (package replication, through
+// replicaHost.Hold), on its own clock for the bound. A follower's waiting call is reported to
+// the leader as begun, so the session counts in flight there too and does not idle out; a
+// resume reaches the follower with its next report's answer (within report_interval, and a
+// second at most).
 
 // heldResult is how a held call's wait ended.
 type heldResult int
@@ -463,11 +464,9 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 	}
 	g.deliverLocked(evs)
 	g.mu.Unlock()
-	if g.repl != nil {
-		// On the leader (a follower forwarded the request): the hold list is in the table
-		// before the answer, so a successor keeps it.
-		g.repl.saveNow("holds")
-	}
+	// Replicated, on the leader (a follower forwarded the request): the hold list is in the
+	// table before the answer, so a successor keeps it.
+	g.repl.SaveNow("holds")
 	res := adminapi.HoldResult{Added: added, Resumed: int(after.Counters.Resumed - before.Resumed), Released: released,
 		HeldSessions: after.Held, HeldTokens: after.HeldTokens, HeldCalls: after.HeldCalls}
 	g.log.Info("hold list changed", "reason", req.Reason, "held", res.Added, "resumed", res.Resumed,

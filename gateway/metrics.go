@@ -77,10 +77,8 @@ type leaderOnly struct {
 
 // Collect implements prometheus.Collector.
 func (l leaderOnly) Collect(ch chan<- prometheus.Metric) {
-	if l.g.repl != nil {
-		if _, ok := l.g.repl.isLeading(); !ok {
-			return
-		}
+	if !l.g.repl.Leads() {
+		return
 	}
 	l.Collector.Collect(ch)
 }

@@ -173,12 +173,8 @@ func (g *Gateway) serveCall(ep endpoint) http.HandlerFunc {
 		if !admitted {
 			return
 		}
-		if c.first && g.repl != nil && !c.anonymous {
-			if epoch, ok := g.repl.isLeading(); ok {
-				if ls, live := g.core.LiveSession(c.id); live {
-					_ = g.repl.persistAdmit(r.Context(), epoch, ls) // on failure the session is reported to the next leader
-				}
-			}
+		if c.first && !c.anonymous {
+			g.repl.PersistAdmission(r.Context(), c.id)
 		}
 		if c.first && g.journal != nil {
 			// The admission is durable before the call leaves: a crash from here on cannot make
@@ -479,3 +475,7 @@ func (g *Gateway) endCall(si *sessionInfo, end time.Time) {
 		si.lastEnd = end
 	}
 }
+
+// pickUpstream chooses a new session's upstream: round robin alone; replicated, the same for a
+// session on every replica.
+func (g *Gateway) pickUpstream(id string) int { return g.repl.PickUpstream(id, len(g.upstreams)) }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/replication"
 	"github.com/basin-dev/basin/test/testclock"
 )
 
@@ -240,9 +241,7 @@ func TestDegradedWithoutTheStore(t *testing.T) {
 			r := f.adminDo(http.MethodPut, "/admin/budget", testToken, `{"tokens":100000,"reason":"test"}`)
 			require.Equal(t, http.StatusOK, r.status, "%s", r)
 			waitFor(t, "the follower knows the budget", func() bool {
-				f.g.repl.mu.Lock()
-				defer f.g.repl.mu.Unlock()
-				return f.g.repl.mu.view.Budget == 100000
+				return f.g.repl.(*replication.Replica).LeaderView().Budget == 100000
 			})
 
 			addr := mr.Addr()
@@ -263,7 +262,8 @@ func TestDegradedWithoutTheStore(t *testing.T) {
 			}
 			require.Equal(t, http.StatusOK, r.status, "a new session is admitted against the local slice: %s", r)
 			assert.Contains(t, string(ready.body), "degraded", "%s", ready)
-			assert.Equal(t, 1.0, testutil.ToFloat64(f.g.repl.metrics.degradedAdmits))
+			got, _ := gather(t, f)
+			assert.Equal(t, 1.0, got["basin_gateway_replication_degraded_admissions_total"])
 
 			// The store is back: a leader is elected, and the session admitted alone is live there.
 			mr2 := miniredis.NewMiniRedis()
@@ -300,7 +300,8 @@ func TestKnownLiveSessionsPassWhileDegraded(t *testing.T) {
 	r := fs[1].chat("a", 5, nil)
 	require.Equal(t, http.StatusOK, r.status, "a live session's call passes on a replica that never served it: %s", r)
 	assert.True(t, fs[1].replication().Degraded)
-	assert.Equal(t, 1.0, testutil.ToFloat64(fs[1].g.repl.metrics.knownPassed))
+	got, _ := gather(t, fs[1])
+	assert.Equal(t, 1.0, got["basin_gateway_replication_known_live_passed_total"])
 	r = fs[1].chat("new", 5, nil)
 	assert.Equal(t, http.StatusServiceUnavailable, r.status, "a new session is refused while degraded: %s", r)
 	// The old leader's copy is its own table.
@@ -310,7 +311,7 @@ func TestKnownLiveSessionsPassWhileDegraded(t *testing.T) {
 // failingAdmits is the session table with every Admit failing, as when the store stops
 // answering while the leader still holds its lease (a write that timed out may yet be applied).
 type failingAdmits struct {
-	sessionTable
+	replication.Table
 	tried atomic.Int64
 }
 
@@ -333,8 +334,10 @@ func TestUnpersistedAdmissionStands(t *testing.T) {
 		admin := httptest.NewUnstartedServer(nil)
 		hs[i] = startPrepared(t, replicaConfig(t, fmt.Sprintf("gw-%d", i), mr.Addr(), admin, up.URL, ""), nil, admin,
 			func(g *Gateway) {
-				tables[i] = &failingAdmits{sessionTable: g.repl.table}
-				g.repl.table = tables[i]
+				g.repl.(*replication.Replica).WrapTable(func(t replication.Table) replication.Table {
+					tables[i] = &failingAdmits{Table: t}
+					return tables[i]
+				})
 			})
 	}
 	leader, fs := leaderOf(t, hs)
@@ -351,7 +354,8 @@ func TestUnpersistedAdmissionStands(t *testing.T) {
 	assert.Equal(t, int64(1), tried, "the leader tried to persist the admission")
 	v := f.replication()
 	assert.False(t, v.Degraded, "%+v", v)
-	assert.Equal(t, 0.0, testutil.ToFloat64(f.g.repl.metrics.degradedAdmits), "admitted by the leader, not alone")
+	got, _ := gather(t, f)
+	assert.Equal(t, 0.0, got["basin_gateway_replication_degraded_admissions_total"], "admitted by the leader, not alone")
 	assert.Equal(t, 1, leader.state().Live)
 
 	// The next save writes it: the successor loads it live.
@@ -367,34 +371,13 @@ func TestReplicaRPCNeedsTheToken(t *testing.T) {
 	mr := miniredis.RunT(t)
 	hs := startReplicas(t, 1, mr.Addr(), "http://127.0.0.1:1", "")
 	leaderOf(t, hs)
-	for _, p := range []string{arrivePath, reportPath, chainPath} {
+	for _, p := range []string{"/admin/replication/arrive", "/admin/replication/report", "/admin/replication/chain"} {
 		resp, err := http.Post(hs[0].admin.URL+p, "application/json", strings.NewReader(`{"id":"x"}`))
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, p)
 	}
-}
-
-// TestReportedLiveAfterItsEnd: the leader does not take a session as live from a report older
-// than the session's end (a replica cut off while it ended elsewhere), and does take a session
-// admitted after an end of the same id.
-func TestReportedLiveAfterItsEnd(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
-	r := &replica{}
-	r.mu.ended = map[string]time.Time{}
-	r.endedAt("ended-after", t0.Add(time.Second))
-	r.endedAt("ended-before", t0.Add(-time.Second))
-	r.endedAt("ended-at", t0)
-	r.endedAt("ended-at", t0.Add(-time.Minute)) // an older report of the same end changes nothing
-	in := []admission.LiveSession{{ID: "ended-after", Admitted: t0}, {ID: "ended-before", Admitted: t0},
-		{ID: "ended-at", Admitted: t0}, {ID: "never-ended", Admitted: t0}}
-	var kept []string
-	for _, ls := range r.notEnded(in) {
-		kept = append(kept, ls.ID)
-	}
-	assert.Equal(t, []string{"ended-before", "never-ended"}, kept)
-	assert.Len(t, in, 4, "the report is not changed")
 }
 
 // TestResponsesChainAcrossReplicas: a Responses chain that names no session is one session
@@ -481,9 +464,11 @@ func TestArrivalSurvivesClockSkew(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			id := strings.ReplaceAll(tc.name, " ", "-")
-			body, err := json.Marshal(arriveRequest{Replica: "test", ID: id, Prompt: 5, Arrival: tc.arrival, Held: tc.held})
+			// A follower's first call as the replicas' protocol carries it.
+			body, err := json.Marshal(map[string]any{"replica": "test", "id": id, "prompt_tokens": 5, "arrival": tc.arrival,
+				"held_ns": tc.held})
 			require.NoError(t, err)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, leader.admin.URL+arrivePath, strings.NewReader(string(body)))
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, leader.admin.URL+"/admin/replication/arrive", strings.NewReader(string(body)))
 			require.NoError(t, err)
 			req.Header.Set("Authorization", "Bearer "+testToken)
 			go func() {

@@ -61,7 +61,7 @@ func BenchmarkReplicatedScale(b *testing.B) {
 	_, err := leader.g.core.Merge(now, st)
 	require.NoError(b, err)
 	start := time.Now()
-	leader.g.repl.saveNow("preload")
+	leader.g.repl.SaveNow("preload")
 	b.Logf("preloaded %d live sessions; the leader's full save took %v", preload, time.Since(start).Round(time.Millisecond))
 
 	call := func(h *harness, id string) (time.Duration, error) {

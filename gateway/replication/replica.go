@@ -1,4 +1,4 @@
-package gateway
+package replication
 
 import (
 	"context"
@@ -20,29 +20,10 @@ import (
 
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/sessionstore"
+	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/lease"
 	"github.com/basin-dev/basin/internal/store"
 )
-
-// Replicated mode (docs/scaling.md). Several gateway replicas share one budget: one of them,
-// elected through a lease in Redis or Valkey, is the admission leader and runs the admission
-// core as a single gateway does; the others follow.
-//
-// Every replica keeps a local admission core. On the leader it is the deployment's table. On a
-// follower it is a mirror of the sessions this replica has served: a call of a session live in it
-// passes at once (its begin and finish are sent to the leader in a batch every report_interval);
-// a session's first call on this replica asks the leader (one RPC, which the leader holds while
-// the session is queued) and the session then enters the mirror. When the leader or the store
-// cannot be reached the follower is degraded: live calls still pass, and new sessions are
-// admitted by the mirror itself against a slice of the budget the leader had free at the last
-// contact, divided by the replicas seen (or refused, with degraded_admission: refuse). The
-// sessions it admitted alone are reported to the next leader it reaches, which takes them as
-// live (admission.Core.Merge): an admitted session is never cut.
-//
-// A new leader loads the table its predecessor persisted (every admission before its first call
-// is forwarded, the rest every second, each write fenced by the lease's epoch so a deposed
-// leader's late write is refused), merges its own mirror, and announces its admin URL in the
-// store.
 
 // Timings of replicated mode that are not configuration.
 const (
@@ -67,8 +48,18 @@ const (
 	ReplicaHeader = "Basin-Replica"
 )
 
-// sessionTable is the store the leader persists the admission table in (sessionstore.Store).
-type sessionTable interface {
+// Degraded admission: what a replica does with new sessions while it cannot reach the leader or
+// the store (the gateway's replication.degraded_admission).
+const (
+	// DegradedLocalSlice admits them against this replica's share of the budget the leader had
+	// free at the last contact, divided by the number of replicas seen.
+	DegradedLocalSlice = "local_slice"
+	// DegradedRefuse answers them 503 (with Retry-After) until the leader is back.
+	DegradedRefuse = "refuse"
+)
+
+// Table is the store the leader persists the admission table in (sessionstore.Store).
+type Table interface {
 	Load(ctx context.Context) (admission.State, sessionstore.Meta, error)
 	Save(ctx context.Context, epoch uint64, st admission.State, m sessionstore.Meta) error
 	Admit(ctx context.Context, epoch uint64, ls admission.LiveSession) error
@@ -89,9 +80,63 @@ type campaign interface {
 	Release(ctx context.Context) error
 }
 
-// leaderView is what a follower knows of the leader's budget from its last answer: what the
+// Host is what a replica needs of the gateway it is part of: what the gateway keeps beside the
+// admission core, which the replica drives itself.
+type Host interface {
+	// Deliver hands the core's events to the calls waiting on them and to the gateway's
+	// bookkeeping, as every change of the core's must be.
+	Deliver(evs []admission.Event)
+	// AskAgain wakes the waiting calls of sessions taken out of the local queue: each asks
+	// again, as a call of a session that went live meanwhile would, and meets whoever decides
+	// now.
+	AskAgain(ids []string)
+	// Admit admits a follower's first call on the leader as a call of the leader's own would
+	// be, writing its refusal, if any, to w; first says the call started its session.
+	Admit(w http.ResponseWriter, r *http.Request, c Call) (admitted, first bool)
+	// Hold holds and resumes sessions in the local core, delivering the releases, under the
+	// lock every change of the gateway's hold list takes; it returns how many it newly held.
+	Hold(hold, resume []string) (added int)
+	// ChainLink is the session a Responses call naming responseID continues, and its context,
+	// when the gateway knows the response.
+	ChainLink(responseID string) (session string, context int64, ok bool)
+	// LinkChain records that a live session continues as a call naming responseID, with
+	// context tokens.
+	LinkChain(session, responseID string, context int64)
+	// ChainLinks are every response the gateway's live sessions may be continued from.
+	ChainLinks() []ChainLink
+	// Settings are what the table keeps beside the sessions of the gateway's own: the affinity
+	// switch and the highest daemon term accepted.
+	Settings() (affinity bool, daemonTerm uint64)
+	// RestoreSettings takes a loaded table's settings over: the affinity switch when it has
+	// one, the daemon term when it is higher.
+	RestoreSettings(affinity *bool, daemonTerm uint64)
+}
+
+// ChainLink is a response a later call may continue: the session it belongs to and that
+// session's context once the response was written.
+type ChainLink struct {
+	Session, Response string
+	Context           int64
+}
+
+// Call is a call of a session the local core does not know, as a replica asks the leader to
+// admit it.
+type Call struct {
+	ID     string
+	Tenant string
+	// Anonymous: a one-call session, ended with its call; its admission is not persisted.
+	Anonymous bool
+	// Forwarded: a follower's first call, being admitted on the leader for it.
+	Forwarded bool
+	// Arrival is when the call reached the gateway: its place in time, however many leaders it
+	// waits through.
+	Arrival time.Time
+	Req     agentcall.Call
+}
+
+// LeaderView is what a follower knows of the leader's budget from its last answer: what the
 // degraded slice is cut from.
-type leaderView struct {
+type LeaderView struct {
 	CountOnly       bool  `json:"count_only"`
 	Budget          int64 `json:"budget_tokens"`
 	ReferenceBudget int64 `json:"reference_budget_tokens"`
@@ -99,30 +144,109 @@ type leaderView struct {
 	Replicas        int   `json:"replicas"`
 }
 
-// replica is this gateway's part in replicated mode; nil on a gateway without a store.
-type replica struct {
-	g  *Gateway
+// Options are what a Replica is built from; New says which is missing.
+type Options struct {
+	// Store is the Redis or Valkey server the replicas share, its defaults filled.
+	Store store.Config
+	// ReplicaID names this replica to the others and in the store, unique among them.
+	ReplicaID string
+	// AdvertiseURL is this replica's admin listener as the other replicas reach it.
+	AdvertiseURL string
+	// ReportInterval is how often the calls' begins and finishes go to the leader in a batch.
+	ReportInterval time.Duration
+	// DegradedAdmission is DegradedLocalSlice or DegradedRefuse.
+	DegradedAdmission string
+	// Admission are the gateway's admission options: a leader that finds no budget in the
+	// store (and has heard of none) starts from the configured one.
+	Admission admission.Options
+	// MaxQueueWait is how long the gateway holds a queued first call: the leader holds a
+	// follower's first call as long.
+	MaxQueueWait time.Duration
+	// MaxBodyBytes bounds a follower's first call as the leader reads it.
+	MaxBodyBytes int64
+	// Token is the admin token, the same on every replica: the replicas' protocol is on the
+	// admin listener, behind it.
+	Token []byte
+	// Transport carries the replicas' protocol and the admin requests forwarded to the leader.
+	Transport *http.Transport
+	// Core is the gateway's admission core: on the leader the deployment's, on a follower a
+	// mirror of the sessions it serves.
+	Core *admission.Core
+	// Host is the gateway this replica is part of.
+	Host Host
+	// Logger receives the replica's changes and errors (discarded when nil).
+	Logger *slog.Logger
+	// Registerer is where the replication metrics are registered (a private registry when nil).
+	Registerer prometheus.Registerer
+	// Now is the gateway's clock (time.Now when nil).
+	Now func() time.Time
+	// Getenv reads the environment (os.Getenv when nil): the store's password may be there.
+	Getenv func(string) string
+}
+
+// validate fills the defaults and says which required option is missing.
+func (o *Options) validate() error {
+	switch {
+	case !o.Store.Enabled():
+		return errors.New("replication: options: Store needs a URL")
+	case o.ReplicaID == "":
+		return errors.New("replication: options: ReplicaID is required")
+	case o.AdvertiseURL == "":
+		return errors.New("replication: options: AdvertiseURL is required")
+	case o.ReportInterval <= 0:
+		return errors.New("replication: options: ReportInterval must be > 0")
+	case o.DegradedAdmission != DegradedLocalSlice && o.DegradedAdmission != DegradedRefuse:
+		return fmt.Errorf("replication: options: DegradedAdmission: want %s or %s, got %q", DegradedLocalSlice, DegradedRefuse, o.DegradedAdmission)
+	case o.Transport == nil:
+		return errors.New("replication: options: Transport is required")
+	case o.Core == nil:
+		return errors.New("replication: options: Core is required")
+	case o.Host == nil:
+		return errors.New("replication: options: Host is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	return nil
+}
+
+// Replica is one gateway's part in replicated mode.
+type Replica struct {
 	id string
 	// instance tells this process from another started with the same id (sessionstore.Replica).
 	instance  string
 	advertise string
 	// fatal receives the error this replica cannot run on (its id in use by another running
-	// replica); Gateway.Run stops with it.
+	// replica); the gateway's Run stops with it.
 	fatal     chan error
-	cfg       ReplicationConfig
+	cfg       Options
 	opTimeout time.Duration
-	log       *slog.Logger
-	table     sessionTable
-	lease     campaign
-	closeFn   func() error
-	http      *http.Client
-	changes   chan lease.Change
-	metrics   replicaMetrics
+	leaseTTL  time.Duration
+	core      *admission.Core
+	host      Host
+	now       func() time.Time
+	// log names this replica on every line; gatewayLog is the gateway's own, for the lines the
+	// gateway logged before replication was a package of its own.
+	log        *slog.Logger
+	gatewayLog *slog.Logger
+	table      Table
+	lease      campaign
+	closeFn    func() error
+	http       *http.Client
+	changes    chan lease.Change
+	metrics    replicaMetrics
 	// flush asks the report loop to send now: a session's end is not left waiting for the
 	// next tick, so a replica that dies right after leaves no ended session live at the leader.
 	flush chan struct{}
-	// cfgAdmission is the configured budget, for a leader that finds none in the store.
-	cfgAdmission admission.Options
 
 	// leading is the epoch this replica leads in, set once the table is loaded and merged; 0
 	// while following. Leading also needs the lease still valid (lease.Leader), which a paused
@@ -144,7 +268,7 @@ type replica struct {
 		// began: if this replica stops leading before a save covers them, it reports their
 		// ends to the next leader, which may have loaded them live.
 		endedSinceSave []string
-		view           leaderView
+		view           LeaderView
 		seen           int // replicas with a recent heartbeat
 		// answered is when the leader last answered this replica (a report or a first call).
 		answered time.Time
@@ -195,40 +319,55 @@ func newReplicaMetrics(reg prometheus.Registerer) (replicaMetrics, error) {
 	return m, nil
 }
 
-// newReplica connects replicated mode: the store client (lazily, so a replica starts and serves
+// New connects replicated mode: the store client (lazily, so a replica starts and serves
 // degraded while the store is down), the session table and the lease.
-func newReplica(g *Gateway, o Options, reg prometheus.Registerer) (*replica, error) {
-	cfg := g.cfg.Replication
-	client, err := store.OpenLazy(g.cfg.Store, o.Getenv)
+func New(o Options) (*Replica, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	client, err := store.OpenLazy(o.Store, o.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	r := &replica{g: g, id: cfg.ReplicaID, instance: newInstance(), advertise: cfg.AdvertiseURL, cfg: cfg, fatal: make(chan error, 1),
-		opTimeout: time.Duration(g.cfg.Store.OpTimeout), log: g.log.With("replica", cfg.ReplicaID),
+	r := &Replica{id: o.ReplicaID, instance: newInstance(), advertise: o.AdvertiseURL, cfg: o, fatal: make(chan error, 1),
+		opTimeout: time.Duration(o.Store.OpTimeout), leaseTTL: time.Duration(o.Store.LeaseTTL),
+		core: o.Core, host: o.Host, now: o.Now, log: o.Logger.With("replica", o.ReplicaID), gatewayLog: o.Logger,
 		closeFn: client.Close, changes: make(chan lease.Change, 16), flush: make(chan struct{}, 1),
-		http: &http.Client{Transport: newTransport()}, cfgAdmission: g.cfg.admissionOptions()}
+		http: &http.Client{Transport: o.Transport}}
 	r.mu.leaderGone = make(chan struct{})
 	r.mu.alone = map[string]struct{}{}
 	r.mu.ended = map[string]time.Time{}
-	prefix := g.cfg.Store.Prefix + ":gateway"
-	camp, err := lease.New(client, lease.Options{Prefix: prefix, Owner: cfg.ReplicaID + "/" + strconv.Itoa(os.Getpid()),
-		TTL: time.Duration(g.cfg.Store.LeaseTTL), Logger: g.log, Registerer: reg, Now: o.Now,
+	prefix := o.Store.Prefix + ":gateway"
+	camp, err := lease.New(client, lease.Options{Prefix: prefix, Owner: o.ReplicaID + "/" + strconv.Itoa(os.Getpid()),
+		TTL: r.leaseTTL, Logger: o.Logger, Registerer: o.Registerer, Now: o.Now,
 		OnChange: func(ch lease.Change) { r.changes <- ch }})
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	tbl, err := sessionstore.New(client, camp, sessionstore.Options{Prefix: prefix, Logger: g.log, Registerer: reg, Now: o.Now})
+	tbl, err := sessionstore.New(client, camp, sessionstore.Options{Prefix: prefix, Logger: o.Logger, Registerer: o.Registerer, Now: o.Now})
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	r.table, r.lease = tbl, camp
-	if r.metrics, err = newReplicaMetrics(reg); err != nil {
+	if r.metrics, err = newReplicaMetrics(o.Registerer); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return r, nil
+}
+
+// WrapTable puts wrap around the session table before Run: a fault between this replica and
+// its store, in a test.
+func (r *Replica) WrapTable(wrap func(Table) Table) { r.table = wrap(r.table) }
+
+// LeaderView is what this replica knows of the leader's budget: from the leader's last answer,
+// or its own table when it led last.
+func (r *Replica) LeaderView() LeaderView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.view
 }
 
 // newInstance is a random token naming this process among those with the same replica id.
@@ -239,18 +378,18 @@ func newInstance() string {
 }
 
 // self is this replica as the store knows it.
-func (r *replica) self() sessionstore.Replica {
+func (r *Replica) self() sessionstore.Replica {
 	return sessionstore.Replica{ID: r.id, Instance: r.instance, AdvertiseURL: r.advertise}
 }
 
-// claim heartbeats once before the gateway serves: a replica id another running replica holds
+// Claim heartbeats once before the gateway serves: a replica id another running replica holds
 // is refused at start, naming that replica. A store that cannot be reached now does not stop the
 // start (the replica serves degraded); the first heartbeat that reaches it claims the id then,
 // and a refusal stops the gateway (fail).
-func (r *replica) claim(ctx context.Context) error {
+func (r *Replica) Claim(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	err := r.table.Heartbeat(ctx, r.self(), r.g.now())
+	err := r.table.Heartbeat(ctx, r.self(), r.now())
 	if inUse := replicaIDInUse(err); inUse != nil {
 		return inUse
 	}
@@ -272,8 +411,39 @@ func replicaIDInUse(err error) error {
 		"same for every replica on one host", inUse.ReplicaID, inUse.Other.AdvertiseURL, inUse.LastSeen.UTC().Format(time.RFC3339))
 }
 
-// fail stops the gateway with err (Gateway.Run returns it).
-func (r *replica) fail(err error) {
+// Fatal delivers the error this replica cannot run on (its id in use by another running
+// replica); the gateway's Run stops with it.
+func (r *Replica) Fatal() <-chan error { return r.fatal }
+
+// Rounds: every change of leader and every end of a degraded spell sends a held call round
+// again, so a call gets more rounds than alone.
+func (r *Replica) Rounds() int { return 32 }
+
+// Leads reports whether this replica is the admission leader: its core is the deployment's.
+func (r *Replica) Leads() bool {
+	_, ok := r.isLeading()
+	return ok
+}
+
+// SessionArrival is a session's arrival at the deployment, its call's, whichever replica holds
+// the call and however often the leader changes while it waits.
+func (r *Replica) SessionArrival(callArrival time.Time) time.Time { return callArrival }
+
+// Admitted records a session the local core admitted. Unless this replica leads, it admitted
+// it alone (degraded): the next leader reached takes it as live.
+func (r *Replica) Admitted(id string) {
+	if _, leading := r.isLeading(); leading {
+		return
+	}
+	r.admittedAlone(id)
+	r.metrics.degradedAdmits.Inc()
+	snap := r.core.Snapshot(r.now(), false)
+	r.gatewayLog.Info("session admitted alone (degraded)", "session", id, "local_budget_tokens", snap.Budget,
+		"local_reserved_tokens", snap.Reserved, "local_live_sessions", snap.Live)
+}
+
+// fail stops the gateway with err (the gateway's Run returns it).
+func (r *Replica) fail(err error) {
 	r.log.Error("stopping this gateway replica", "err", err)
 	select {
 	case r.fatal <- err:
@@ -282,7 +452,7 @@ func (r *replica) fail(err error) {
 }
 
 // isLeading reports the epoch this replica leads in, if it does.
-func (r *replica) isLeading() (uint64, bool) {
+func (r *Replica) isLeading() (uint64, bool) {
 	e := r.leading.Load()
 	if e == 0 {
 		return 0, false
@@ -291,9 +461,9 @@ func (r *replica) isLeading() (uint64, bool) {
 	return e, ok && le == e
 }
 
-// run campaigns, follows the leadership and does the periodic work until ctx is done; then it
+// Run campaigns, follows the leadership and does the periodic work until ctx is done; then it
 // saves the table a last time and releases the lease so a successor takes over at once.
-func (r *replica) run(ctx context.Context) {
+func (r *Replica) Run(ctx context.Context) {
 	// The campaign stops only once the last save is written: it releases the lease as it
 	// returns (lease.Campaign.Run), so a campaign stopped with ctx could release before the save
 	// and leave it unwritten, and a second Release here would find the lease gone and warn.
@@ -352,7 +522,7 @@ func (r *replica) run(ctx context.Context) {
 // lead takes over as admission leader in epoch: load the persisted table, merge it into the
 // local core (whose sessions, served here, stay live), persist the result and announce this
 // replica's admin URL. Only then does it admit.
-func (r *replica) lead(ctx context.Context, epoch uint64) {
+func (r *Replica) lead(ctx context.Context, epoch uint64) {
 	start := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, 10*r.opTimeout)
 	defer cancel()
@@ -362,13 +532,12 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 		_ = r.lease.Release(lctx)
 		return
 	}
-	g := r.g
-	now := g.now()
+	now := r.now()
 	if st.Budget == 0 && !st.CountOnly {
 		// No budget in the store (a first leader, or a store that lost its data): the budget
 		// the last leader had, else the configured one — never the degraded slice this
 		// replica's own core may hold.
-		st.CountOnly, st.Budget, st.ReferenceBudget = r.cfgAdmission.CountOnly, r.cfgAdmission.Budget, r.cfgAdmission.ReferenceBudget
+		st.CountOnly, st.Budget, st.ReferenceBudget = r.cfg.Admission.CountOnly, r.cfg.Admission.Budget, r.cfg.Admission.ReferenceBudget
 		r.mu.Lock()
 		if v := r.mu.view; v.Budget > 0 || v.CountOnly {
 			st.CountOnly, st.Budget, st.ReferenceBudget = v.CountOnly, v.Budget, v.ReferenceBudget
@@ -381,7 +550,7 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 	// Sessions queued here while degraded are decided again against the table, once it is
 	// loaded: taken out now, so that dropping the sessions that ended elsewhere below admits
 	// none of them against the degraded slice.
-	requeued := g.core.CancelAll(now)
+	requeued := r.core.CancelAll(now)
 	// The local core mirrors the sessions this replica served, and learns of the ends of only
 	// those that ended here. The table is the truth (every admission is persisted before its
 	// first call goes): of the local sessions it lacks, keep only those admitted here alone;
@@ -395,13 +564,13 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 	r.mu.Unlock()
 	var evs []admission.Event
 	dropped := 0
-	for _, ls := range g.core.Export(now).Live {
+	for _, ls := range r.core.Export(now).Live {
 		if _, mine := alone[ls.ID]; !inTable[ls.ID] && !mine {
-			evs = append(evs, g.core.Core.End(now, ls.ID)...)
+			evs = append(evs, r.core.End(now, ls.ID)...)
 			dropped++
 		}
 	}
-	merged, err := g.core.Merge(now, st)
+	merged, err := r.core.Merge(now, st)
 	evs = append(evs, merged...)
 	if err != nil {
 		r.log.Error("merging the session table; giving the lease up", "epoch", epoch, "err", err)
@@ -419,13 +588,10 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 			resume = append(resume, ls.ID)
 		}
 	}
-	g.core.Core.Hold(now, hold)
-	evs = append(evs, g.core.Core.Resume(now, resume)...)
-	g.raiseDaemonTerm(meta.DaemonTerm)
-	if meta.Affinity != nil {
-		g.affinity.Store(*meta.Affinity)
-	}
-	if err := r.table.Save(lctx, epoch, g.core.Export(now), r.meta()); err != nil {
+	r.core.Hold(now, hold)
+	evs = append(evs, r.core.Resume(now, resume)...)
+	r.host.RestoreSettings(meta.Affinity, meta.DaemonTerm)
+	if err := r.table.Save(lctx, epoch, r.core.Export(now), r.meta()); err != nil {
 		r.log.Error("saving the merged session table; giving the lease up", "epoch", epoch, "err", err)
 		_ = r.lease.Release(lctx)
 		return
@@ -440,15 +606,15 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 	for _, op := range ops {
 		switch op.Op {
 		case repFinish:
-			evs = append(evs, g.core.Core.Finish(now, op.ID, op.Tokens)...)
+			evs = append(evs, r.core.Finish(now, op.ID, op.Tokens)...)
 		case repEnd:
-			evs = append(evs, g.core.Core.End(now, op.ID)...)
+			evs = append(evs, r.core.End(now, op.ID)...)
 		}
 	}
 	r.leading.Store(epoch)
 	r.metrics.leader.Set(1)
 	r.setDegraded("")
-	g.deliver(evs)
+	r.host.Deliver(evs)
 	// Announced only once it admits: a follower that reads the announcement and asks at once
 	// must not be told "not the leader" by the leader it was sent to.
 	if err := r.table.SetLeader(lctx, epoch, sessionstore.LeaderInfo{ReplicaID: r.id, Epoch: epoch, AdminURL: r.advertise}); err != nil {
@@ -460,14 +626,14 @@ func (r *replica) lead(ctx context.Context, epoch uint64) {
 	}
 	r.askAgain(requeued)
 	r.announce(ctx, epoch)
-	snap := g.core.Snapshot(now, false)
+	snap := r.core.Snapshot(now, false)
 	r.log.Info("admission leader", "epoch", epoch, "live_sessions", snap.Live, "working_set_tokens", snap.WorkingSet,
 		"budget_tokens", snap.Budget, "loaded_sessions", len(st.Live), "dropped_ended_elsewhere", dropped, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // stepDown stops leading: queued first calls held here — this replica's own and the followers'
 // — are sent back to ask the new leader, which knows their arrival from the persisted table.
-func (r *replica) stepDown(why string) {
+func (r *Replica) stepDown(why string) {
 	epoch := r.leading.Swap(0)
 	if epoch == 0 {
 		return
@@ -491,30 +657,17 @@ func (r *replica) stepDown(why string) {
 // requeueElsewhere takes every queued session out of the local core and wakes its waiting calls
 // to ask again (as a call of a session that went live meanwhile would): on a replica that stopped
 // leading, or a degraded one that reached a leader again.
-func (r *replica) requeueElsewhere() {
-	r.askAgain(r.g.core.CancelAll(r.g.now()))
+func (r *Replica) requeueElsewhere() {
+	r.askAgain(r.core.CancelAll(r.now()))
 }
 
 // askAgain wakes the waiting calls of sessions taken out of the local queue: each asks again,
 // as a call of a session that went live meanwhile would, and meets whoever decides now.
-func (r *replica) askAgain(ids []string) {
-	g := r.g
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, id := range ids {
-		ws := g.mu.waiters[id]
-		delete(g.mu.waiters, id)
-		for _, w := range ws {
-			w.ch <- waitMsg{ev: admission.Event{Kind: admission.EventAdmitted, ID: id, At: now}}
-		}
-	}
-}
+func (r *Replica) askAgain(ids []string) { r.host.AskAgain(ids) }
 
 // tick heartbeats, saves the table when leading and looks the leader up when following.
-func (r *replica) tick(ctx context.Context) {
-	g := r.g
-	now := g.now()
+func (r *Replica) tick(ctx context.Context) {
+	now := r.now()
 	tctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
 	storeErr := r.table.Heartbeat(tctx, r.self(), now)
@@ -550,7 +703,7 @@ func (r *replica) tick(ctx context.Context) {
 	// clearing that at the next answer, would make it flap between the leader's budget and
 	// its own slice, and send its queued calls round again at every flap.
 	storeDown := func(err error) {
-		if !r.leaderAnsweredWithin(time.Duration(r.g.cfg.Store.LeaseTTL)) {
+		if !r.leaderAnsweredWithin(r.leaseTTL) {
 			r.setDegraded("store unreachable: " + err.Error())
 		}
 	}
@@ -569,7 +722,7 @@ func (r *replica) tick(ctx context.Context) {
 }
 
 // answeredByLeader records that the leader answered this replica: it is reachable.
-func (r *replica) answeredByLeader() {
+func (r *Replica) answeredByLeader() {
 	r.mu.Lock()
 	r.mu.answered = time.Now()
 	r.mu.Unlock()
@@ -577,24 +730,23 @@ func (r *replica) answeredByLeader() {
 }
 
 // leaderAnsweredWithin reports whether the leader answered this replica within d.
-func (r *replica) leaderAnsweredWithin(d time.Duration) bool {
+func (r *Replica) leaderAnsweredWithin(d time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.mu.answered.IsZero() && time.Since(r.mu.answered) < d
 }
 
 // meta is what the table keeps beside the sessions.
-func (r *replica) meta() sessionstore.Meta {
-	g := r.g
-	aff := g.affinity.Load()
-	snap := g.core.Snapshot(g.now(), false)
+func (r *Replica) meta() sessionstore.Meta {
+	aff, term := r.host.Settings()
+	snap := r.core.Snapshot(r.now(), false)
 	return sessionstore.Meta{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
-		DaemonTerm: g.daemonTerm.Load(), Affinity: &aff}
+		DaemonTerm: term, Affinity: &aff}
 }
 
 // setLeader records the leader read from the store; a change sends first calls held by the old
 // one to the new one.
-func (r *replica) setLeader(li sessionstore.LeaderInfo) {
+func (r *Replica) setLeader(li sessionstore.LeaderInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if li == r.mu.leader {
@@ -609,7 +761,7 @@ func (r *replica) setLeader(li sessionstore.LeaderInfo) {
 }
 
 // currentLeader is the leader to ask, if one is known and is not this replica.
-func (r *replica) currentLeader() (sessionstore.LeaderInfo, <-chan struct{}, bool) {
+func (r *Replica) currentLeader() (sessionstore.LeaderInfo, <-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	li := r.mu.leader
@@ -619,7 +771,7 @@ func (r *replica) currentLeader() (sessionstore.LeaderInfo, <-chan struct{}, boo
 // setDegraded enters (why non-empty) or leaves degraded mode. Entering it cuts the local slice;
 // leaving it sends the sessions admitted alone to the leader (at the next report) and the
 // sessions still queued here to ask it.
-func (r *replica) setDegraded(why string) {
+func (r *Replica) setDegraded(why string) {
 	if _, leading := r.isLeading(); leading && why != "" {
 		return // a follower's call that failed just before this replica took over
 	}
@@ -640,7 +792,7 @@ func (r *replica) setDegraded(why string) {
 	}
 }
 
-func (r *replica) degradedPolicy() string {
+func (r *Replica) degradedPolicy() string {
 	if r.cfg.DegradedAdmission == DegradedRefuse {
 		return "refused"
 	}
@@ -648,7 +800,7 @@ func (r *replica) degradedPolicy() string {
 }
 
 // degradedReason is why this replica is degraded, "" when it is not.
-func (r *replica) degradedReason() string {
+func (r *Replica) degradedReason() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mu.degraded
@@ -659,24 +811,23 @@ func (r *replica) degradedReason() string {
 // admit at most the free budget between them, so the budget holds through a store outage; a
 // replica that never heard from a leader has no free budget to share and admits only when
 // nothing is live here (the core's progress rule).
-func (r *replica) cutSlice(v leaderView, seen int) {
-	g := r.g
+func (r *Replica) cutSlice(v LeaderView, seen int) {
 	if v.CountOnly {
 		return // no budget yet anywhere: the local core counts only as well
 	}
-	snap := g.core.Snapshot(g.now(), false)
+	snap := r.core.Snapshot(r.now(), false)
 	free := max(0, v.Budget-v.Reserved)
 	slice := snap.Reserved + free/int64(max(1, seen))
-	evs, err := g.core.SetBudget(g.now(), max(1, slice), max(1, slice))
+	evs, err := r.core.SetBudget(r.now(), max(1, slice), max(1, slice))
 	if err != nil {
 		r.log.Error("setting the degraded slice", "err", err)
 		return
 	}
-	g.deliver(evs)
+	r.host.Deliver(evs)
 }
 
-// saveNow persists the table at once when leading: an admin change is answered once durable.
-func (r *replica) saveNow(what string) {
+// SaveNow persists the table at once when leading: an admin change is answered once durable.
+func (r *Replica) SaveNow(what string) {
 	epoch, ok := r.isLeading()
 	if !ok {
 		return
@@ -690,14 +841,14 @@ func (r *replica) saveNow(what string) {
 
 // save writes the table as the local core holds it now; the ends it covers need no report to a
 // successor.
-func (r *replica) save(ctx context.Context, epoch uint64) error {
+func (r *Replica) save(ctx context.Context, epoch uint64) error {
 	r.mu.Lock()
 	covered := len(r.mu.endedSinceSave)
 	// On the leader, alone holds the admissions it could not write (persistAdmit): once a
 	// save has written them, no successor needs them reported.
 	unwritten := slices.Collect(maps.Keys(r.mu.alone))
 	r.mu.Unlock()
-	err := r.table.Save(ctx, epoch, r.g.core.Export(r.g.now()), r.meta())
+	err := r.table.Save(ctx, epoch, r.core.Export(r.now()), r.meta())
 	if err == nil {
 		r.mu.Lock()
 		if covered <= len(r.mu.endedSinceSave) {
@@ -712,7 +863,7 @@ func (r *replica) save(ctx context.Context, epoch uint64) error {
 }
 
 // endedAt records, on the leader, that session id ended at t.
-func (r *replica) endedAt(id string, t time.Time) {
+func (r *Replica) endedAt(id string, t time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if prev, ok := r.mu.ended[id]; !ok || t.After(prev) {
@@ -725,7 +876,7 @@ func (r *replica) endedAt(id string, t time.Time) {
 // after another replica reported its end, and taking it as live again would hold its budget
 // until its idle timeout. A session admitted after an end of the same id is a new one and
 // stays.
-func (r *replica) notEnded(sessions []admission.LiveSession) []admission.LiveSession {
+func (r *Replica) notEnded(sessions []admission.LiveSession) []admission.LiveSession {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.DeleteFunc(slices.Clone(sessions), func(ls admission.LiveSession) bool {
@@ -736,22 +887,22 @@ func (r *replica) notEnded(sessions []admission.LiveSession) []admission.LiveSes
 
 // forgetEnds drops the ends older than the idle timeout: a session reported live with no call
 // since then is ended by the idle sweep anyway.
-func (r *replica) forgetEnds(now time.Time) {
-	cutoff := now.Add(-r.g.core.IdleTimeout())
+func (r *Replica) forgetEnds(now time.Time) {
+	cutoff := now.Add(-r.core.IdleTimeout())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	maps.DeleteFunc(r.mu.ended, func(_ string, at time.Time) bool { return at.Before(cutoff) })
 }
 
-// ended deletes a session that ended on the leader from the table without waiting for the next
+// SessionEnded deletes a session that ended on the leader from the table without waiting for the next
 // save (group-committed with the admissions), so that a successor taking over within the second
 // does not load it live. Best effort: the next save deletes it anyway.
-func (r *replica) ended(id string) {
+func (r *Replica) SessionEnded(id string) {
 	epoch, ok := r.isLeading()
 	if !ok {
 		return
 	}
-	r.endedAt(id, r.g.now())
+	r.endedAt(id, r.now())
 	r.mu.Lock()
 	r.mu.endedSinceSave = append(r.mu.endedSinceSave, id)
 	r.mu.Unlock()
@@ -764,18 +915,18 @@ func (r *replica) ended(id string) {
 
 // viewOwn takes the leader's view of the budget from this replica's own table, as a follower
 // takes it from the leader's answers.
-func (r *replica) viewOwn() {
-	snap := r.g.core.Snapshot(r.g.now(), false)
+func (r *Replica) viewOwn() {
+	snap := r.core.Snapshot(r.now(), false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.mu.view = leaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
+	r.mu.view = LeaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
 		Reserved: snap.Reserved, Replicas: r.mu.seen}
 }
 
-// queued records a session queued at the leader with its arrival (group-committed): a
+// Queued records a session queued at the leader with its arrival (group-committed): a
 // successor that takes over before the next save still gives it its place in time when its
 // client, cut off with this leader, asks again. Best effort, as ended.
-func (r *replica) queued(id string, arrival time.Time) {
+func (r *Replica) Queued(id string, arrival time.Time) {
 	epoch, ok := r.isLeading()
 	if !ok {
 		return
@@ -787,8 +938,8 @@ func (r *replica) queued(id string, arrival time.Time) {
 	}()
 }
 
-// deciding reports whether this replica's own core may admit: it leads, or it is degraded.
-func (r *replica) deciding() bool {
+// Deciding reports whether this replica's own core may admit: it leads, or it is degraded.
+func (r *Replica) Deciding() bool {
 	if _, ok := r.isLeading(); ok {
 		return true
 	}

@@ -1,4 +1,4 @@
-package gateway
+package replication
 
 import (
 	"bytes"
@@ -32,8 +32,9 @@ const (
 	// leaderPath is a new leader's word to the replicas it knows that it leads: each reads the
 	// store's announcement at once instead of at its next tick.
 	leaderPath = "/admin/replication/leader"
-	// replicationPath is this replica's own view of replicated mode (never forwarded).
-	replicationPath = "/admin/replication"
+	// AdminPath is this replica's own view of replicated mode (never forwarded), and begins
+	// every path of the replicas' protocol: the admin requests a follower answers itself.
+	AdminPath = "/admin/replication"
 )
 
 // arriveRequest is a first call a follower asks the leader to admit.
@@ -118,30 +119,44 @@ type liveUpdate struct {
 type reportAnswer struct {
 	Epoch   uint64     `json:"epoch"`
 	Unknown []string   `json:"unknown,omitempty"`
-	View    leaderView `json:"view"`
+	View    LeaderView `json:"view"`
 	Live    liveUpdate `json:"live"`
 }
 
-// remoteResult is how a follower's attempt to admit through the leader ended.
-type remoteResult int
+// Outcome is how a follower's attempt to admit a call through the leader ended.
+type Outcome int
 
 const (
-	remoteLocal    remoteResult = iota // this replica decides: it leads, or it is degraded
-	remoteAdmitted                     // admitted by the leader; the call may go
-	remoteAnswered                     // the client has its answer (a refusal), or is gone
+	// Local: this replica decides, with its own core: it leads, or it is degraded.
+	Local Outcome = iota
+	// Admitted: admitted by the leader (or live at the last contact with it), and adopted
+	// into the local core: the call may go, or wait for its session's release where adopt
+	// held it.
+	Admitted
+	// Answered: the client has its answer (a refusal), or is gone.
+	Answered
 )
 
-// admitRemote asks the leader to admit c's session when this replica follows. A session the
-// leader admitted earlier and holds comes back admitted and held: its call waits here, on the
-// waiter returned with remoteAdmitted.
-func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call) (remoteResult, *waiter) {
+// AdoptFunc puts a session the leader admitted (or knows live) into the gateway's core and
+// begins the call in it. The leader counted the call already, so nothing is reported for its
+// begin. first says the leader admitted the session for this very call: a hold acts on sessions
+// already running, never on the call that starts one. held says the call waits for its
+// session's release, as it would have on the leader, which passed it on for this replica to
+// hold. An error taking the session in is returned for the replica to log; the call is begun
+// all the same.
+type AdoptFunc func(ls admission.LiveSession, first bool) (held bool, err error)
+
+// AdmitRemote asks the leader to admit c's session when this replica follows, and adopts the
+// session it answers with. A session the leader admitted earlier and holds comes back admitted
+// and held: adopt holds its call here.
+func (r *Replica) AdmitRemote(w http.ResponseWriter, req *http.Request, c Call, adopt AdoptFunc) Outcome {
 	if _, ok := r.isLeading(); ok {
-		return remoteLocal, nil
+		return Local
 	}
-	if c.forwarded {
+	if c.Forwarded {
 		// Asked as the leader, which this replica no longer is: the follower asks again.
-		r.notLeader(w)
-		return remoteAnswered, nil
+		r.NotLeader(w)
+		return Answered
 	}
 	// asked is the epoch of a leader that said it no longer leads; the store names the next
 	// one within a lease of that answer (a handover takes one at most), so the wait for it is
@@ -162,50 +177,49 @@ func (r *replica) admitRemote(w http.ResponseWriter, req *http.Request, c *call)
 				case <-time.After(r.opTimeout / 10):
 					r.refreshLeader(req.Context())
 				case <-req.Context().Done():
-					return remoteAnswered, nil
+					return Answered
 				}
 				continue
 			}
 		}
 		if !ok {
-			return r.decideHere(c, "no admission leader known")
+			return r.decideHere(c, adopt, "no admission leader known")
 		}
 		ans, status, err := r.arrive(req.Context(), gone, li.AdminURL, c)
 		switch {
 		case req.Context().Err() != nil:
-			return remoteAnswered, nil // the client left; the leader cancels its wait
+			return Answered // the client left; the leader cancels its wait
 		case errors.Is(err, errLeaderChanged):
 			continue
 		case status == http.StatusMisdirectedRequest:
 			if asked != li.Epoch {
-				asked, deadline = li.Epoch, time.Now().Add(2*time.Duration(r.g.cfg.Store.LeaseTTL))
+				asked, deadline = li.Epoch, time.Now().Add(2*r.leaseTTL)
 			}
 			r.refreshLeader(req.Context())
 			continue
 		case err != nil:
 			r.metrics.rpcErrors.WithLabelValues("arrive").Inc()
-			return r.decideHere(c, fmt.Sprintf("admission leader %s unreachable: %v", li.ReplicaID, err))
+			return r.decideHere(c, adopt, fmt.Sprintf("admission leader %s unreachable: %v", li.ReplicaID, err))
 		}
 		r.answeredByLeader()
 		if !ans.Admitted {
 			relay(w, ans)
-			return remoteAnswered, nil
+			return Answered
 		}
-		c.first = ans.First
-		_, wt := r.adopt(c, *ans.Session)
-		return remoteAdmitted, wt
+		r.adopt(adopt, *ans.Session, ans.First)
+		return Admitted
 	}
 }
 
 // decideHere is a follower's first call when no leader can decide: the replica is degraded,
 // and the call passes if its session was live at the leader at the last contact, or is decided
 // by the local core.
-func (r *replica) decideHere(c *call, why string) (remoteResult, *waiter) {
+func (r *Replica) decideHere(c Call, adopt AdoptFunc, why string) Outcome {
 	r.setDegraded(why)
-	if ok, wt := r.passKnown(c); ok {
-		return remoteAdmitted, wt
+	if r.passKnown(c, adopt) {
+		return Admitted
 	}
-	return remoteLocal, nil
+	return Local
 }
 
 var errLeaderChanged = errors.New("the admission leader changed")
@@ -216,7 +230,7 @@ const maxClockSkew = time.Second
 
 // arrive is the RPC: held by the leader while the session is queued (up to its
 // max_queue_wait), cut short when this replica learns of a new leader.
-func (r *replica) arrive(ctx context.Context, gone <-chan struct{}, base string, c *call) (arriveAnswer, int, error) {
+func (r *Replica) arrive(ctx context.Context, gone <-chan struct{}, base string, c Call) (arriveAnswer, int, error) {
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
 	go func() {
@@ -226,10 +240,10 @@ func (r *replica) arrive(ctx context.Context, gone <-chan struct{}, base string,
 		case <-ctx.Done():
 		}
 	}()
-	tctx, cancel := context.WithTimeout(ctx, time.Duration(r.g.cfg.MaxQueueWait)+10*r.opTimeout)
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.MaxQueueWait+10*r.opTimeout)
 	defer cancel()
-	body := arriveRequest{Replica: r.id, ID: c.id, Tenant: c.tenant, Anonymous: c.anonymous, Shape: c.req.Shape,
-		Prompt: c.req.Prompt, Task: c.req.Task, TaskChars: c.req.TaskChars, Arrival: c.arrival, Held: time.Since(c.arrival)}
+	body := arriveRequest{Replica: r.id, ID: c.ID, Tenant: c.Tenant, Anonymous: c.Anonymous, Shape: c.Req.Shape,
+		Prompt: c.Req.Prompt, Task: c.Req.Task, TaskChars: c.Req.TaskChars, Arrival: c.Arrival, Held: time.Since(c.Arrival)}
 	var ans arriveAnswer
 	start := time.Now()
 	status, err := r.post(tctx, base+arrivePath, body, &ans)
@@ -245,7 +259,7 @@ func (r *replica) arrive(ctx context.Context, gone <-chan struct{}, base string,
 
 // post sends one JSON request to a replica's admin listener and decodes a 200 answer. Other
 // answers return their status and an error.
-func (r *replica) post(ctx context.Context, u string, in, out any) (int, error) {
+func (r *Replica) post(ctx context.Context, u string, in, out any) (int, error) {
 	b, err := json.Marshal(in)
 	if err != nil {
 		return 0, err
@@ -255,7 +269,7 @@ func (r *replica) post(ctx context.Context, u string, in, out any) (int, error) 
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+string(r.g.token))
+	req.Header.Set("Authorization", "Bearer "+string(r.cfg.Token))
 	resp, err := r.http.Do(req)
 	if err != nil {
 		return 0, err
@@ -275,7 +289,7 @@ func (r *replica) post(ctx context.Context, u string, in, out any) (int, error) 
 }
 
 // refreshLeader reads the leader from the store now, not at the next tick.
-func (r *replica) refreshLeader(ctx context.Context) {
+func (r *Replica) refreshLeader(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
 	if li, err := r.table.Leader(ctx); err == nil {
@@ -283,36 +297,14 @@ func (r *replica) refreshLeader(ctx context.Context) {
 	}
 }
 
-// adopt puts a session the leader admitted (or knows live) into the local core and begins this
-// call in it. The leader counted the call already, so nothing is reported for its begin. A
-// session the leader holds is held here: its call waits (CallHeld, on the waiter returned), as
-// it would have on the leader, which passed it on for this replica to hold.
-func (r *replica) adopt(c *call, ls admission.LiveSession) (admission.CallVerdict, *waiter) {
-	g := r.g
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	evs, err := g.core.Merge(now, admission.State{Live: []admission.LiveSession{ls}})
+// adopt has the gateway take in a session the leader admitted (or knows live) and begin the
+// call in it; it reports whether the call is held.
+func (r *Replica) adopt(adopt AdoptFunc, ls admission.LiveSession, first bool) bool {
+	held, err := adopt(ls, first)
 	if err != nil {
 		r.log.Error("the leader's session", "session", ls.ID, "err", err)
 	}
-	v := admission.CallPass
-	if c.first {
-		// Admitted for this very call: a hold acts on sessions already running, never on the
-		// call that starts one.
-		g.core.Core.Begin(now, c.id, c.req.Prompt)
-	} else if g.core.Core.BeginCall(now, c.id, c.req.Prompt) == admission.CallHeld {
-		v = admission.CallHeld
-	}
-	var wt *waiter
-	if v == admission.CallHeld {
-		wt = g.heldWaiterLocked(now, c)
-	}
-	if _, ok := g.mu.sessions[c.id]; !ok {
-		g.addSessionLocked(c.id, &sessionInfo{upstream: g.pickUpstream(c.id)})
-	}
-	g.deliverLocked(evs)
-	return v, wt
+	return held
 }
 
 // relay writes the leader's refusal to the client as the leader wrote it.
@@ -326,65 +318,65 @@ func relay(w http.ResponseWriter, ans arriveAnswer) {
 	_, _ = w.Write(ans.Body)
 }
 
-// notLeader answers a replica that asked the wrong one.
-func (r *replica) notLeader(w http.ResponseWriter) {
+// NotLeader answers a replica that asked the wrong one.
+func (r *Replica) NotLeader(w http.ResponseWriter) {
 	httpjson.WriteError(w, http.StatusMisdirectedRequest, "server_error", "not_leader", "",
 		fmt.Sprintf("replica %s is not the admission leader; ask the one the store names", r.id))
 }
 
 // serveArrive is the leader's side of a follower's first call: the same admission as a call
 // reaching the leader itself, its refusal captured for the follower to relay.
-func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
+func (r *Replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 	epoch, ok := r.isLeading()
 	if !ok {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	var in arriveRequest
-	if err := json.NewDecoder(io.LimitReader(req.Body, r.g.cfg.MaxBodyBytes)).Decode(&in); err != nil || in.ID == "" {
+	if err := json.NewDecoder(io.LimitReader(req.Body, r.cfg.MaxBodyBytes)).Decode(&in); err != nil || in.ID == "" {
 		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "",
 			fmt.Sprintf("arrive: want a JSON body with id: %v", err))
 		return
 	}
-	g := r.g
 	// The call's place in time, however many leaders it waited through. The follower's own
 	// timestamp while its clock agrees with this one to within maxClockSkew (so every leader
 	// sees the same instant); else how long it has held the call, on its monotonic clock, which
 	// no skew moves. A follower that sends no duration gives its timestamp alone, taken within
 	// reason: its skew cannot put a session ahead of sessions that arrived well before it.
-	now := g.now()
+	now := r.now()
 	arrival := in.Arrival
 	if in.Held > 0 {
 		byHeld := now.Add(-min(in.Held, admission.DefaultRetryMemory))
 		if d := arrival.Sub(byHeld); d < -maxClockSkew || d > maxClockSkew {
 			arrival = byHeld
 		}
-	} else if oldest := now.Add(-time.Duration(g.cfg.MaxQueueWait) - 2*time.Duration(g.cfg.Store.LeaseTTL)); arrival.Before(oldest) {
+	} else if oldest := now.Add(-r.cfg.MaxQueueWait - 2*r.leaseTTL); arrival.Before(oldest) {
 		arrival = oldest
 	} else if arrival.After(now) {
 		arrival = now
 	}
-	c := &call{id: in.ID, tenant: in.Tenant, arrival: arrival, anonymous: in.Anonymous, forwarded: true,
-		req: agentcall.Call{Shape: in.Shape, Prompt: max(1, in.Prompt), Task: in.Task, TaskChars: in.TaskChars}}
+	c := Call{ID: in.ID, Tenant: in.Tenant, Arrival: arrival, Anonymous: in.Anonymous, Forwarded: true,
+		Req: agentcall.Call{Shape: in.Shape, Prompt: max(1, in.Prompt), Task: in.Task, TaskChars: in.TaskChars}}
 	rec := &capture{header: http.Header{}}
-	if !g.admit(rec, req, c) {
+	admitted, first := r.host.Admit(rec, req, c)
+	if !admitted {
 		switch rec.status {
 		case 0:
 			return // the follower's client left
 		case http.StatusMisdirectedRequest:
-			r.notLeader(w) // stopped leading while it waited: the follower asks the next leader
+			r.NotLeader(w) // stopped leading while it waited: the follower asks the next leader
 			return
 		}
 		httpjson.Write(w, http.StatusOK, arriveAnswer{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})
 		return
 	}
-	ls, live := g.core.LiveSession(c.id)
+	ls, live := r.core.LiveSession(c.ID)
 	if !live {
 		// Ended between its admission and now (an admin end): the follower's client retries.
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
-	if c.first && !in.Anonymous {
+	if first && !in.Anonymous {
 		// A write that timed out may still have been applied: a stopped store runs what waits
 		// in its sockets when it resumes. So a failed persist does not undo the admission (an
 		// end here could reach the next leader after the table it loaded has the session live,
@@ -392,11 +384,24 @@ func (r *replica) serveArrive(w http.ResponseWriter, req *http.Request) {
 		// replica does, and is written with the next save or reported to the next leader.
 		_ = r.persistAdmit(req.Context(), epoch, ls)
 	}
-	httpjson.Write(w, http.StatusOK, arriveAnswer{Admitted: true, First: c.first, Session: &ls})
+	httpjson.Write(w, http.StatusOK, arriveAnswer{Admitted: true, First: first, Session: &ls})
+}
+
+// PersistAdmission makes the admission of a session admitted here for a call of this replica's
+// own durable before the call goes upstream, when this replica leads. On failure the session
+// is reported to the next leader.
+func (r *Replica) PersistAdmission(ctx context.Context, id string) {
+	epoch, ok := r.isLeading()
+	if !ok {
+		return
+	}
+	if ls, live := r.core.LiveSession(id); live {
+		_ = r.persistAdmit(ctx, epoch, ls)
+	}
 }
 
 // persistAdmit makes a new session durable in the table before its first call goes upstream.
-func (r *replica) persistAdmit(ctx context.Context, epoch uint64, ls admission.LiveSession) error {
+func (r *Replica) persistAdmit(ctx context.Context, epoch uint64, ls admission.LiveSession) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opTimeout)
 	defer cancel()
 	err := r.table.Admit(ctx, epoch, ls)
@@ -428,10 +433,10 @@ func (c *capture) Write(b []byte) (int, error) {
 }
 
 // serveReport is the leader's side of a follower's batch.
-func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
+func (r *Replica) serveReport(w http.ResponseWriter, req *http.Request) {
 	epoch, ok := r.isLeading()
 	if !ok {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	var in reportRequest
@@ -439,8 +444,7 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 		httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "", fmt.Sprintf("report: %v", err))
 		return
 	}
-	g := r.g
-	now := g.now()
+	now := r.now()
 	var evs []admission.Event
 	// Ends first: a session this report both ends and carries as admitted alone is not merged.
 	for _, op := range in.Ops {
@@ -449,7 +453,7 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if sessions := r.notEnded(in.Sessions); len(sessions) > 0 {
-		merged, err := g.core.Merge(now, admission.State{Live: sessions})
+		merged, err := r.core.Merge(now, admission.State{Live: sessions})
 		if err != nil {
 			httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "sessions", err.Error())
 			return
@@ -462,31 +466,31 @@ func (r *replica) serveReport(w http.ResponseWriter, req *http.Request) {
 	for _, op := range in.Ops {
 		switch op.Op {
 		case repBegin:
-			if !g.core.Core.Begin(now, op.ID, op.Tokens) {
+			if !r.core.Begin(now, op.ID, op.Tokens) {
 				ans.Unknown = append(ans.Unknown, op.ID)
 			}
 		case repFinish:
-			evs = append(evs, g.core.Core.Finish(now, op.ID, op.Tokens)...)
+			evs = append(evs, r.core.Finish(now, op.ID, op.Tokens)...)
 		case repEnd:
-			evs = append(evs, g.core.Core.End(now, op.ID)...)
+			evs = append(evs, r.core.End(now, op.ID)...)
 		case repChain:
-			g.linkChain(op.ID, op.Response, op.Tokens)
+			r.host.LinkChain(op.ID, op.Response, op.Tokens)
 		}
 	}
-	g.deliver(evs)
+	r.host.Deliver(evs)
 	ans.Live = r.liveUpdate(epoch, in.Known)
-	snap := g.core.Snapshot(now, false)
+	snap := r.core.Snapshot(now, false)
 	r.mu.Lock()
 	seen := r.mu.seen
 	r.mu.Unlock()
-	ans.View = leaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
+	ans.View = LeaderView{CountOnly: snap.CountOnly, Budget: snap.Budget, ReferenceBudget: snap.ReferenceBudget,
 		Reserved: snap.Reserved, Replicas: seen}
 	httpjson.Write(w, http.StatusOK, ans)
 }
 
 // liveUpdate is what brings a follower at position from to this leader's live set.
-func (r *replica) liveUpdate(epoch uint64, from livePosition) liveUpdate {
-	core := r.g.core.Core
+func (r *Replica) liveUpdate(epoch uint64, from livePosition) liveUpdate {
+	core := r.core
 	if from.Epoch == epoch {
 		if changes, last, ok := core.LiveSince(from.Seq); ok {
 			return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Changes: changes}
@@ -496,8 +500,21 @@ func (r *replica) liveUpdate(epoch uint64, from livePosition) liveUpdate {
 	return liveUpdate{To: livePosition{Epoch: epoch, Seq: last}, Whole: true, Live: ids, Held: held}
 }
 
+// ReportBegin queues a call's begin for the leader, when this replica follows.
+func (r *Replica) ReportBegin(id string, promptEstimate int64) {
+	r.report(repBegin, id, promptEstimate)
+}
+
+// ReportFinish queues a call's finish, with the session's context after it.
+func (r *Replica) ReportFinish(id string, contextTokens int64) {
+	r.report(repFinish, id, contextTokens)
+}
+
+// ReportEnd queues a session's end, and has it sent at once.
+func (r *Replica) ReportEnd(id string) { r.report(repEnd, id, 0) }
+
 // report queues one call event for the leader, when this replica follows.
-func (r *replica) report(op, id string, tokens int64) {
+func (r *Replica) report(op, id string, tokens int64) {
 	if _, ok := r.isLeading(); ok {
 		return
 	}
@@ -509,7 +526,7 @@ func (r *replica) report(op, id string, tokens int64) {
 	}
 	rop := reportOp{Op: op, ID: id, Tokens: tokens}
 	if op == repEnd {
-		rop.At = r.g.now()
+		rop.At = r.now()
 	}
 	r.mu.ops = append(r.mu.ops, rop)
 	if op == repEnd {
@@ -522,15 +539,15 @@ func (r *replica) report(op, id string, tokens int64) {
 
 // admittedAlone records a session no leader knows of: admitted here while degraded, or whose
 // admission could not be persisted. Every report carries it to the leader until one answers.
-func (r *replica) admittedAlone(id string) {
+func (r *Replica) admittedAlone(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.alone[id] = struct{}{}
 }
 
 // reportLoop sends the batches.
-func (r *replica) reportLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Duration(r.cfg.ReportInterval))
+func (r *Replica) reportLoop(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.ReportInterval)
 	defer tick.Stop()
 	idle := 0
 	for {
@@ -544,7 +561,7 @@ func (r *replica) reportLoop(ctx context.Context) {
 		quiet := len(r.mu.ops) == 0 && len(r.mu.alone) == 0 && r.mu.synced == r.mu.leader.Epoch
 		r.mu.Unlock()
 		// With nothing to say, a report a second keeps the view of the budget fresh.
-		if idle++; quiet && time.Duration(idle)*time.Duration(r.cfg.ReportInterval) < replicaTick {
+		if idle++; quiet && time.Duration(idle)*r.cfg.ReportInterval < replicaTick {
 			continue
 		}
 		idle = 0
@@ -553,7 +570,7 @@ func (r *replica) reportLoop(ctx context.Context) {
 }
 
 // sendReport sends what is pending to the leader.
-func (r *replica) sendReport(ctx context.Context) {
+func (r *Replica) sendReport(ctx context.Context) {
 	if _, ok := r.isLeading(); ok {
 		return
 	}
@@ -561,7 +578,6 @@ func (r *replica) sendReport(ctx context.Context) {
 	if !ok {
 		return
 	}
-	g := r.g
 	r.mu.Lock()
 	ops := r.mu.ops
 	r.mu.ops = nil
@@ -575,11 +591,13 @@ func (r *replica) sendReport(ctx context.Context) {
 	if newLeader {
 		// A leader that did not hear of this replica's chains (a new one, or one that lost
 		// reports) learns them again: the links of the sessions live here.
-		ops = append(ops, g.chainLinks()...)
+		for _, l := range r.host.ChainLinks() {
+			ops = append(ops, reportOp{Op: repChain, ID: l.Session, Response: l.Response, Tokens: l.Context})
+		}
 	}
 	var sessions []admission.LiveSession
 	for _, id := range sent {
-		if ls, live := g.core.LiveSession(id); live {
+		if ls, live := r.core.LiveSession(id); live {
 			sessions = append(sessions, ls)
 		}
 	}
@@ -628,21 +646,39 @@ func (r *replica) sendReport(ctx context.Context) {
 	changed, all := r.mu.known.apply(known, ans.Live)
 	r.mu.Unlock()
 	r.answeredByLeader()
-	now := g.now()
+	now := r.now()
 	for _, id := range ans.Unknown {
-		g.deliver(g.core.Core.End(now, id))
+		r.host.Deliver(r.core.End(now, id))
 	}
 	r.followHolds(changed, all)
 }
 
+// AdminRequest names this replica on every admin answer and, when forward allows, sends the
+// request to the leader.
+func (r *Replica) AdminRequest(w http.ResponseWriter, req *http.Request, forward bool) bool {
+	w.Header().Set(ReplicaHeader, r.id)
+	return forward && r.forwardAdmin(w, req)
+}
+
+// Routes adds the replicas' protocol and this replica's own view to the admin listener.
+func (r *Replica) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+AdminPath, func(w http.ResponseWriter, _ *http.Request) {
+		httpjson.Write(w, http.StatusOK, r.View())
+	})
+	mux.HandleFunc("POST "+arrivePath, r.serveArrive)
+	mux.HandleFunc("POST "+reportPath, r.serveReport)
+	mux.HandleFunc("POST "+chainPath, r.serveChain)
+	mux.HandleFunc("POST "+leaderPath, r.serveLeader)
+}
+
 // forwardAdmin sends an admin request to the leader when this replica follows; it reports
 // whether it did (or answered that it cannot).
-func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
+func (r *Replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
 	if _, ok := r.isLeading(); ok {
 		return false
 	}
 	if req.Header.Get(ForwardedByHeader) != "" {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return true
 	}
 	li, _, ok := r.currentLeader()
@@ -671,10 +707,10 @@ func (r *replica) forwardAdmin(w http.ResponseWriter, req *http.Request) bool {
 	return true
 }
 
-// view is this replica's own state of replicated mode.
-func (r *replica) view() *adminapi.ReplicationView {
+// View is this replica's own state of replicated mode.
+func (r *Replica) View() *adminapi.ReplicationView {
 	epoch, leading := r.isLeading()
-	heldCalls := r.g.core.Snapshot(r.g.now(), false).HeldCalls
+	heldCalls := r.core.Snapshot(r.now(), false).HeldCalls
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := &adminapi.ReplicationView{ReplicaID: r.id, Leading: leading, Epoch: epoch, Leader: r.mu.leader.ReplicaID,
@@ -688,31 +724,28 @@ func (r *replica) view() *adminapi.ReplicationView {
 	return v
 }
 
-// pickUpstream chooses a new session's upstream. Alone, round robin. Replicated, by a hash of the
-// session id, so that every replica sends a session's calls to the same upstream without asking.
-func (g *Gateway) pickUpstream(id string) int {
-	if g.repl != nil {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(id))
-		return int(h.Sum64() % uint64(len(g.upstreams)))
-	}
-	return int((g.rr.Add(1) - 1) % uint64(len(g.upstreams)))
+// PickUpstream chooses a new session's upstream by a hash of the session id, so that every
+// replica sends a session's calls to the same upstream without asking.
+func (r *Replica) PickUpstream(id string, n int) int {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum64() % uint64(n))
 }
 
-// retryAfterLease is the Retry-After of a refusal while degraded: a new leader is in place
-// within a lease.
-func (r *replica) retryAfterLease() time.Duration {
-	return time.Duration(r.g.cfg.Store.LeaseTTL)
+// Degraded is why this replica is degraded ("" when it is not), and the Retry-After of a
+// refusal meanwhile: a new leader is in place within a lease.
+func (r *Replica) Degraded() (string, time.Duration) {
+	return r.degradedReason(), r.leaseTTL
 }
 
 // announce tells every other replica seen that this one leads in epoch, once the store says so:
 // each reads the announcement at once (serveLeader) instead of at its next once-a-second tick,
 // so a follower's first calls go to the new leader, and its reports resume, without waiting. The
 // tick stays the fallback for a replica the word does not reach.
-func (r *replica) announce(ctx context.Context, epoch uint64) {
+func (r *Replica) announce(ctx context.Context, epoch uint64) {
 	actx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
-	urls, err := r.table.ReplicaURLs(actx, r.g.now().Add(-replicaSeenWithin))
+	urls, err := r.table.ReplicaURLs(actx, r.now().Add(-replicaSeenWithin))
 	if err != nil {
 		r.log.Warn("listing the replicas to tell of the new leader; they learn it at their next tick", "err", err)
 		return
@@ -734,7 +767,7 @@ func (r *replica) announce(ctx context.Context, epoch uint64) {
 
 // serveLeader is a new leader's word that it leads: the announcement is read from the store, the
 // truth, rather than taken from the request.
-func (r *replica) serveLeader(w http.ResponseWriter, req *http.Request) {
+func (r *Replica) serveLeader(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, 1<<16))
 	if _, ok := r.isLeading(); !ok {
 		r.refreshLeader(req.Context())

@@ -1,4 +1,4 @@
-package gateway
+package replication
 
 import (
 	"github.com/basin-dev/basin/gateway/admission"
@@ -62,8 +62,8 @@ func (k *knownLive) apply(from livePosition, u liveUpdate) (changed []string, al
 
 // knowOwn sets the copy to this replica's own live set: on stepping down, its table is the
 // freshest copy of the deployment's there is.
-func (r *replica) knowOwn(epoch uint64) {
-	ids, held, seq := r.g.core.Core.LiveSet()
+func (r *Replica) knowOwn(epoch uint64) {
+	ids, held, seq := r.core.LiveSet()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.known.apply(livePosition{}, liveUpdate{To: livePosition{Epoch: epoch, Seq: seq}, Whole: true, Live: ids, Held: held})
@@ -73,12 +73,11 @@ func (r *replica) knowOwn(epoch uint64) {
 // update changed (all: every session live here). A session the leader holds is held here, so its
 // next call waits on this replica as it would on the leader, bounded by the hold bound on this
 // replica's clock; one the leader resumed (or no longer has live) is resumed here, which
-// releases its waiting call. Under g.mu, as every change of the hold list, so that a release is
-// delivered before the session's next call can be held.
-func (r *replica) followHolds(changed []string, all bool) {
-	g := r.g
+// releases its waiting call. Under the gateway's lock, as every change of the hold list
+// (Host.Hold), so that a release is delivered before the session's next call can be held.
+func (r *Replica) followHolds(changed []string, all bool) {
 	if all {
-		changed, _ = g.core.Core.LiveIDs()
+		changed, _ = r.core.LiveIDs()
 	}
 	if len(changed) == 0 {
 		return
@@ -93,13 +92,9 @@ func (r *replica) followHolds(changed []string, all bool) {
 		}
 	}
 	r.mu.Unlock()
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if n := g.core.Core.Hold(now, hold); n > 0 {
+	if n := r.host.Hold(hold, resume); n > 0 {
 		r.log.Debug("holding the sessions the leader holds", "added", n)
 	}
-	g.deliverLocked(g.core.Core.Resume(now, resume))
 }
 
 // passKnown lets c through as the call of a live session when no leader can decide and c's
@@ -110,21 +105,21 @@ func (r *replica) followHolds(changed []string, all bool) {
 // session reported live after its end would hold budget until its idle timeout. A leader that
 // does not know it answers so, and this replica ends it locally; a later call then asks the
 // leader as a first call. It reports whether c may go; a held session's call (the leader held it
-// at the last contact) is held here, with the waiter that is to wait.
-func (r *replica) passKnown(c *call) (bool, *waiter) {
+// at the last contact) is held here, by adopt.
+func (r *Replica) passKnown(c Call, adopt AdoptFunc) bool {
 	r.mu.Lock()
-	_, known := r.mu.known.ids[c.id]
-	_, held := r.mu.known.held[c.id]
+	_, known := r.mu.known.ids[c.ID]
+	_, held := r.mu.known.held[c.ID]
 	r.mu.Unlock()
-	if !known || c.anonymous {
-		return false, nil
+	if !known || c.Anonymous {
+		return false
 	}
-	now := r.g.now()
-	_, wt := r.adopt(c, admission.LiveSession{ID: c.id, Tenant: c.tenant, Arrival: now, Admitted: now, LastDone: now,
-		Context: c.req.Prompt, Peak: c.req.Prompt, Held: held})
-	r.report(repBegin, c.id, c.req.Prompt) // adopt counts the call here only
+	now := r.now()
+	waits := r.adopt(adopt, admission.LiveSession{ID: c.ID, Tenant: c.Tenant, Arrival: now, Admitted: now, LastDone: now,
+		Context: c.Req.Prompt, Peak: c.Req.Prompt, Held: held}, false)
+	r.report(repBegin, c.ID, c.Req.Prompt) // adopt counts the call here only
 	r.metrics.knownPassed.Inc()
-	r.log.Info("a session live at the last contact with the leader passes while no leader answers", "session", c.id,
-		"held", wt != nil)
-	return true, wt
+	r.log.Info("a session live at the last contact with the leader passes while no leader answers", "session", c.ID,
+		"held", waits)
+	return true
 }

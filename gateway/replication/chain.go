@@ -1,4 +1,4 @@
-package gateway
+package replication
 
 import (
 	"context"
@@ -32,10 +32,10 @@ type chainAnswer struct {
 	Context int64  `json:"context_tokens,omitempty"`
 }
 
-// reportChain tells the leader, when this replica follows, that session continues as a call
+// ReportChain tells the leader, when this replica follows, that session continues as a call
 // naming responseID, and sends the report now: the agent's next call may reach another replica
 // as soon as it has the response.
-func (r *replica) reportChain(session, responseID string, context int64) {
+func (r *Replica) ReportChain(session, responseID string, context int64) {
 	if _, ok := r.isLeading(); ok {
 		return
 	}
@@ -48,14 +48,14 @@ func (r *replica) reportChain(session, responseID string, context int64) {
 	}
 }
 
-// lookupChain asks the leader for the session of a response this replica does not know.
-func (r *replica) lookupChain(ctx context.Context, responseID string) (chainLink, bool) {
+// LookupChain asks the leader for the session of a response this replica does not know.
+func (r *Replica) LookupChain(ctx context.Context, responseID string) (string, int64, bool) {
 	if _, ok := r.isLeading(); ok {
-		return chainLink{}, false // the leader's own map was asked already
+		return "", 0, false // the leader's own map was asked already
 	}
 	li, _, ok := r.currentLeader()
 	if !ok {
-		return chainLink{}, false
+		return "", 0, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opTimeout)
 	defer cancel()
@@ -66,18 +66,18 @@ func (r *replica) lookupChain(ctx context.Context, responseID string) (chainLink
 	if err != nil {
 		r.metrics.rpcErrors.WithLabelValues("chain").Inc()
 		r.log.Debug("looking a response up at the leader", "response", responseID, "err", err)
-		return chainLink{}, false
+		return "", 0, false
 	}
 	if !ans.Known || ans.Session == "" {
-		return chainLink{}, false
+		return "", 0, false
 	}
-	return chainLink{session: ans.Session, context: ans.Context}, true
+	return ans.Session, ans.Context, true
 }
 
-// serveChain is the leader's side of lookupChain.
-func (r *replica) serveChain(w http.ResponseWriter, req *http.Request) {
+// serveChain is the leader's side of LookupChain.
+func (r *Replica) serveChain(w http.ResponseWriter, req *http.Request) {
 	if _, ok := r.isLeading(); !ok {
-		r.notLeader(w)
+		r.NotLeader(w)
 		return
 	}
 	var in chainRequest
@@ -86,46 +86,6 @@ func (r *replica) serveChain(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("chain: want a JSON body with response: %v", err))
 		return
 	}
-	g := r.g
-	g.mu.Lock()
-	link, ok := g.mu.chains[in.Response]
-	g.mu.Unlock()
-	httpjson.Write(w, http.StatusOK, chainAnswer{Known: ok, Session: link.session, Context: link.context})
-}
-
-// linkChain records, on the leader, a response a replica answered for a live session. A
-// session that is not live (ended meanwhile) keeps nothing, as on the replica itself.
-func (g *Gateway) linkChain(session, responseID string, context int64) {
-	if session == "" || responseID == "" {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.core.Live(session) {
-		return
-	}
-	if l, ok := g.mu.chains[responseID]; ok && l.session == session {
-		context = max(l.context, context) // told again (a new leader's resync)
-	}
-	si, ok := g.mu.sessions[session]
-	if !ok {
-		si = &sessionInfo{upstream: g.pickUpstream(session)}
-		g.addSessionLocked(session, si)
-	}
-	g.linkLocked(si, session, responseID, context)
-}
-
-// chainLinks are the chain ops for every response a live session here may be continued from.
-func (g *Gateway) chainLinks() []reportOp {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var ops []reportOp
-	for id, si := range g.mu.sessions {
-		for _, resp := range si.responses {
-			if l, ok := g.mu.chains[resp]; ok {
-				ops = append(ops, reportOp{Op: repChain, ID: id, Response: resp, Tokens: l.context})
-			}
-		}
-	}
-	return ops
+	session, tokens, ok := r.host.ChainLink(in.Response)
+	httpjson.Write(w, http.StatusOK, chainAnswer{Known: ok, Session: session, Context: tokens})
 }
