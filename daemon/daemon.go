@@ -87,8 +87,8 @@ type Options struct {
 // Daemon is one running basin daemon.
 type Daemon struct {
 	cfg *Config
-	// loop serialises the loop's state (policy, passive learner) between Step and the other
-	// goroutines that must read or save it consistently (pause, cron).
+	// loop serialises the loop's state (policy) between Step and the other goroutines that must
+	// read or save it consistently (pause, cron).
 	loop sync.Mutex
 
 	closeOnce sync.Once
@@ -112,9 +112,9 @@ type Daemon struct {
 	rcv   *alerts.Receiver
 	slack *notify.Notifier
 	gw    GatewayAPI
-	cal   *detector.Calibration
-	// passive re-estimates the knee from live observations for the cron job.
-	passive *detector.Passive
+	// cal is the calibration the detector judges by; the cron job re-estimates its knee from what
+	// the detector learnt (detector.LearntPoints).
+	cal *detector.Calibration
 
 	metrics *metrics
 	gather  prometheus.Gatherer
@@ -235,9 +235,6 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 			}
 			return nil, fmt.Errorf("calibration: %w", err)
 		}
-	}
-	if d.passive, err = detector.NewPassive(detector.PassiveOptions{}); err != nil {
-		return nil, err
 	}
 	// The collector reads its counters against the daemon's clock, so rates are per second of it;
 	// a zero timeout or window is derived from the interval by the collector (CollectorDefaults).
@@ -677,9 +674,6 @@ func (d *Daemon) Step(ctx context.Context) {
 	snap := d.col.SnapshotAt(d.clock.Now())
 	now := snap.At
 	a := d.det.Step(snap)
-	if a.Blind == nil && a.HitEvidence.Enough && a.State != detector.Trapped && a.State != detector.Recovering {
-		d.passive.Observe(a.WorkingSetOverCache, a.HitRate)
-	}
 	if tr := a.Transition; tr != nil && acting { // the standby watches too; one daemon posts
 		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
 		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,

@@ -451,6 +451,8 @@ func (o Options) evidence(obs observation) Evidence {
 func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	ratio := obs.w / obs.c
 	ev0 := d.o.evidence(obs)
+	// Without a calibration the knee in use is the learnt one: the reading is learnt first, by the
+	// state the step starts in, so that this step's knee includes it.
 	if d.o.Calibration == nil {
 		d.learnLocked(ev0.Enough, d.mu.state, ratio, obs.hit)
 	}
@@ -478,6 +480,12 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		tr = &Transition{From: from, To: to, At: now, Reasons: why}
 		d.mu.state, d.mu.since = to, now
 	}
+	// With a calibration the learnt points only feed the daemon's re-estimate of it (LearntPoints),
+	// and the reading is learnt by the state the step ends in: the step that enters trapped has
+	// read the collapsed branch already, the one that leaves recovering reads the plateau again.
+	if d.o.Calibration != nil {
+		d.learnLocked(ev0.Enough, d.mu.state, ratio, obs.hit)
+	}
 
 	out := ev.out
 	a := Assessment{
@@ -501,6 +509,16 @@ func (d *Detector) learnLocked(reading bool, s State, ratio, hit float64) {
 		return
 	}
 	d.mu.passive.Observe(ratio, hit)
+}
+
+// LearntPoints returns what the passive learner has learnt: one (W/C, hit rate) point per bin
+// with enough samples, in W/C order. The detector learns with a calibration too (though it judges
+// by the calibration's knee) so that the daemon can refit the knee on them and rewrite a
+// calibration the deployment has moved away from; one learner serves both.
+func (d *Detector) LearntPoints() []Point {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.passive.Points()
 }
 
 // newEvaluation sets up one step's judgement: the lines the hit rate is held to, and the working
