@@ -90,148 +90,189 @@ func (a *acc) value(v float64, estimated bool) Value {
 // that cannot be computed now keeps its previous value and timestamp (so it turns Stale on its
 // own); one never computed stays absent (Missing).
 func (c *Collector) recomputeLocked() {
-	var (
-		ws, wsEst, capEngine, capLent, hits, total                    acc
-		live, inCall, queued, budget, reserved, arrivals, completions acc
-		calls, free, held, decodeCap, queue, usage, ttftAcc           acc
-		ttft                                                          hist
-	)
-	affinity := false
+	c.mu.affinity = c.affinityLocked()
+	var s sums
 	for _, name := range c.mu.order {
-		ts := c.mu.targets[name]
-		if r := ts.last; r != nil && r.dialect == DialectGateway && r.affinity.ok && r.affinity.v >= 1 {
-			affinity = true
+		if ts := c.mu.targets[name]; ts.last != nil {
+			s.add(ts, c.mu.affinity)
 		}
 	}
-	c.mu.affinity = affinity
-	for _, name := range c.mu.order {
-		ts := c.mu.targets[name]
-		r := ts.last
-		if r == nil {
-			continue
-		}
-		role := ts.target.Role
-		if role == RoleGateway {
-			gauge := func(a *acc, o opt, src string) {
-				if o.ok {
-					a.add(ts, o.v, src)
-				}
-			}
-			gauge(&ws, r.workingSet, gwWorkingSet)
-			gauge(&live, r.live, gwLive)
-			gauge(&inCall, r.inCall, gwInCall)
-			gauge(&queued, r.queued, gwQueued)
-			gauge(&budget, r.budget, gwBudget)
-			gauge(&reserved, r.reserved, gwReserved)
-			rate(&arrivals, ts, r.arrivals, ts.arrivals)
-			rate(&completions, ts, r.completions, ts.completions)
-			continue
-		}
+	s.publish(c.mu.values)
+}
 
-		if role.prefillSide() {
-			if r.capacity.ok {
-				v, src := r.capacity.v, r.capacitySrc
-				if r.hostCapacity.ok {
-					v += r.hostCapacity.v
-					src += "+" + sgHostTotal
-				}
-				capEngine.add(ts, v, src)
-			}
-			if r.hit.ok {
-				if ts.hit.ok {
-					h, t := ts.hit.r[0], ts.hit.r[1]
-					// cached_tokens can exceed prompt_tokens (decode radix double counting in
-					// some versions): never more hits than prompt tokens.
-					h = min(h, t)
-					hits.add(ts, h, r.hit.source)
-					total.add(ts, t, r.hit.source)
-				} else {
-					hits.block(ts, r.hit.source)
-				}
-			}
-			if r.dialect == DialectSGLang && r.used.ok && r.evictable.ok {
-				wsEst.add(ts, r.used.v+r.evictable.v, "kv_used+kv_evictable")
-			}
-		}
-		if role == RoleDecode {
-			switch {
-			case r.lent.ok:
-				capLent.add(ts, r.lent.v, simLent)
-			case affinity && r.evictable.ok:
-				// With sticky routing a session's next call lands on the decode instance that
-				// holds its retained radix KV, which makes that KV a cache tier.
-				capLent.add(ts, r.evictable.v, sgKVEvictable)
-			}
-			if r.available.ok {
-				free.add(ts, r.available.v, r.availableSrc)
-			}
-			if r.used.ok {
-				held.add(ts, r.used.v, r.usedSrc)
-			}
-			if r.capacity.ok {
-				decodeCap.add(ts, r.capacity.v, r.capacitySrc)
-			}
-		}
-		if role.decodeSide() {
-			rate(&calls, ts, r.calls, ts.calls)
-			if r.ttftSrc != "" {
-				if ts.ttftOK {
-					ttft.add(ts.ttftDelta)
-					ttftAcc.note(ts, r.ttftSrc)
-				} else {
-					ttftAcc.block(ts, r.ttftSrc)
-				}
-			}
-		}
-		if r.queue.ok {
-			queue.add(ts, r.queue.v, r.queueSrc)
-		}
-		if r.usage.ok {
-			usage.addMax(ts, r.usage.v, r.usageSrc)
+// affinityLocked is whether a gateway says sticky decode routing is on: decode's retained KV is a
+// cache tier only then, so it is settled before any target is summed.
+func (c *Collector) affinityLocked() bool {
+	for _, name := range c.mu.order {
+		if r := c.mu.targets[name].last; r != nil && r.dialect == DialectGateway && r.affinity.ok && r.affinity.v >= 1 {
+			return true
 		}
 	}
+	return false
+}
 
+// sums are the signals' inputs summed over the targets of one recompute, one accumulator per
+// input, so that each target's reading is read once and each signal is decided once from all.
+type sums struct {
+	ws, wsEst, capEngine, capLent, hits, total                    acc
+	live, inCall, queued, budget, reserved, arrivals, completions acc
+	calls, free, held, decodeCap, queue, usage, ttftAcc           acc
+	ttft                                                          hist
+}
+
+// add sums one target's latest reading (not nil) into the inputs its role provides; affinity is
+// whether decode's retained KV counts as lent.
+func (s *sums) add(ts *targetState, affinity bool) {
+	r, role := ts.last, ts.target.Role
+	if role == RoleGateway {
+		s.addGateway(ts, r)
+		return
+	}
+	if role.prefillSide() {
+		s.addPrefillSide(ts, r)
+	}
+	if role == RoleDecode {
+		s.addDecode(ts, r, affinity)
+	}
+	if role.decodeSide() {
+		s.addDecodeSide(ts, r)
+	}
+	if r.queue.ok {
+		s.queue.add(ts, r.queue.v, r.queueSrc)
+	}
+	if r.usage.ok {
+		s.usage.addMax(ts, r.usage.v, r.usageSrc)
+	}
+}
+
+// addGateway sums the gateway's session gauges and its arrival and completion rates: the
+// working set, the population and the flow are the gateway's to tell.
+func (s *sums) addGateway(ts *targetState, r *reading) {
+	gauge := func(a *acc, o opt, src string) {
+		if o.ok {
+			a.add(ts, o.v, src)
+		}
+	}
+	gauge(&s.ws, r.workingSet, gwWorkingSet)
+	gauge(&s.live, r.live, gwLive)
+	gauge(&s.inCall, r.inCall, gwInCall)
+	gauge(&s.queued, r.queued, gwQueued)
+	gauge(&s.budget, r.budget, gwBudget)
+	gauge(&s.reserved, r.reserved, gwReserved)
+	rate(&s.arrivals, ts, r.arrivals, ts.arrivals)
+	rate(&s.completions, ts, r.completions, ts.completions)
+}
+
+// addPrefillSide sums what an instance that holds prompts' prefixes tells: its cache capacity
+// (with its host tier), its prompt and cached token rates, and the engines' own estimate of the
+// working set for a deployment without a gateway.
+func (s *sums) addPrefillSide(ts *targetState, r *reading) {
+	if r.capacity.ok {
+		v, src := r.capacity.v, r.capacitySrc
+		if r.hostCapacity.ok {
+			v += r.hostCapacity.v
+			src += "+" + sgHostTotal
+		}
+		s.capEngine.add(ts, v, src)
+	}
+	if r.hit.ok {
+		if ts.hit.ok {
+			h, t := ts.hit.r[0], ts.hit.r[1]
+			// cached_tokens can exceed prompt_tokens (decode radix double counting in
+			// some versions): never more hits than prompt tokens.
+			h = min(h, t)
+			s.hits.add(ts, h, r.hit.source)
+			s.total.add(ts, t, r.hit.source)
+		} else {
+			s.hits.block(ts, r.hit.source)
+		}
+	}
+	if r.dialect == DialectSGLang && r.used.ok && r.evictable.ok {
+		s.wsEst.add(ts, r.used.v+r.evictable.v, "kv_used+kv_evictable")
+	}
+}
+
+// addDecode sums a PD decode instance's KV: what it lends to the prefix cache, and its free, held
+// and total KV for the lender.
+func (s *sums) addDecode(ts *targetState, r *reading, affinity bool) {
+	switch {
+	case r.lent.ok:
+		s.capLent.add(ts, r.lent.v, simLent)
+	case affinity && r.evictable.ok:
+		// With sticky routing a session's next call lands on the decode instance that
+		// holds its retained radix KV, which makes that KV a cache tier.
+		s.capLent.add(ts, r.evictable.v, sgKVEvictable)
+	}
+	if r.available.ok {
+		s.free.add(ts, r.available.v, r.availableSrc)
+	}
+	if r.used.ok {
+		s.held.add(ts, r.used.v, r.usedSrc)
+	}
+	if r.capacity.ok {
+		s.decodeCap.add(ts, r.capacity.v, r.capacitySrc)
+	}
+}
+
+// addDecodeSide sums what an instance that finishes model calls tells: the call rate and the
+// TTFT histogram's window.
+func (s *sums) addDecodeSide(ts *targetState, r *reading) {
+	rate(&s.calls, ts, r.calls, ts.calls)
+	if r.ttftSrc != "" {
+		if ts.ttftOK {
+			s.ttft.add(ts.ttftDelta)
+			s.ttftAcc.note(ts, r.ttftSrc)
+		} else {
+			s.ttftAcc.block(ts, r.ttftSrc)
+		}
+	}
+}
+
+// publish writes into values every signal the sums can give now, and leaves the others as they
+// were: a signal with no contributor, or one blocked by a contributor whose window has no rate
+// yet, keeps its last value (and goes stale) rather than read as a sum that dipped.
+func (s sums) publish(values map[Signal]Value) {
 	set := func(sig Signal, a acc, estimated bool) {
 		if a.n > 0 && !a.blocked {
-			c.mu.values[sig] = a.value(a.v, estimated)
+			values[sig] = a.value(a.v, estimated)
 		}
 	}
-	if ws.n > 0 {
-		set(WorkingSet, ws, false)
+	if s.ws.n > 0 {
+		set(WorkingSet, s.ws, false)
 	} else {
-		set(WorkingSet, wsEst, true)
+		set(WorkingSet, s.wsEst, true)
 	}
-	if capEngine.n > 0 {
-		capEngine.merge(capLent)
-		set(CacheCapacity, capEngine, false)
+	if s.capEngine.n > 0 {
+		s.capEngine.merge(s.capLent)
+		set(CacheCapacity, s.capEngine, false)
 	}
-	if hits.n > 0 && !hits.blocked {
+	if s.hits.n > 0 && !s.hits.blocked {
 		// The prompt-token rate is a reading even at 0 (nothing asked); the hit rate of no
 		// tokens is not, so it holds and goes stale while the deployment is quiet.
-		c.mu.values[PromptTokenRate] = total.value(total.v, false)
-		if total.v > 0 {
-			c.mu.values[HitRate] = hits.value(min(1, max(0, hits.v/total.v)), false)
+		values[PromptTokenRate] = s.total.value(s.total.v, false)
+		if s.total.v > 0 {
+			values[HitRate] = s.hits.value(min(1, max(0, s.hits.v/s.total.v)), false)
 		}
 	}
-	set(LiveSessions, live, false)
-	set(SessionsInCall, inCall, false)
-	set(QueuedSessions, queued, false)
-	set(Budget, budget, false)
-	set(Reserved, reserved, false)
-	set(ArrivalRate, arrivals, false)
-	set(CompletionRate, completions, false)
-	set(CallRate, calls, false)
-	set(DecodeFree, free, false)
-	set(DecodeReserved, held, false)
-	set(DecodeCapacity, decodeCap, false)
-	set(EngineQueue, queue, false)
-	set(KVUsageMax, usage, false)
-	if ttftAcc.n > 0 && !ttftAcc.blocked {
-		p50, ok50 := quantile(0.5, ttft)
-		p99, ok99 := quantile(0.99, ttft)
+	set(LiveSessions, s.live, false)
+	set(SessionsInCall, s.inCall, false)
+	set(QueuedSessions, s.queued, false)
+	set(Budget, s.budget, false)
+	set(Reserved, s.reserved, false)
+	set(ArrivalRate, s.arrivals, false)
+	set(CompletionRate, s.completions, false)
+	set(CallRate, s.calls, false)
+	set(DecodeFree, s.free, false)
+	set(DecodeReserved, s.held, false)
+	set(DecodeCapacity, s.decodeCap, false)
+	set(EngineQueue, s.queue, false)
+	set(KVUsageMax, s.usage, false)
+	if s.ttftAcc.n > 0 && !s.ttftAcc.blocked {
+		p50, ok50 := quantile(0.5, s.ttft)
+		p99, ok99 := quantile(0.99, s.ttft)
 		if ok50 && ok99 {
-			c.mu.values[TTFTp50] = ttftAcc.value(p50, false)
-			c.mu.values[TTFTp99] = ttftAcc.value(p99, false)
+			values[TTFTp50] = s.ttftAcc.value(p50, false)
+			values[TTFTp99] = s.ttftAcc.value(p99, false)
 		}
 	}
 }

@@ -407,9 +407,9 @@ func TestStatusWhileStepping(t *testing.T) {
 	assert.NotEmpty(t, e.gw.Budgets(), "the loop acted meanwhile")
 }
 
-// TestKneeReestimateWhileStepping runs the knee_reestimate cron job while the loop steps. Under
-// -race it fails: detector.Passive has no lock, and ReestimateKnee (cron goroutine) reads
-// d.passive.Points() while Step (loop goroutine) calls d.passive.Observe — see the report.
+// TestKneeReestimateWhileStepping runs the knee_reestimate cron job while the loop steps: under
+// -race it would fail if ReestimateKnee (cron goroutine) read the detector's learnt points
+// without the lock Step (loop goroutine) learns under.
 func TestKneeReestimateWhileStepping(t *testing.T) {
 	e := newEnv(t, "")
 	d := e.daemon()

@@ -105,18 +105,16 @@ func (d *Daemon) DailySummary() {
 	d.mu.Unlock()
 }
 
-// ReestimateKnee fits the knee on the (W/C, hit rate) observations the daemon has learnt from
-// (outside trapped and recovering) and, when the fit found a drop and differs from the calibration
-// file's by more than 0.05, writes the new knee and plateau back to the file; the detector reads
-// it at its next start. Without a calibration file there is nothing to write: the detector learns
-// the same way by itself.
+// ReestimateKnee fits the knee on the (W/C, hit rate) points the detector has learnt (outside
+// trapped and recovering) and, when the fit found a drop and differs from the calibration file's
+// by more than 0.05, writes the new knee and plateau back to the file and hands them to the
+// detector. Without a calibration file there is nothing to write: the detector judges by what it
+// learns all along.
 func (d *Daemon) ReestimateKnee() {
 	if d.cal == nil || d.cfg.Calibration == "" {
 		return
 	}
-	d.loop.Lock()
-	pts := d.passive.Points()
-	d.loop.Unlock()
+	pts := d.det.LearntPoints() // whole steps' worth: the detector learns under its lock
 	k, err := detector.FitKnee(pts)
 	if err != nil || k.BeyondRange {
 		d.log.Info("knee re-estimation: not enough of the curve seen yet", "err", err)

@@ -87,8 +87,8 @@ type Options struct {
 // Daemon is one running basin daemon.
 type Daemon struct {
 	cfg *Config
-	// loop serialises the loop's state (policy, passive learner) between Step and the other
-	// goroutines that must read or save it consistently (pause, cron).
+	// loop serialises the loop's state (policy) between Step and the other goroutines that must
+	// read or save it consistently (pause, cron).
 	loop sync.Mutex
 
 	closeOnce sync.Once
@@ -112,9 +112,9 @@ type Daemon struct {
 	rcv   *alerts.Receiver
 	slack *notify.Notifier
 	gw    GatewayAPI
-	cal   *detector.Calibration
-	// passive re-estimates the knee from live observations for the cron job.
-	passive *detector.Passive
+	// cal is the calibration the detector judges by; the cron job re-estimates its knee from what
+	// the detector learnt (detector.LearntPoints).
+	cal *detector.Calibration
 
 	metrics *metrics
 	gather  prometheus.Gatherer
@@ -203,155 +203,240 @@ func CollectorDefaults(interval time.Duration) (timeout, window time.Duration) {
 // the audit log and the state, and fails on anything it cannot use rather than start half-blind.
 func New(cfg *Config, o Options) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: o.Logger, clock: o.Clock, gather: o.Gatherer}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
+	reg := d.fillDefaults(o.Registerer)
+	if err := d.readFiles(); err != nil {
+		return nil, err
 	}
-	if d.clock == nil {
-		d.clock = wallClock{}
-	}
-	reg := o.Registerer
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, d.gather = r, r
+	if err := d.newObserver(o.HTTPClient, reg); err != nil {
+		return nil, err
 	}
 	var err error
-	if d.token, err = secret.FileOrEnv(cfg.TokenFile, TokenEnv, os.Getenv); err != nil {
-		return nil, fmt.Errorf("token_file: %w", err)
-	}
-	if d.token == "" {
-		return nil, fmt.Errorf("token_file: no control API token (set token_file or %s)", TokenEnv)
-	}
-	if f := cfg.WebConfigFile; f != "" {
-		if err := web.Validate(f); err != nil {
-			return nil, fmt.Errorf("web_config_file %s: %w", f, err)
-		}
-	}
-	if cfg.Calibration != "" {
-		if d.cal, err = detector.LoadCalibration(cfg.Calibration); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				// Named but absent: not a reason to guess the knee quietly, but say what to do.
-				return nil, fmt.Errorf("calibration: %w (write it with `basin calibrate -o %s`, "+
-					"or remove the key to learn the knee passively)", err, cfg.Calibration)
-			}
-			return nil, fmt.Errorf("calibration: %w", err)
-		}
-	}
-	if d.passive, err = detector.NewPassive(detector.PassiveOptions{}); err != nil {
-		return nil, err
-	}
-	// The collector reads its counters against the daemon's clock, so rates are per second of it;
-	// a zero timeout or window is derived from the interval by the collector (CollectorDefaults).
-	d.col, err = collector.New(collector.Options{Targets: cfg.Collector.Targets, TargetFile: cfg.Collector.TargetFile,
-		Interval: time.Duration(cfg.Interval), Timeout: time.Duration(cfg.Collector.Timeout), Window: time.Duration(cfg.Collector.Window),
-		HTTPClient: o.HTTPClient, Logger: d.log.With("component", "collector"), Registerer: reg,
-		Now: d.clock.Now, WallDuration: d.clock.WallDuration})
-	if err != nil {
-		return nil, err // the collector's errors name it
-	}
-	if err := d.col.Declare("detector", detector.Needs()...); err != nil {
-		return nil, fmt.Errorf("collector: %w", err)
-	}
-	// Said once at start, before the first step: a signal no configured target can provide
-	// shows otherwise only as a detector that stays blind, with no hint of which target is missing.
-	for _, p := range d.col.Check() {
-		d.log.Warn("collector: the configured targets cannot provide a signal the detector needs", "problem", p.String())
-	}
-	if d.det, err = detector.New(detector.Options{Calibration: d.cal, OverloadHold: time.Duration(cfg.Detector.OverloadHold)}); err != nil {
-		return nil, err
-	}
 	if d.pol, err = remediate.NewPolicy(cfg.Remediate); err != nil {
 		return nil, err
 	}
-	d.gw = o.Gateway
-	if d.gw == nil && cfg.Gateway.AdminURL != "" {
-		tok, err := secret.FileOrEnv(cfg.Gateway.TokenFile, GatewayTokenEnv, os.Getenv)
-		if err != nil {
-			return nil, fmt.Errorf("gateway.token_file: %w", err)
-		}
-		// Shedding takes one session at a time: the queue's tail is enough, whatever its length.
-		c, err := client.New(client.Options{BaseURL: cfg.Gateway.AdminURL, Token: tok, HTTPClient: o.HTTPClient, QueueTail: 16})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		d.gw = c
+	if d.gw, err = newGateway(cfg.Gateway, o.Gateway, o.HTTPClient); err != nil {
+		return nil, err
 	}
-	if cfg.Store.Enabled() {
-		if err := d.newHA(o.Instance, reg); err != nil {
-			return nil, err
-		}
-		if d.gw != nil {
-			// Every write then carries the step's term and a 409 for a stale one ends it.
-			d.gw = termGateway{GatewayAPI: d.gw, d: d}
-		}
-	} else if o.Instance != "" {
-		return nil, errors.New("instance: needs store.url: it names this daemon in the store's lease")
+	if err := d.joinStore(o.Instance, reg); err != nil {
+		return nil, err
 	}
-	if d.lend, err = lender.New(lender.Options{MaxFraction: cfg.Lending.MaxFraction, MinDwell: time.Duration(cfg.Lending.MinDwell)}); err != nil {
-		return nil, fmt.Errorf("lending: %w", err)
-	}
-	if be := cfg.Lending.Backend; be.Kind != "" {
-		var wire lender.Wiring
-		if be.Kind == lender.KindAffinity {
-			if d.gw == nil {
-				return nil, errors.New("lending.backend: affinity needs gateway.admin_url")
-			}
-			wire.Affinity = d.gw
-		}
-		if d.lendBE, err = lender.NewBackend(be, wire); err != nil {
-			return nil, fmt.Errorf("lending.backend: %w", err)
-		}
+	if err := d.newLending(); err != nil {
+		return nil, err
 	}
 	if err := d.newOutlets(reg); err != nil {
 		return nil, err
 	}
 	// Everything the configuration names has been read and checked: only now is anything created,
 	// so a configuration that does not validate leaves no data directory or lock behind.
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data_dir: %w", err)
-	}
-	if d.unlock, err = lockDataDir(cfg.DataDir); err != nil {
+	if err := d.openDataDir(reg); err != nil {
 		return nil, err
 	}
-	built := false
+	return d, nil
+}
+
+// fillDefaults gives the daemon what its caller may leave out — a logger that discards, the wall
+// clock, a registry of its own that it also gathers — so that an embedder or a test passes only
+// what it cares about. It returns the registerer to register on.
+func (d *Daemon) fillDefaults(reg prometheus.Registerer) prometheus.Registerer {
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.clock == nil {
+		d.clock = wallClock{}
+	}
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, d.gather = r, r
+	}
+	return reg
+}
+
+// readFiles reads the files the configuration names besides the targets: the control API's token
+// (without one the API would be open), the web configuration (checked here so that a typo fails
+// at start, not at the first request) and the calibration, whose absence is said with the way to
+// fix it rather than taken as a reason to guess the knee.
+func (d *Daemon) readFiles() error {
+	cfg := d.cfg
+	var err error
+	if d.token, err = secret.FileOrEnv(cfg.TokenFile, TokenEnv, os.Getenv); err != nil {
+		return fmt.Errorf("token_file: %w", err)
+	}
+	if d.token == "" {
+		return fmt.Errorf("token_file: no control API token (set token_file or %s)", TokenEnv)
+	}
+	if f := cfg.WebConfigFile; f != "" {
+		if err := web.Validate(f); err != nil {
+			return fmt.Errorf("web_config_file %s: %w", f, err)
+		}
+	}
+	if cfg.Calibration != "" {
+		if d.cal, err = detector.LoadCalibration(cfg.Calibration); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// Named but absent: not a reason to guess the knee quietly, but say what to do.
+				return fmt.Errorf("calibration: %w (write it with `basin calibrate -o %s`, "+
+					"or remove the key to learn the knee passively)", err, cfg.Calibration)
+			}
+			return fmt.Errorf("calibration: %w", err)
+		}
+	}
+	return nil
+}
+
+// newObserver builds what the daemon sees with: the collector, told what the detector needs so
+// that a target that cannot provide it is named at start, and the detector.
+func (d *Daemon) newObserver(hc *http.Client, reg prometheus.Registerer) error {
+	cfg := d.cfg
+	// The collector reads its counters against the daemon's clock, so rates are per second of it;
+	// a zero timeout or window is derived from the interval by the collector (CollectorDefaults).
+	var err error
+	d.col, err = collector.New(collector.Options{Targets: cfg.Collector.Targets, TargetFile: cfg.Collector.TargetFile,
+		Interval: time.Duration(cfg.Interval), Timeout: time.Duration(cfg.Collector.Timeout), Window: time.Duration(cfg.Collector.Window),
+		HTTPClient: hc, Logger: d.log.With("component", "collector"), Registerer: reg,
+		Now: d.clock.Now, WallDuration: d.clock.WallDuration})
+	if err != nil {
+		return err // the collector's errors name it
+	}
+	if err := d.col.Declare("detector", detector.Needs()...); err != nil {
+		return fmt.Errorf("collector: %w", err)
+	}
+	// Said once at start, before the first step: a signal no configured target can provide
+	// shows otherwise only as a detector that stays blind, with no hint of which target is missing.
+	for _, p := range d.col.Check() {
+		d.log.Warn("collector: the configured targets cannot provide a signal the detector needs", "problem", p.String())
+	}
+	d.det, err = detector.New(detector.Options{Calibration: d.cal, OverloadHold: time.Duration(cfg.Detector.OverloadHold)})
+	return err
+}
+
+// newGateway is the gateway's admin API the daemon acts through: the one the caller gave (a test's
+// fake, an embedder's), else a client of gateway.admin_url, else none (the daemon then watches
+// and decides, and acts on nothing that needs the gateway).
+func newGateway(cfg GatewayConfig, given GatewayAPI, hc *http.Client) (GatewayAPI, error) {
+	if given != nil || cfg.AdminURL == "" {
+		return given, nil
+	}
+	tok, err := secret.FileOrEnv(cfg.TokenFile, GatewayTokenEnv, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("gateway.token_file: %w", err)
+	}
+	// Shedding takes one session at a time: the queue's tail is enough, whatever its length.
+	c, err := client.New(client.Options{BaseURL: cfg.AdminURL, Token: tok, HTTPClient: hc, QueueTail: 16})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	return c, nil
+}
+
+// joinStore enters the campaign for the store's lease when there is a store, and makes every write
+// to the gateway carry the step's term so that a 409 for a stale one ends it. An instance name
+// without a store names nothing and is refused rather than ignored.
+func (d *Daemon) joinStore(instance string, reg prometheus.Registerer) error {
+	if !d.cfg.Store.Enabled() {
+		if instance != "" {
+			return errors.New("instance: needs store.url: it names this daemon in the store's lease")
+		}
+		return nil
+	}
+	if err := d.newHA(instance, reg); err != nil {
+		return err
+	}
+	if d.gw != nil {
+		d.gw = termGateway{GatewayAPI: d.gw, d: d}
+	}
+	return nil
+}
+
+// newLending builds the lender and, when one is configured, the backend that applies its switch;
+// the affinity backend switches the gateway's affinity, so it needs a gateway.
+func (d *Daemon) newLending() error {
+	cfg := d.cfg.Lending
+	var err error
+	if d.lend, err = lender.New(lender.Options{MaxFraction: cfg.MaxFraction, MinDwell: time.Duration(cfg.MinDwell)}); err != nil {
+		return fmt.Errorf("lending: %w", err)
+	}
+	be := cfg.Backend
+	if be.Kind == "" {
+		return nil
+	}
+	var wire lender.Wiring
+	if be.Kind == lender.KindAffinity {
+		if d.gw == nil {
+			return errors.New("lending.backend: affinity needs gateway.admin_url")
+		}
+		wire.Affinity = d.gw
+	}
+	if d.lendBE, err = lender.NewBackend(be, wire); err != nil {
+		return fmt.Errorf("lending.backend: %w", err)
+	}
+	return nil
+}
+
+// openDataDir creates and locks the data directory, opens the audit log and the history in it,
+// builds what acts (metrics, executor, remediation loop) and restores the state saved there. On
+// failure it releases the lock and the store's client it holds, so that a New that failed leaves
+// the directory to the next one.
+func (d *Daemon) openDataDir(reg prometheus.Registerer) (err error) {
+	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	if d.unlock, err = lockDataDir(d.cfg.DataDir); err != nil {
+		return err
+	}
 	defer func() {
-		if !built {
+		if err != nil {
 			_ = d.unlock()
 			if d.ha != nil {
 				_ = d.ha.client.Close()
 			}
 		}
 	}()
-	var warn string
-	if d.audit, warn, err = d.openAudit(); err != nil {
-		return nil, err
+	if err := d.openLogs(); err != nil {
+		return err
 	}
-	ok := false
 	defer func() {
-		if !ok {
-			_ = d.audit.Close() // New failed after opening the log
+		if err != nil { // New failed after opening the logs
+			_ = d.hist.close()
+			_ = d.audit.Close()
 		}
 	}()
-	if warn != "" {
-		d.log.Warn(warn)
+	if err := d.newActing(reg); err != nil {
+		return err
 	}
-	hist, pts, warn, err := openHistory(historyPath(cfg.DataDir))
+	d.initLoop()
+	return d.restore()
+}
+
+// openLogs opens the audit log and the status page's history, saying what either had to skip; a
+// history that fails closes the audit log again.
+func (d *Daemon) openLogs() error {
+	audit, warn, err := d.openAudit()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer func() {
-		if !ok {
-			_ = hist.close()
-		}
-	}()
 	if warn != "" {
 		d.log.Warn(warn)
 	}
-	d.hist, d.mu.history = hist, pts
+	hist, pts, warn, err := openHistory(historyPath(d.cfg.DataDir))
+	if err != nil {
+		_ = audit.Close()
+		return err
+	}
+	if warn != "" {
+		d.log.Warn(warn)
+	}
+	d.audit, d.hist, d.mu.history = audit, hist, pts
+	return nil
+}
+
+// newActing registers the daemon's metrics and builds the executor, wired to the gateway and the
+// lending backend there are, and the remediation loop: lending is decided only when there is a
+// backend to apply it.
+func (d *Daemon) newActing(reg prometheus.Registerer) error {
 	d.metrics = newMetrics(d)
 	if err := reg.Register(d.metrics); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return fmt.Errorf("metrics: %w", err)
 	}
-	ex := remediate.ExecutorOptions{Audit: d.audit, DryRun: cfg.DryRun, Notify: d.notifyAction, Registerer: reg,
+	ex := remediate.ExecutorOptions{Audit: d.audit, DryRun: d.cfg.DryRun, Notify: d.notifyAction, Registerer: reg,
 		Logger: d.log.With("component", "executor")}
 	if d.gw != nil {
 		act := gatewayActuator{gw: d.gw, log: d.log.With("component", "gateway")}
@@ -363,26 +448,26 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 			ex.Lending = termLending{Lending: ex.Lending, d: d}
 		}
 	}
+	var err error
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
-		return nil, err
+		return err
 	}
-	var lend *lender.Lender // lending is decided only when there is a backend to apply it
+	var lend *lender.Lender
 	if d.lendBE != nil {
 		lend = d.lend
 	}
-	if d.rem, err = remediate.NewLoop(d.pol, lend, d.exec); err != nil {
-		return nil, err
-	}
+	d.rem, err = remediate.NewLoop(d.pol, lend, d.exec)
+	return err
+}
+
+// initLoop sets the loop's starting bookkeeping: the rate limits of its logs, and a summary
+// period that starts now with no time in any state.
+func (d *Daemon) initLoop() {
 	d.authFailures.Every = authLogEvery
 	d.gwLog = failureLog{down: "unreachable; basin is blind to it and takes no action that needs it"}
 	d.histLog = failureLog{down: "not written; the status page's history will miss these steps after a restart"}
 	d.mu.timeInState = map[detector.State]time.Duration{}
 	d.mu.summaryFrom = d.clock.Now()
-	if err := d.restore(); err != nil {
-		return nil, err
-	}
-	ok, built = true, true
-	return d, nil
 }
 
 // openAudit opens audit.jsonl in the data directory: the audit log itself, or with a store the
@@ -677,9 +762,6 @@ func (d *Daemon) Step(ctx context.Context) {
 	snap := d.col.SnapshotAt(d.clock.Now())
 	now := snap.At
 	a := d.det.Step(snap)
-	if a.Blind == nil && a.HitEvidence.Enough && a.State != detector.Trapped && a.State != detector.Recovering {
-		d.passive.Observe(a.WorkingSetOverCache, a.HitRate)
-	}
 	if tr := a.Transition; tr != nil && acting { // the standby watches too; one daemon posts
 		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
 		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,

@@ -202,36 +202,55 @@ func Overview() (Dashboard, error) {
 		[]string{"basin"})
 	b.variable(labelVariable("job", "job", `{__name__=~"basin_.+|sglang:.+|vllm:.+"}`,
 		"The scrape jobs of one deployment: its basin daemon, gateway and engines (All: every job exporting basin, SGLang or vLLM metrics)."))
-	j := jobMatch
+	actions := sel("basin_remediation_actions_total", jobMatch)
+	overviewAnnotations(b, actions)
+	trapRow(b)
+	remediationRow(b, actions)
+	lendingRow(b)
+	return b.build()
+}
 
-	// Annotations: every remediation action and every detector transition, on every panel. A
-	// counter series appears at its first increment, which changes() cannot see, hence the
-	// "unless … offset" term for series younger than a minute. Values are 1: Grafana makes events
-	// of positive values (before Grafana 10, of values equal to 1 only).
-	actions := sel("basin_remediation_actions_total", j)
+// overviewAnnotations marks every remediation action (actions, their counter's selector) and every
+// detector transition on every panel, so that any curve reads against what basin did and thought.
+// A counter series appears at its first increment, which changes() cannot see, hence the "unless
+// … offset" term for series younger than a minute. Values are 1: Grafana makes events of positive
+// values (before Grafana 10, of values equal to 1 only).
+func overviewAnnotations(b *board, actions string) {
 	b.annotation(annotation("Remediation actions", "orange",
 		fmt.Sprintf("clamp_max(sum by (kind, outcome) ((changes(%s[1m]) > 0) or (%s unless %s offset 1m)), 1)",
 			actions, actions, actions),
 		"{{kind}} {{outcome}}", "kind,outcome"))
-	state := sel("basin_state", j)
+	state := sel("basin_state", jobMatch)
 	b.annotation(annotation("Detector transitions", "red",
 		fmt.Sprintf("(%s == 1) unless (%s offset 1m == 1)", state, state),
 		"{{deployment}} → {{state}}", "state"))
+}
 
-	b.row("The trap")
-	// One row per deployment: the current state's code, from the one-hot basin_state{state}.
+// stateCode is the detector's state as one number per deployment (job: the job matcher), and the
+// mappings that show each number as the state's name: basin_state is one-hot over {state}, and a
+// state timeline draws one series per row. Blind (basin_blind 1: a needed signal or the gateway's
+// admin API unseen) outranks the state the detector holds meanwhile, which is not a reading.
+func stateCode(job string) (string, []valueText) {
 	states := []string{"healthy", "pressure", "drifting", "trapped", "recovering"}
 	colors := []string{"green", "yellow", "orange", "red", "blue"}
 	var codes []string
-	var stateMap []valueText
+	var mapping []valueText
 	for i, s := range states {
-		codes = append(codes, fmt.Sprintf(`%d * (%s == 1)`, i, sel("basin_state", j, `state="`+s+`"`)))
-		stateMap = append(stateMap, valueText{value: fmt.Sprint(i), text: s, color: colors[i]})
+		codes = append(codes, fmt.Sprintf(`%d * (%s == 1)`, i, sel("basin_state", job, `state="`+s+`"`)))
+		mapping = append(mapping, valueText{value: fmt.Sprint(i), text: s, color: colors[i]})
 	}
-	// Blind (basin_blind 1: a needed signal or the gateway's admin API unseen) outranks the state
-	// the detector holds meanwhile, which is not a reading.
-	codes = append(codes, fmt.Sprintf(`%d * (%s == 1)`, len(states), sel("basin_blind", j)))
-	stateMap = append(stateMap, valueText{value: fmt.Sprint(len(states)), text: "blind", color: "text"})
+	codes = append(codes, fmt.Sprintf(`%d * (%s == 1)`, len(states), sel("basin_blind", job)))
+	mapping = append(mapping, valueText{value: fmt.Sprint(len(states)), text: "blind", color: "text"})
+	return "max by (deployment) (" + strings.Join(codes, " or ") + ")", mapping
+}
+
+// trapRow is the trap itself, each quantity against the line it must stay under: the detector's
+// state, the working set against the knee, the hit rate against its plateau, N against the
+// equilibria, arrivals against completions, and the spike the deployment would still absorb.
+func trapRow(b *board) {
+	j := jobMatch
+	b.row("The trap")
+	code, stateMap := stateCode(j)
 	b.panel(stateTimeline("Detector state",
 		"basin's detector, with hysteresis: healthy; pressure (the working set near the knee, hit rate still on its "+
 			"plateau); drifting (the hit rate leaving its plateau, or sessions piling up near the knee); trapped (the "+
@@ -239,7 +258,7 @@ func Overview() (Dashboard, error) {
 			"daemon cannot see a signal it needs or the gateway (the state it holds then is not a reading). "+
 			"Utilisation, queue length and KV usage can look healthy throughout.",
 		5, valueMappings(stateMap...),
-		target{"max by (deployment) (" + strings.Join(codes, " or ") + ")", "{{deployment}}"}))
+		target{code, "{{deployment}}"}))
 
 	b.panel(timeSeries("Working set vs knee vs capacity",
 		"W/C: the live sessions' contexts over the prefix cache's capacity (prefill pools, host tiers and lent decode KV). "+
@@ -301,7 +320,12 @@ func Overview() (Dashboard, error) {
 		Min(0).
 		OverrideByQuery("B", props(dashed(), fixedColor("orange"))).
 		OverrideByQuery("C", append(rightAxis("sessions"), unitProp("short"))))
+}
 
+// remediationRow is what basin does about the trap (actions, their counter's selector): the
+// gateway's budget against the reference, the actions and refusals, and the admission queue.
+func remediationRow(b *board, actions string) {
+	j := jobMatch
 	b.row("Admission and remediation")
 	b.panel(timeSeries("Budget vs reserved",
 		"The gateway's admission budget B, the live sessions' demands on it, basin's reference budget "+
@@ -347,7 +371,12 @@ func Overview() (Dashboard, error) {
 		target{quantile("0.5", "basin_gateway_queue_wait_seconds", "instance", j), "p50 admitted {{instance}}"},
 		target{quantile("0.99", "basin_gateway_queue_wait_seconds", "instance", j), "p99 admitted {{instance}}"}).
 		Min(0))
+}
 
+// lendingRow is the rest of what the operator weighs: KV lent by decode, what users wait for their
+// first token, and which signals basin can read (a signal it cannot read is never taken as zero).
+func lendingRow(b *board) {
+	j := jobMatch
 	b.row("Lending, latency and signals")
 	decode := []string{j, `engine_type="decode"`}
 	b.panel(timeSeries("KV lending",
@@ -381,8 +410,6 @@ func Overview() (Dashboard, error) {
 			"the budget controller does not loosen while one it needs is down.",
 		9, valueMappings(valueText{"1", "ok", "green"}, valueText{"0", "stale or missing", "red"}),
 		target{sel("basin_signal_up", j), "{{signal}}"}))
-
-	return b.build()
 }
 
 // Engines builds "basin — engines".
@@ -397,9 +424,19 @@ func Engines() (Dashboard, error) {
 		"SGLang's engine_type: prefill, decode or unified (vLLM series have no pool)."))
 	b.variable(labelVariable("instance", "instance",
 		`{__name__=~"sglang:num_running_reqs|vllm:num_requests_running", job=~"$job"}`, "The engine instances."))
+	sglangRow(b)
+	vllmRow(b)
+	return b.build()
+}
 
+// with is base and extra as a new slice: matchers shared by a row's panels stay unchanged.
+func with(base []string, extra ...string) []string {
+	return append(append([]string(nil), base...), extra...)
+}
+
+// sglangRow is one SGLang instance's panels, filtered by job, instance and pool.
+func sglangRow(b *board) {
 	sg := []string{jobMatch, instMatch, poolMatch}
-	with := func(base []string, extra ...string) []string { return append(append([]string(nil), base...), extra...) }
 	// Queue gauges carry the total under priority="" when priority scheduling is on, and per
 	// priority under priority="<n>"; priority="" also matches series without the label.
 	queue := func(metric string) string { return perInstance(sel(metric, with(sg, `priority=""`)...)) }
@@ -434,26 +471,11 @@ func Engines() (Dashboard, error) {
 		Min(0).Max(1).
 		OverrideByQuery("B", props(dashed())))
 
-	// Prefill and unified instances only: decode's counters double-count with the decode radix
-	// cache. Preference order as the collector's: prefill_effective_tokens_total, then
-	// realtime_tokens_total, then cached/prompt tokens (clamped, cache_source="total" only when
-	// it is the only source).
-	pre := with(sg, `engine_type!="decode"`)
-	sumRate := func(metric string, extra ...string) string {
-		return "sum by (instance) (" + rate(sel(metric, with(pre, extra...)...)) + ")"
-	}
-	hitRate := "(" + sumRate("sglang:prefill_effective_tokens_total", `mode=~".+_hit"`) + " / " +
-		sumRate("sglang:prefill_effective_tokens_total") + ") or (" +
-		sumRate("sglang:realtime_tokens_total", `mode="prefill_cache"`) + " / " +
-		sumRate("sglang:realtime_tokens_total", `mode=~"prefill_cache|prefill_compute"`) + ") or clamp_max((" +
-		sumRate("sglang:cached_tokens_total", `cache_source!="total"`) + " or " +
-		sumRate("sglang:cached_tokens_total", `cache_source="total"`) + ") / " +
-		sumRate("sglang:prompt_tokens_total") + ", 1)"
 	b.panel(timeSeries("Prefix hit rate",
 		"Cached prompt tokens over all prompt tokens on prefill (and unified) instances, from counter rates over the "+
 			"rate interval. Never sglang:cache_hit_rate: that gauge is the last prefill batch's rate (0 on decode).",
 		"percentunit", 8,
-		target{hitRate, "{{instance}}"}).
+		target{sglangHitRate(sg), "{{instance}}"}).
 		Min(0).Max(1))
 
 	b.panel(timeSeries("Time to first token",
@@ -484,7 +506,29 @@ func Engines() (Dashboard, error) {
 		target{"sum by (instance) (" + rate(sel("sglang:generation_tokens_total", sg...)) + ")", "{{instance}} generated"}).
 		AxisLabel("tokens/s").
 		Min(0))
+}
 
+// sglangHitRate is the prefix hit rate per instance from counter rates, sg the row's matchers. On
+// prefill and unified instances only: decode's counters double-count with the decode radix
+// cache. Preference order as the collector's: prefill_effective_tokens_total, then
+// realtime_tokens_total, then cached/prompt tokens (clamped, cache_source="total" only when it is
+// the only source).
+func sglangHitRate(sg []string) string {
+	pre := with(sg, `engine_type!="decode"`)
+	sumRate := func(metric string, extra ...string) string {
+		return "sum by (instance) (" + rate(sel(metric, with(pre, extra...)...)) + ")"
+	}
+	return "(" + sumRate("sglang:prefill_effective_tokens_total", `mode=~".+_hit"`) + " / " +
+		sumRate("sglang:prefill_effective_tokens_total") + ") or (" +
+		sumRate("sglang:realtime_tokens_total", `mode="prefill_cache"`) + " / " +
+		sumRate("sglang:realtime_tokens_total", `mode=~"prefill_cache|prefill_compute"`) + ") or clamp_max((" +
+		sumRate("sglang:cached_tokens_total", `cache_source!="total"`) + " or " +
+		sumRate("sglang:cached_tokens_total", `cache_source="total"`) + ") / " +
+		sumRate("sglang:prompt_tokens_total") + ", 1)"
+}
+
+// vllmRow is one vLLM instance's panels, filtered by job and instance (vLLM has no pools).
+func vllmRow(b *board) {
 	vl := []string{jobMatch, instMatch}
 	vsum := func(metric string) string { return "sum by (instance) (" + sel(metric, vl...) + ")" }
 	vrate := func(metric string) string { return "sum by (instance) (" + rate(sel(metric, vl...)) + ")" }
@@ -523,16 +567,11 @@ func Engines() (Dashboard, error) {
 		target{quantile("0.99", "vllm:time_to_first_token_seconds", "instance", vl...), "{{instance}} p99"}).
 		Min(0))
 
-	itl := func(q string) string {
-		return fmt.Sprintf("histogram_quantile(%s, sum by (instance, le) (%s) or sum by (instance, le) (%s))", q,
-			rate(sel("vllm:inter_token_latency_seconds_bucket", vl...)),
-			rate(sel("vllm:time_per_output_token_seconds_bucket", vl...)))
-	}
 	b.panel(timeSeries("Inter-token latency",
 		"Per instance (vllm:time_per_output_token_seconds on older vLLM).",
 		"s", 8,
-		target{itl("0.5"), "{{instance}} p50"},
-		target{itl("0.99"), "{{instance}} p99"}).
+		target{vllmITL("0.5", vl), "{{instance}} p50"},
+		target{vllmITL("0.99", vl), "{{instance}} p99"}).
 		Min(0))
 
 	b.panel(timeSeries("Request throughput",
@@ -548,6 +587,12 @@ func Engines() (Dashboard, error) {
 		target{vrate("vllm:generation_tokens_total"), "{{instance}} generated"}).
 		AxisLabel("tokens/s").
 		Min(0))
+}
 
-	return b.build()
+// vllmITL is the q-quantile of the inter-token latency per instance, vl the row's matchers: newer
+// vLLM names the histogram inter_token_latency_seconds, older time_per_output_token_seconds.
+func vllmITL(q string, vl []string) string {
+	return fmt.Sprintf("histogram_quantile(%s, sum by (instance, le) (%s) or sum by (instance, le) (%s))", q,
+		rate(sel("vllm:inter_token_latency_seconds_bucket", vl...)),
+		rate(sel("vllm:time_per_output_token_seconds_bucket", vl...)))
 }

@@ -446,102 +446,31 @@ func (o Options) evidence(obs observation) Evidence {
 	return e
 }
 
+// assessLocked is one step on a full reading: learn from it, judge the conditions and time them,
+// move the state, and describe where the deployment stands.
 func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
-	o := d.o
 	ratio := obs.w / obs.c
-	ev0 := o.evidence(obs)
-	reading := ev0.Enough
-	if reading && d.o.Calibration == nil && !d.o.DisablePassive && d.mu.state != Trapped && d.mu.state != Recovering {
-		// The collapsed branch of the cache hysteresis is not the knee: learn from the way up only.
-		d.mu.passive.Observe(ratio, obs.hit)
+	ev0 := d.o.evidence(obs)
+	// Without a calibration the knee in use is the learnt one: the reading is learnt first, by the
+	// state the step starts in, so that this step's knee includes it.
+	if d.o.Calibration == nil {
+		d.learnLocked(ev0.Enough, d.mu.state, ratio, obs.hit)
 	}
 	d.mu.fluid.Observe(now, FluidObservation{
 		LiveSessions: obs.n, CallRate: obs.calls, CompletionRate: obs.completion,
 		ArrivalRate: obs.arrival, WorkingSet: obs.w,
 	})
 	knee := d.kneeLocked()
-	out := d.mu.fluid.Outlook(obs.n, knee.Ratio, obs.c)
-	plateau := knee.PlateauHit
-	collapse := min(o.CollapseHit, o.CollapseFraction*plateau)
-	driftLine := plateau - o.DriftDrop
-	recoverLine := collapse + o.CollapseExitMargin
-
-	// Where a trap can be: the working set near the knee (measured), or a cache full to the brim
-	// (the engines' estimate, which cannot exceed C). Below it a low hit rate is a cold cache —
-	// an engine restart, a burst of new sessions — that refills by itself, not a collapse. A
-	// deployment recovering from a trap is the exception: the collapsed branch of the cache's
-	// hysteresis reaches below the knee, so a relapse there counts wherever W is.
-	nearLine := o.DriftNear * knee.Ratio
-	if obs.wEstimated {
-		nearLine = min(nearLine, o.DriftNear)
-	}
-	if d.mu.state == Recovering {
-		nearLine = 0
-	}
-	ev := evaluation{
-		now: now, o: o, obs: obs, ratio: ratio, knee: knee, out: out, evidence: ev0, nearLine: nearLine,
-		plateau: plateau, collapse: collapse, driftLine: driftLine, recoverLine: recoverLine,
-	}
-	// hitAtLeast is whether the hit rate is at least line; with no reading, only a working set
-	// that fits the cache with room (under the pressure exit) vouches for it.
-	roomy := ratio <= o.PressureExit*knee.Ratio
-	hitAtLeast := func(line float64) bool {
-		if reading {
-			return obs.hit >= line
-		}
-		return roomy
-	}
-	lowHit := func(line float64) bool { return reading && obs.hit < line }
-	edgeObserved := out.Equilibria.Unstable != nil && !out.Equilibria.Estimated
-	pastEdge := out.Edge != nil && obs.n > *out.Edge && (edgeObserved || lowHit(driftLine))
-	switch {
-	case !reading:
-		// Neither on nor off the plateau: a quiet window keeps the count where it was.
-	case obs.hit < driftLine:
-		d.mu.plateauSince = time.Time{}
-	case d.mu.plateauSince.IsZero():
-		d.mu.plateauSince = now
-	case now.Sub(d.mu.plateauSince) >= o.PlateauWarmup:
-		d.mu.onPlateau = true
-	}
-	if d.mu.flowAt.IsZero() {
-		d.mu.flowArr, d.mu.flowDone = obs.arrival, obs.completion
-	} else if dt := now.Sub(d.mu.flowAt); dt > 0 {
-		a := 1 - math.Exp(-dt.Seconds()/o.DriftFlowWindow.Seconds())
-		d.mu.flowArr += a * (obs.arrival - d.mu.flowArr)
-		d.mu.flowDone += a * (obs.completion - d.mu.flowDone)
-	}
+	ev := newEvaluation(d.o, now, obs, knee, d.mu.fluid.Outlook(obs.n, knee.Ratio, obs.c), ev0, d.mu.state)
+	d.mu.onPlateau, d.mu.plateauSince = ev.warmPlateau(d.mu.onPlateau, d.mu.plateauSince)
+	d.mu.flowArr, d.mu.flowDone = ev.smoothFlow(d.mu.flowArr, d.mu.flowDone, d.mu.flowAt)
 	d.mu.flowAt = now
 	ev.flowArr, ev.flowDone = d.mu.flowArr, d.mu.flowDone
 	ev.peak, ev.peakSource = d.peakLocked()
 	if !d.mu.onPlateau && !d.mu.cacheRestart.IsZero() {
 		ev.cacheRestart = d.mu.cacheRestart
 	}
-	driftHit := lowHit(driftLine) && d.mu.onPlateau
-	// The flow sign needs the hit rate to corroborate it (at least half the drift drop under the
-	// plateau): a population growing past the knee with the cache still hitting is pressure, not
-	// yet drift.
-	driftFlow := out.ObservedSlope > 0 && d.mu.flowDone < (1-o.DriftFlowMargin)*d.mu.flowArr &&
-		ratio >= o.DriftNear*knee.Ratio && lowHit(plateau-o.DriftDrop/2)
-	var truth [numConds]bool
-	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
-	truth[cOverload] = ev.peak > 0 && obs.arrival > ev.peak
-	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio && !truth[cOverload]
-	truth[cDriftHit] = driftHit
-	truth[cDriftFlow] = driftFlow
-	truth[cDriftClear] = !driftHit && !driftFlow && hitAtLeast(recoverLine) && ratio < knee.Ratio
-	truth[cCollapse] = lowHit(collapse) && ratio >= nearLine
-	truth[cPastEdge] = pastEdge
-	truth[cRecoverable] = hitAtLeast(recoverLine) && ratio < knee.Ratio && !(edgeObserved && obs.n > *out.Edge)
-	truth[cOnPlateau] = hitAtLeast(plateau - o.RecoverTolerance)
-	for c, t := range truth {
-		switch {
-		case !t:
-			d.mu.holds[c] = time.Time{}
-		case d.mu.holds[c].IsZero():
-			d.mu.holds[c] = now
-		}
-	}
+	d.mu.holds = timeHolds(d.mu.holds, ev.conditions(d.mu.onPlateau), now)
 	ev.holds = d.mu.holds
 
 	from := d.mu.state
@@ -551,11 +480,18 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		tr = &Transition{From: from, To: to, At: now, Reasons: why}
 		d.mu.state, d.mu.since = to, now
 	}
+	// With a calibration the learnt points only feed the daemon's re-estimate of it (LearntPoints),
+	// and the reading is learnt by the state the step ends in: the step that enters trapped has
+	// read the collapsed branch already, the one that leaves recovering reads the plateau again.
+	if d.o.Calibration != nil {
+		d.learnLocked(ev0.Enough, d.mu.state, ratio, obs.hit)
+	}
 
+	out := ev.out
 	a := Assessment{
 		At: now, State: d.mu.state, Since: d.mu.since, Transition: tr, ObservedAt: now,
 		Knee: knee, KneeTokens: knee.Ratio * obs.c, WorkingSetOverCache: ratio, HitRate: obs.hit, HitEvidence: ev0,
-		Plateau: plateau, CollapseHit: collapse, LiveSessions: obs.n,
+		Plateau: ev.plateau, CollapseHit: ev.collapse, LiveSessions: obs.n,
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
 		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, LongLambda: out.LongLambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
@@ -563,6 +499,131 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)
 	d.mu.last = a
 	return a
+}
+
+// learnLocked gives the passive learner a reading taken in state s, unless learning is off. The
+// collapsed branch of the cache hysteresis is not the knee: what is read while trapped or
+// recovering is not learnt, only the way up.
+func (d *Detector) learnLocked(reading bool, s State, ratio, hit float64) {
+	if !reading || d.o.DisablePassive || s == Trapped || s == Recovering {
+		return
+	}
+	d.mu.passive.Observe(ratio, hit)
+}
+
+// LearntPoints returns what the passive learner has learnt: one (W/C, hit rate) point per bin
+// with enough samples, in W/C order. The detector learns with a calibration too (though it judges
+// by the calibration's knee) so that the daemon can refit the knee on them and rewrite a
+// calibration the deployment has moved away from; one learner serves both.
+func (d *Detector) LearntPoints() []Point {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mu.passive.Points()
+}
+
+// newEvaluation sets up one step's judgement: the lines the hit rate is held to, and the working
+// set from which a collapse counts, in state s.
+func newEvaluation(o Options, now time.Time, obs observation, knee Knee, out Outlook, ev0 Evidence, s State) evaluation {
+	plateau := knee.PlateauHit
+	collapse := min(o.CollapseHit, o.CollapseFraction*plateau)
+	// Where a trap can be: the working set near the knee (measured), or a cache full to the brim
+	// (the engines' estimate, which cannot exceed C). Below it a low hit rate is a cold cache —
+	// an engine restart, a burst of new sessions — that refills by itself, not a collapse. A
+	// deployment recovering from a trap is the exception: the collapsed branch of the cache's
+	// hysteresis reaches below the knee, so a relapse there counts wherever W is.
+	nearLine := o.DriftNear * knee.Ratio
+	if obs.wEstimated {
+		nearLine = min(nearLine, o.DriftNear)
+	}
+	if s == Recovering {
+		nearLine = 0
+	}
+	return evaluation{
+		now: now, o: o, obs: obs, ratio: obs.w / obs.c, knee: knee, out: out, evidence: ev0, nearLine: nearLine,
+		plateau: plateau, collapse: collapse, driftLine: plateau - o.DriftDrop, recoverLine: collapse + o.CollapseExitMargin,
+	}
+}
+
+// warmPlateau counts the plateau warm-up on from (on, since): drift by hit rate waits until the
+// hit rate has held its plateau for PlateauWarmup, since a cache warming up from empty has not
+// left a plateau it never reached. A quiet window (no reading) keeps the count where it was; a
+// hit rate under the drift line starts it again.
+func (e *evaluation) warmPlateau(on bool, since time.Time) (bool, time.Time) {
+	switch {
+	case !e.evidence.Enough:
+	case e.obs.hit < e.driftLine:
+		since = time.Time{}
+	case since.IsZero():
+		since = e.now
+	case e.now.Sub(since) >= e.o.PlateauWarmup:
+		on = true
+	}
+	return on, since
+}
+
+// smoothFlow moves the arrival and completion rates smoothed over DriftFlowWindow (last smoothed
+// at at; zero: never) to this step's: the flow sign of drift compares the two, and one step's
+// rates are too noisy to. The first reading starts them.
+func (e *evaluation) smoothFlow(arr, done float64, at time.Time) (float64, float64) {
+	if at.IsZero() {
+		return e.obs.arrival, e.obs.completion
+	}
+	if dt := e.now.Sub(at); dt > 0 {
+		a := 1 - math.Exp(-dt.Seconds()/e.o.DriftFlowWindow.Seconds())
+		arr += a * (e.obs.arrival - arr)
+		done += a * (e.obs.completion - done)
+	}
+	return arr, done
+}
+
+// conditions is the truth of each timed condition on this step, with onPlateau whether the
+// plateau warm-up is done. Without a hit-rate reading, a low hit rate is never seen, and only a
+// working set that fits the cache with room (under the pressure exit) vouches for a high one.
+func (e *evaluation) conditions(onPlateau bool) [numConds]bool {
+	o, obs, ratio, knee, out := e.o, e.obs, e.ratio, e.knee, e.out
+	reading := e.evidence.Enough
+	roomy := ratio <= o.PressureExit*knee.Ratio
+	hitAtLeast := func(line float64) bool {
+		if reading {
+			return obs.hit >= line
+		}
+		return roomy
+	}
+	lowHit := func(line float64) bool { return reading && obs.hit < line }
+	edgeObserved := out.Equilibria.Unstable != nil && !out.Equilibria.Estimated
+	pastEdge := out.Edge != nil && obs.n > *out.Edge && (edgeObserved || lowHit(e.driftLine))
+	driftHit := lowHit(e.driftLine) && onPlateau
+	// The flow sign needs the hit rate to corroborate it (at least half the drift drop under the
+	// plateau): a population growing past the knee with the cache still hitting is pressure, not
+	// yet drift.
+	driftFlow := out.ObservedSlope > 0 && e.flowDone < (1-o.DriftFlowMargin)*e.flowArr &&
+		ratio >= o.DriftNear*knee.Ratio && lowHit(e.plateau-o.DriftDrop/2)
+	var truth [numConds]bool
+	truth[cPressureEnter] = ratio >= o.PressureEnter*knee.Ratio
+	truth[cOverload] = e.peak > 0 && obs.arrival > e.peak
+	truth[cPressureExit] = ratio <= o.PressureExit*knee.Ratio && !truth[cOverload]
+	truth[cDriftHit] = driftHit
+	truth[cDriftFlow] = driftFlow
+	truth[cDriftClear] = !driftHit && !driftFlow && hitAtLeast(e.recoverLine) && ratio < knee.Ratio
+	truth[cCollapse] = lowHit(e.collapse) && ratio >= e.nearLine
+	truth[cPastEdge] = pastEdge
+	truth[cRecoverable] = hitAtLeast(e.recoverLine) && ratio < knee.Ratio && !(edgeObserved && obs.n > *out.Edge)
+	truth[cOnPlateau] = hitAtLeast(e.plateau - o.RecoverTolerance)
+	return truth
+}
+
+// timeHolds updates when each condition became true: a condition must be seen continuously for
+// its hold, so one that is false restarts, and one that stays true keeps its start.
+func timeHolds(holds [numConds]time.Time, truth [numConds]bool, now time.Time) [numConds]time.Time {
+	for c, t := range truth {
+		switch {
+		case !t:
+			holds[c] = time.Time{}
+		case holds[c].IsZero():
+			holds[c] = now
+		}
+	}
+	return holds
 }
 
 // peakLocked is the peak session completion rate in use and where it comes from: the

@@ -153,24 +153,28 @@ func TestPressureHysteresis(t *testing.T) {
 	assert.Equal(t, SourceDefault, last.Knee.Source)
 }
 
+// trapAndRecovery is a spike that drifts into a trap, then load shed and a recovery: the whole
+// cycle, each state held long enough for its hold.
+func trapAndRecovery(off time.Duration) sample {
+	switch {
+	case off < 2*time.Minute:
+		return sample{wc: 1.0, hit: 0.96}
+	case off < 4*time.Minute: // spike: the working set grows
+		return sample{wc: 1.6, hit: 0.96}
+	case off < 6*time.Minute: // the hit rate leaves its plateau (0.91 = 0.96 − 0.05)
+		return sample{wc: 1.7, hit: 0.88}
+	case off < 10*time.Minute: // collapse
+		return sample{wc: 2.1, hit: 0.41}
+	case off < 12*time.Minute: // load shed: hit climbs over 0.55, W under the knee
+		return sample{wc: 1.5, hit: 0.6}
+	}
+	return sample{wc: 1.2, hit: 0.95} // back within 0.03 of the plateau, W under 1.33
+}
+
 // TestTrapAndRecovery walks the whole cycle with each hold honoured.
 func TestTrapAndRecovery(t *testing.T) {
 	d := newDetector(t, scriptOptions())
-	as := runScript(t, d, 0, 20*time.Minute, func(off time.Duration) sample {
-		switch {
-		case off < 2*time.Minute:
-			return sample{wc: 1.0, hit: 0.96}
-		case off < 4*time.Minute: // spike: the working set grows
-			return sample{wc: 1.6, hit: 0.96}
-		case off < 6*time.Minute: // the hit rate leaves its plateau (0.91 = 0.96 − 0.05)
-			return sample{wc: 1.7, hit: 0.88}
-		case off < 10*time.Minute: // collapse
-			return sample{wc: 2.1, hit: 0.41}
-		case off < 12*time.Minute: // load shed: hit climbs over 0.55, W under the knee
-			return sample{wc: 1.5, hit: 0.6}
-		}
-		return sample{wc: 1.2, hit: 0.95} // back within 0.03 of the plateau, W under 1.33
-	})
+	as := runScript(t, d, 0, 20*time.Minute, trapAndRecovery)
 	assert.Equal(t, []string{
 		"2m15s healthy→pressure",
 		"5m0s pressure→drifting",    // DriftHold 60 s

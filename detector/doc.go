@@ -67,7 +67,9 @@
 // A fit with no drop raises the knee only if the plateau was seen beyond the default. Samples are
 // not learnt while trapped or recovering: the cache has hysteresis (a collapsed deployment stays
 // collapsed at working sets a healthy one serves well), and the collapsed branch is not the knee
-// the deployment should be kept under.
+// the deployment should be kept under. With a calibration the detector learns all the same, but
+// judges by the calibration: what it learnt (LearntPoints) is what the daemon refits the knee on
+// to rewrite a calibration the deployment has moved away from.
 //
 // # The fluid model
 //

@@ -115,7 +115,8 @@ type Options struct {
 	KneeRatio float64
 	// PlateauHit is the plateau used until one is calibrated or learnt (DefaultPlateauHit).
 	PlateauHit float64
-	// DisablePassive turns passive knee learning off: the default knee and plateau stay.
+	// DisablePassive turns passive knee learning off: the default knee and plateau stay, and
+	// nothing is learnt for LearntPoints either.
 	DisablePassive bool
 	Passive        PassiveOptions
 	Fluid          FluidOptions

@@ -50,11 +50,9 @@ type command struct {
 }
 
 // root is the command tree. Help texts live here, next to the dispatch, so that a command cannot
-// be added without them (the test walks this tree).
+// be added without them (the test walks this tree). Each group is built by its own function, so
+// that the tree reads as its top level here.
 func root() command {
-	leaf := func(f func(Env, []string) error) func(context.Context, Env, []string) error {
-		return func(_ context.Context, env Env, args []string) error { return f(env, args) }
-	}
 	return command{help: help{
 		summary: "keep LLM agent-serving deployments out of the cache-pressure trap",
 		usage:   "<command> [arguments]",
@@ -64,101 +62,8 @@ func root() command {
 			"basin gateway --config gateway.yaml",
 		},
 	}, subs: map[string]command{
-		"sim": {help: help{
-			summary: "simulate a deployment: run, compare, curve, serve, and the figures in docs/results.md",
-			usage:   "<command> [flags]",
-			detail: "The simulator plays a prefill/decode deployment serving agent sessions, in virtual time (an hour\n" +
-				"in well under a second) or over HTTP at an accelerated wall clock (serve).",
-			examples: []string{"basin sim run --scenario paper-1p1d-h100-spike", "basin sim compare --scenario paper-1p1d-h100-spike"},
-		}, subs: map[string]command{
-			"run": {help: help{
-				summary: "run one scenario in virtual time and print goodput, hit rate, TTFT and what the detector saw",
-				usage:   "--scenario S [flags]",
-				detail: "Without --calibration the scenario's deployment is step-loaded first (well under a second) to\n" +
-					"give the detector its knee. --json prints the whole result; --timeline writes one CSV row per minute.",
-				examples: []string{"basin sim run --scenario paper-1p1d-h100-spike",
-					"basin sim run --scenario paper-1p1d-h100-spike --policy basin --json --timeline out.csv"},
-			}, run: leaf(simRun)},
-			"compare": {help: help{
-				summary: "run a scenario under several policies (engine baselines and basin's) side by side",
-				usage:   "--scenario S [flags]",
-				examples: []string{"basin sim compare --scenario paper-1p1d-h100-spike",
-					"basin sim compare --scenario paper-1p1d-h100-spike --policies none,basin --json"},
-			}, run: leaf(simCompare)},
-			"curve": {help: help{
-				summary: "measure the completion curve X(N) and the fluid model's equilibria (the basin edge)",
-				usage:   "--scenario S [flags]",
-				examples: []string{"basin sim curve --scenario paper-1p1d-h100",
-					"basin sim curve --scenario paper-1p1d-h100 -n 10,40,80 --json"},
-			}, run: leaf(simCurve)},
-			"fidelity": {help: help{
-				summary:  "check the simulator against the Basin paper's observations (a)–(e) over seeds",
-				usage:    "[flags]",
-				examples: []string{"basin sim fidelity --seeds 10", "basin sim fidelity --seeds 10 --markdown > docs/fidelity.md"},
-			}, run: leaf(simFidelity)},
-			"serve": {help: help{
-				summary: "serve a simulated deployment over HTTP: the OpenAI API, per-instance SGLang-named /metrics, lending switch",
-				usage:   "--scenario S [flags]",
-				detail:  "Runs on the wall clock at --speed until interrupted; point the gateway, basin loadgen or basin calibrate at it.",
-				examples: []string{"basin sim serve --scenario paper-1p1d-h100 --speed 60 --listen 127.0.0.1:8000",
-					"basin sim serve --scenario paper-1p1d-h100-spike --traffic scenario"},
-			}, run: simServe},
-			"riskgrid": {help: help{
-				summary:  "validate the risk rule on the 36-deployment grid against what the simulator runs into first",
-				usage:    "[flags]",
-				examples: []string{"basin sim riskgrid", "basin sim riskgrid --markdown --seed 1"},
-			}, run: leaf(simRiskGrid)},
-			"detect": {help: help{
-				summary: "the detector against conventional utilisation alerts over seeds of the spike scenarios, and each collapse's last rescue time",
-				usage:   "[flags]",
-				detail: "For every collapsed +100% run the same seed is re-run with basin's daemon switched from watching to\n" +
-					"acting at different minutes, and again with the admission budget cut to the daemon's incident value;\n" +
-					"the latest minute that still avoids the collapse is its last rescue time for each (--rescue=false\n" +
-					"skips them).",
-				examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown",
-					"basin sim detect --seeds 5 --rescue=false"},
-			}, run: leaf(simDetect)},
-			"tolerance": {help: help{
-				summary: "the detector's predicted spike tolerance against the simulated one over deployments, tiers and base loads",
-				usage:   "[flags]",
-				detail: "For each point the fluid model predicts, at the stable point of the base rate, the largest\n" +
-					"ten-minute spike the deployment absorbs; the simulator bisects for the smallest spike multiplier that\n" +
-					"collapses at least half of the seeds. Prints the table, the rank correlation and the median ratio.",
-				examples: []string{"basin sim tolerance --quick", "basin sim tolerance --seeds 5 --markdown"},
-			}, run: leaf(simTolerance)},
-			"late": {help: help{
-				summary: "act on an already trapped deployment: the daemon watches until a minute, then acts, with and without holds",
-				usage:   "[flags]",
-				detail: "For each +100% spike preset, seed and acting minute, the engine baseline runs with basin's daemon\n" +
-					"watching until that minute and acting from it, once with today's levers only (budget, shedding,\n" +
-					"lending) and once with holds; the table gives the runs recovered, the minutes to recover, goodput\n" +
-					"against the no-spike twin and the first-call wait after acting.",
-				examples: []string{"basin sim late", "basin sim late --markdown --also-hold-bound 8m", "basin sim late --scenarios paper-1p3d-h200-spike --act-at 40 --seeds 2"},
-			}, run: leaf(simLate)},
-			"matrix": {help: help{
-				summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
-				usage:   "[flags]",
-				examples: []string{"basin sim matrix --seeds 3 --markdown --plot docs/results-matrix",
-					"basin sim matrix --seeds 1 --loads 0.8,1.2 --spikes 300 --tiers gpu --deployments 1p3d --workloads terminal-bench"},
-			}, run: leaf(simMatrix)},
-		}},
-		"trace": {help: help{
-			summary:  "agent-session traces: import",
-			usage:    "<command> [flags]",
-			examples: []string{"basin trace import --format tracelab -o session.jsonl round_trace.jsonl"},
-		}, subs: map[string]command{
-			"import": {help: help{
-				summary: "convert a recorded agent-session trace into basin's trace format and print per-session statistics",
-				usage:   "[--format tracelab|basin] [-o OUT.jsonl] IN.jsonl",
-				detail: "IN is a JSON-lines file. With --format tracelab (the default) it is a normalized round trace of\n" +
-					"the TraceLab project (github.com/uw-syfi/TraceLab; real Claude Code and Codex sessions, one row per\n" +
-					"model round, e.g. its round_trace.jsonl). With --format basin it is basin's own trace format, as\n" +
-					"written by this command or by the gateway's record.path, and is checked and re-written.\n" +
-					"The trace goes to -o (or stdout); the statistics to stdout when -o is set, else to stderr.",
-				examples: []string{"basin trace import --format tracelab -o session.jsonl round_trace.jsonl",
-					"basin trace import --format basin recorded.jsonl > /dev/null"},
-			}, run: leaf(traceImport)},
-		}},
+		"sim":   simCommands(),
+		"trace": traceCommands(),
 		"demo": {help: help{
 			summary: "show the cache-pressure trap: three deployments side by side — no spike, dry run (basin watches), acting",
 			usage:   "[flags]",
@@ -168,18 +73,7 @@ func root() command {
 				"Ctrl-C prints what was measured so far.",
 			examples: []string{"basin demo", "basin demo --speed 60 --dir demo-files"},
 		}, run: runDemo},
-		"predictor": {help: help{
-			summary:  "the gateway's peak-context predictor: train",
-			usage:    "<command> [flags]",
-			examples: []string{"basin predictor train --traces recorded.jsonl -o model.json"},
-		}, subs: map[string]command{
-			"train": {help: help{
-				summary: "fit the peak-context predictor on recorded sessions and report how well it ranks held-out ones",
-				usage:   "--traces T.jsonl -o MODEL.json [flags]",
-				examples: []string{"basin predictor train --traces recorded.jsonl -o model.json",
-					"basin predictor train --traces round_trace.jsonl --format tracelab -o model.json"},
-			}, run: leaf(predictorTrain)},
-		}},
+		"predictor": predictorCommands(),
 		"loadgen": {help: help{
 			summary: "drive a scenario's agent sessions over the OpenAI API against an endpoint and report goodput",
 			usage:   "--target URL --scenario S [flags]",
@@ -223,6 +117,131 @@ func root() command {
 			usage:    "",
 			examples: []string{"basin version"},
 		}, run: runVersion},
+	}}
+}
+
+// leaf adapts a command that needs no context (it finishes on its own, in virtual time or on a
+// file) to the tree's signature; commands that serve until interrupted take the context.
+func leaf(f func(Env, []string) error) func(context.Context, Env, []string) error {
+	return func(_ context.Context, env Env, args []string) error { return f(env, args) }
+}
+
+// simCommands is `basin sim`: the simulator's commands, which run in virtual time except serve.
+func simCommands() command {
+	return command{help: help{
+		summary: "simulate a deployment: run, compare, curve, serve, and the figures in docs/results.md",
+		usage:   "<command> [flags]",
+		detail: "The simulator plays a prefill/decode deployment serving agent sessions, in virtual time (an hour\n" +
+			"in well under a second) or over HTTP at an accelerated wall clock (serve).",
+		examples: []string{"basin sim run --scenario paper-1p1d-h100-spike", "basin sim compare --scenario paper-1p1d-h100-spike"},
+	}, subs: map[string]command{
+		"run": {help: help{
+			summary: "run one scenario in virtual time and print goodput, hit rate, TTFT and what the detector saw",
+			usage:   "--scenario S [flags]",
+			detail: "Without --calibration the scenario's deployment is step-loaded first (well under a second) to\n" +
+				"give the detector its knee. --json prints the whole result; --timeline writes one CSV row per minute.",
+			examples: []string{"basin sim run --scenario paper-1p1d-h100-spike",
+				"basin sim run --scenario paper-1p1d-h100-spike --policy basin --json --timeline out.csv"},
+		}, run: leaf(simRun)},
+		"compare": {help: help{
+			summary: "run a scenario under several policies (engine baselines and basin's) side by side",
+			usage:   "--scenario S [flags]",
+			examples: []string{"basin sim compare --scenario paper-1p1d-h100-spike",
+				"basin sim compare --scenario paper-1p1d-h100-spike --policies none,basin --json"},
+		}, run: leaf(simCompare)},
+		"curve": {help: help{
+			summary: "measure the completion curve X(N) and the fluid model's equilibria (the basin edge)",
+			usage:   "--scenario S [flags]",
+			examples: []string{"basin sim curve --scenario paper-1p1d-h100",
+				"basin sim curve --scenario paper-1p1d-h100 -n 10,40,80 --json"},
+		}, run: leaf(simCurve)},
+		"fidelity": {help: help{
+			summary:  "check the simulator against the Basin paper's observations (a)–(e) over seeds",
+			usage:    "[flags]",
+			examples: []string{"basin sim fidelity --seeds 10", "basin sim fidelity --seeds 10 --markdown > docs/fidelity.md"},
+		}, run: leaf(simFidelity)},
+		"serve": {help: help{
+			summary: "serve a simulated deployment over HTTP: the OpenAI API, per-instance SGLang-named /metrics, lending switch",
+			usage:   "--scenario S [flags]",
+			detail:  "Runs on the wall clock at --speed until interrupted; point the gateway, basin loadgen or basin calibrate at it.",
+			examples: []string{"basin sim serve --scenario paper-1p1d-h100 --speed 60 --listen 127.0.0.1:8000",
+				"basin sim serve --scenario paper-1p1d-h100-spike --traffic scenario"},
+		}, run: simServe},
+		"riskgrid": {help: help{
+			summary:  "validate the risk rule on the 36-deployment grid against what the simulator runs into first",
+			usage:    "[flags]",
+			examples: []string{"basin sim riskgrid", "basin sim riskgrid --markdown --seed 1"},
+		}, run: leaf(simRiskGrid)},
+		"detect": {help: help{
+			summary: "the detector against conventional utilisation alerts over seeds of the spike scenarios, and each collapse's last rescue time",
+			usage:   "[flags]",
+			detail: "For every collapsed +100% run the same seed is re-run with basin's daemon switched from watching to\n" +
+				"acting at different minutes, and again with the admission budget cut to the daemon's incident value;\n" +
+				"the latest minute that still avoids the collapse is its last rescue time for each (--rescue=false\n" +
+				"skips them).",
+			examples: []string{"basin sim detect --seeds 20", "basin sim detect --seeds 20 --markdown",
+				"basin sim detect --seeds 5 --rescue=false"},
+		}, run: leaf(simDetect)},
+		"tolerance": {help: help{
+			summary: "the detector's predicted spike tolerance against the simulated one over deployments, tiers and base loads",
+			usage:   "[flags]",
+			detail: "For each point the fluid model predicts, at the stable point of the base rate, the largest\n" +
+				"ten-minute spike the deployment absorbs; the simulator bisects for the smallest spike multiplier that\n" +
+				"collapses at least half of the seeds. Prints the table, the rank correlation and the median ratio.",
+			examples: []string{"basin sim tolerance --quick", "basin sim tolerance --seeds 5 --markdown"},
+		}, run: leaf(simTolerance)},
+		"late": {help: help{
+			summary: "act on an already trapped deployment: the daemon watches until a minute, then acts, with and without holds",
+			usage:   "[flags]",
+			detail: "For each +100% spike preset, seed and acting minute, the engine baseline runs with basin's daemon\n" +
+				"watching until that minute and acting from it, once with today's levers only (budget, shedding,\n" +
+				"lending) and once with holds; the table gives the runs recovered, the minutes to recover, goodput\n" +
+				"against the no-spike twin and the first-call wait after acting.",
+			examples: []string{"basin sim late", "basin sim late --markdown --also-hold-bound 8m", "basin sim late --scenarios paper-1p3d-h200-spike --act-at 40 --seeds 2"},
+		}, run: leaf(simLate)},
+		"matrix": {help: help{
+			summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
+			usage:   "[flags]",
+			examples: []string{"basin sim matrix --seeds 3 --markdown --plot docs/results-matrix",
+				"basin sim matrix --seeds 1 --loads 0.8,1.2 --spikes 300 --tiers gpu --deployments 1p3d --workloads terminal-bench"},
+		}, run: leaf(simMatrix)},
+	}}
+}
+
+// traceCommands is `basin trace`: agent-session traces.
+func traceCommands() command {
+	return command{help: help{
+		summary:  "agent-session traces: import",
+		usage:    "<command> [flags]",
+		examples: []string{"basin trace import --format tracelab -o session.jsonl round_trace.jsonl"},
+	}, subs: map[string]command{
+		"import": {help: help{
+			summary: "convert a recorded agent-session trace into basin's trace format and print per-session statistics",
+			usage:   "[--format tracelab|basin] [-o OUT.jsonl] IN.jsonl",
+			detail: "IN is a JSON-lines file. With --format tracelab (the default) it is a normalized round trace of\n" +
+				"the TraceLab project (github.com/uw-syfi/TraceLab; real Claude Code and Codex sessions, one row per\n" +
+				"model round, e.g. its round_trace.jsonl). With --format basin it is basin's own trace format, as\n" +
+				"written by this command or by the gateway's record.path, and is checked and re-written.\n" +
+				"The trace goes to -o (or stdout); the statistics to stdout when -o is set, else to stderr.",
+			examples: []string{"basin trace import --format tracelab -o session.jsonl round_trace.jsonl",
+				"basin trace import --format basin recorded.jsonl > /dev/null"},
+		}, run: leaf(traceImport)},
+	}}
+}
+
+// predictorCommands is `basin predictor`: the gateway's peak-context predictor.
+func predictorCommands() command {
+	return command{help: help{
+		summary:  "the gateway's peak-context predictor: train",
+		usage:    "<command> [flags]",
+		examples: []string{"basin predictor train --traces recorded.jsonl -o model.json"},
+	}, subs: map[string]command{
+		"train": {help: help{
+			summary: "fit the peak-context predictor on recorded sessions and report how well it ranks held-out ones",
+			usage:   "--traces T.jsonl -o MODEL.json [flags]",
+			examples: []string{"basin predictor train --traces recorded.jsonl -o model.json",
+				"basin predictor train --traces round_trace.jsonl --format tracelab -o model.json"},
+		}, run: leaf(predictorTrain)},
 	}}
 }
 
