@@ -2,6 +2,69 @@ package sim
 
 import "time"
 
+// link is what an element of a list carries inside itself (an intrusive list, as the Linux
+// kernel's list_head): pushing and removing allocate nothing, which matters because a cached
+// prefix leaves and rejoins the LRU at every prefill that uses it. elem points back at the
+// element that holds the link.
+type link[T any] struct {
+	prev, next *link[T]
+	elem       *T
+}
+
+// list is a doubly linked list of elements that embed a link[T]: least recently pushed at the
+// front, so walking from the front visits them oldest first, the order both the prefix cache and
+// lent KV are evicted in.
+type list[T any] struct {
+	head, tail *link[T]
+}
+
+// pushBack appends e, whose link is l, at the back (most recently used).
+func (ls *list[T]) pushBack(e *T, l *link[T]) {
+	l.elem = e
+	l.prev, l.next = ls.tail, nil
+	if ls.tail != nil {
+		ls.tail.next = l
+	} else {
+		ls.head = l
+	}
+	ls.tail = l
+}
+
+// remove unlinks l, which must be in the list.
+func (ls *list[T]) remove(l *link[T]) {
+	if l.prev != nil {
+		l.prev.next = l.next
+	} else {
+		ls.head = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	} else {
+		ls.tail = l.prev
+	}
+	l.prev, l.next = nil, nil
+}
+
+// front is the least recently pushed element; nil when the list is empty.
+func (ls *list[T]) front() *T {
+	if ls.head == nil {
+		return nil
+	}
+	return ls.head.elem
+}
+
+// all calls yield on each element, oldest first, until it returns false; yield may remove the
+// element it is given.
+func (ls *list[T]) all(yield func(*T) bool) {
+	for l := ls.head; l != nil; {
+		next := l.next
+		if !yield(l.elem) {
+			return
+		}
+		l = next
+	}
+}
+
 // entry is one session's cached prefix on one prefill instance (GPU or host tier). A radix tree
 // keyed by tokens holds, for an agent session, one chain that grows call after call; the entry
 // models that chain as a length. Tokens are counted one by one (token granularity, like SGLang's
@@ -13,8 +76,7 @@ type entry struct {
 	pinUntil time.Duration // Continuum-style pin; zero when not pinned
 	lastUse  time.Duration
 	inLRU    bool
-	prev     *entry
-	next     *entry
+	lru      link[entry]
 }
 
 // prefixCache is a token-capacity cache with LRU eviction of unreferenced, unpinned prefixes.
@@ -26,8 +88,7 @@ type prefixCache struct {
 	shared    int
 	lruTokens int
 	pinned    int // entries currently pinned
-	head      *entry
-	tail      *entry
+	lru       list[entry]
 }
 
 func (c *prefixCache) free() int { return c.capacity - c.used }
@@ -48,13 +109,7 @@ func (c *prefixCache) growShared(n int) {
 
 func (c *prefixCache) pushLRU(e *entry) {
 	e.inLRU = true
-	e.prev, e.next = c.tail, nil
-	if c.tail != nil {
-		c.tail.next = e
-	} else {
-		c.head = e
-	}
-	c.tail = e
+	c.lru.pushBack(e, &e.lru)
 	c.lruTokens += e.tokens
 }
 
@@ -62,17 +117,8 @@ func (c *prefixCache) unlinkLRU(e *entry) {
 	if !e.inLRU {
 		return
 	}
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		c.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		c.tail = e.prev
-	}
-	e.prev, e.next, e.inLRU = nil, nil, false
+	c.lru.remove(&e.lru)
+	e.inLRU = false
 	c.lruTokens -= e.tokens
 }
 
@@ -126,8 +172,8 @@ func (c *prefixCache) setTokens(e *entry, n int) {
 // how many tokens it freed (less than need when everything else is in use or pinned).
 func (c *prefixCache) evict(need int) int {
 	freed := 0
-	for freed < need && c.head != nil {
-		v := c.head
+	for freed < need && c.lru.head != nil {
+		v := c.lru.front()
 		cut := min(v.tokens, need-freed)
 		v.tokens -= cut
 		c.used -= cut
@@ -154,38 +200,21 @@ type lentEntry struct {
 	s      *session
 	d      *decodeInst
 	tokens int
-	prev   *lentEntry
-	next   *lentEntry
+	link   link[lentEntry]
 }
 
+// lentList is a decode instance's lent KV, oldest first, and its tokens in all.
 type lentList struct {
-	tokens int
-	head   *lentEntry
-	tail   *lentEntry
+	tokens  int
+	entries list[lentEntry]
 }
 
 func (l *lentList) push(e *lentEntry) {
-	e.prev, e.next = l.tail, nil
-	if l.tail != nil {
-		l.tail.next = e
-	} else {
-		l.head = e
-	}
-	l.tail = e
+	l.entries.pushBack(e, &e.link)
 	l.tokens += e.tokens
 }
 
 func (l *lentList) remove(e *lentEntry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		l.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		l.tail = e.prev
-	}
-	e.prev, e.next = nil, nil
+	l.entries.remove(&e.link)
 	l.tokens -= e.tokens
 }

@@ -72,7 +72,7 @@ func (s *Sim) checkInvariants() error {
 				return fmt.Errorf("%s: pinned summed %d, tracked %d", p.st.Name, pinned, c.pinned)
 			}
 			n := 0
-			for e := c.head; e != nil; e = e.next {
+			for e := range c.lru.all {
 				n += e.tokens
 			}
 			if n != c.lruTokens {
@@ -91,7 +91,7 @@ func (s *Sim) checkInvariants() error {
 			return fmt.Errorf("%s: reservations summed %d, tracked %d", d.st.Name, reserved, d.reserved)
 		}
 		lent := 0
-		for e := d.lent.head; e != nil; e = e.next {
+		for e := range d.lent.entries.all {
 			lent += e.tokens
 			if e.s.lent != e {
 				return fmt.Errorf("%s: lent entry not owned by its session", d.st.Name)

@@ -23,14 +23,15 @@ func (s *Sim) lend(d *decodeInst, ss *session, tokens int) {
 
 // reclaim frees lent KV, least recently used first, sparing the session about to use its own.
 func (d *decodeInst) reclaim(need int, keep *session) {
-	for e := d.lent.head; e != nil && need > 0; {
-		nx := e.next
+	for e := range d.lent.entries.all {
+		if need <= 0 {
+			break
+		}
 		if e.s != keep {
 			need -= e.tokens
 			d.lent.remove(e)
 			e.s.lent = nil
 		}
-		e = nx
 	}
 }
 

@@ -253,34 +253,19 @@ func (c *Core) Restore(now time.Time, st State) error {
 	if len(c.mu.live) > 0 || c.mu.queue.Len() > 0 {
 		return fmt.Errorf("restore: core already has sessions")
 	}
-	switch {
-	case st.CountOnly:
-		// Saved before any budget was set: still none.
-		c.mu.o.CountOnly = true
+	c.adoptBudgetLocked(st)
+	if st.CountOnly {
+		// Saved before any budget was set: still none, and the budgets it had configured.
 		c.mu.o.Budget, c.mu.o.ReferenceBudget = max(0, st.Budget), max(0, st.ReferenceBudget)
-	case st.Budget > 0:
-		// A budget set at runtime (the daemon's) outlives the configured one, count-only included.
-		c.mu.o.CountOnly = false
-		c.mu.o.Budget = st.Budget
-		if st.ReferenceBudget > 0 {
-			c.mu.o.ReferenceBudget = st.ReferenceBudget
-		}
 	}
 	for i, ls := range st.Live {
-		if ls.ID == "" {
-			return fmt.Errorf("restore: live[%d].id: empty", i)
-		}
-		if ls.Context < 0 || ls.Peak < 0 || ls.PredictedPeak < 0 {
-			return fmt.Errorf("restore: live[%d] (%s): negative token count", i, ls.ID)
+		if err := checkLive(i, ls); err != nil {
+			return fmt.Errorf("restore: %w", err)
 		}
 		if _, dup := c.mu.live[ls.ID]; dup {
 			return fmt.Errorf("restore: live[%d].id: %q twice", i, ls.ID)
 		}
-		c.mu.seq++
-		s := &session{id: ls.ID, tenant: ls.Tenant, arrival: ls.Arrival, admitted: ls.Admitted, lastDone: ls.LastDone,
-			context: ls.Context, peak: max(ls.Peak, ls.Context), predicted: ls.PredictedPeak, seq: c.mu.seq, heapIndex: -1}
-		s.priority = c.priority(s.arrival, s.predicted)
-		c.addLiveLocked(now, s, ls)
+		c.makeLiveLocked(now, c.newSessionLocked(ls.ID), ls)
 	}
 	for id, a := range st.Retry {
 		c.mu.retry[id] = memo{arrival: a, until: now.Add(c.mu.o.RetryMemory)}
@@ -293,9 +278,52 @@ func (c *Core) Restore(now time.Time, st State) error {
 	return nil
 }
 
-// addLiveLocked makes s, restored or merged as ls describes it, live: held or dormant as ls says
-// (held when it says both, which no core exports: a held session is never dormant).
-func (c *Core) addLiveLocked(now time.Time, s *session, ls LiveSession) {
+// checkLive refuses a persisted live session that no core exports: no id, or a negative token
+// count. i is its index in State.Live, for the message.
+func checkLive(i int, ls LiveSession) error {
+	if ls.ID == "" {
+		return fmt.Errorf("live[%d].id: empty", i)
+	}
+	if ls.Context < 0 || ls.Peak < 0 || ls.PredictedPeak < 0 {
+		return fmt.Errorf("live[%d] (%s): negative token count", i, ls.ID)
+	}
+	return nil
+}
+
+// adoptBudgetLocked takes the budget st carries, if it carries one: count-only (no budget set
+// yet), or a budget set at runtime (the daemon's), which outlives the configured one, count-only
+// included. A state with neither leaves the core's budget as it is.
+func (c *Core) adoptBudgetLocked(st State) {
+	switch {
+	case st.CountOnly:
+		c.mu.o.CountOnly = true
+	case st.Budget > 0:
+		c.mu.o.CountOnly = false
+		c.mu.o.Budget = st.Budget
+		if st.ReferenceBudget > 0 {
+			c.mu.o.ReferenceBudget = st.ReferenceBudget
+		}
+	}
+}
+
+// newSessionLocked is a session the core has not seen, next in the order sessions came to it.
+func (c *Core) newSessionLocked(id string) *session {
+	c.mu.seq++
+	return &session{id: id, seq: c.mu.seq, heapIndex: -1}
+}
+
+// makeLiveLocked makes s live as ls describes it, without an admission decision here: the one
+// accounting rule for a session restored after a restart and for one merged from another
+// replica's table, so both count alike. s is new, or was queued here and has left the queue.
+// It takes ls's times and token counts (its peak at least its context) and its priority anew,
+// counts its context in the working set and its demand in the reserved tokens and its tenant's
+// sessions, and puts it on the hold list or makes it dormant as ls says (held when it says both,
+// which no core exports: a held session is never dormant).
+func (c *Core) makeLiveLocked(now time.Time, s *session, ls LiveSession) {
+	s.tenant, s.arrival, s.admitted, s.lastDone = ls.Tenant, ls.Arrival, ls.Admitted, ls.LastDone
+	s.context, s.peak, s.predicted = ls.Context, max(ls.Peak, ls.Context), ls.PredictedPeak
+	s.queued, s.stale = false, false
+	s.priority = c.priority(s.arrival, s.predicted)
 	s.demandCache = c.demandLocked(s)
 	c.mu.live[s.id] = s
 	c.mu.workingSet += s.context
@@ -334,56 +362,59 @@ func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, ls := range st.Live {
-		if ls.ID == "" {
-			return nil, fmt.Errorf("merge: live[%d].id: empty", i)
-		}
-		if ls.Context < 0 || ls.Peak < 0 || ls.PredictedPeak < 0 {
-			return nil, fmt.Errorf("merge: live[%d] (%s): negative token count", i, ls.ID)
+		if err := checkLive(i, ls); err != nil {
+			return nil, fmt.Errorf("merge: %w", err)
 		}
 	}
-	switch {
-	case st.CountOnly:
-		c.mu.o.CountOnly = true
-	case st.Budget > 0:
-		c.mu.o.CountOnly = false
-		c.mu.o.Budget = st.Budget
-		if st.ReferenceBudget > 0 {
-			c.mu.o.ReferenceBudget = st.ReferenceBudget
-		}
-	}
+	c.adoptBudgetLocked(st)
 	var evs []Event
 	for _, ls := range st.Live {
 		if s, ok := c.mu.live[ls.ID]; ok {
-			if ls.Context > s.context {
-				c.setContextLocked(s, ls.Context)
-			}
-			s.peak = max(s.peak, ls.Peak)
-			if ls.LastDone.After(s.lastDone) {
-				s.lastDone = ls.LastDone
-				if s.dormant && !ls.Dormant {
-					c.wakeLocked(s) // it called elsewhere since
-				}
-			}
+			c.mergeLiveLocked(s, ls)
 			continue
 		}
-		var s *session
-		if q, ok := c.mu.queued[ls.ID]; ok {
-			c.removeQueuedLocked(q)
-			s = q
-			s.inFlight = 1 // the waiting call is sent as the session's first, as admitLocked counts it
-			evs = append(evs, Event{Kind: EventAdmitted, ID: s.id, At: now, Waited: now.Sub(s.arrival)})
-			c.mu.counters.AdmittedFromQueue++
+		s, queued := c.mu.queued[ls.ID]
+		if queued {
+			evs = append(evs, c.admittedElsewhereLocked(now, s))
 		} else {
-			c.mu.seq++
-			s = &session{id: ls.ID, seq: c.mu.seq, heapIndex: -1}
+			s = c.newSessionLocked(ls.ID)
 		}
-		s.tenant, s.arrival, s.admitted, s.lastDone = ls.Tenant, ls.Arrival, ls.Admitted, ls.LastDone
-		s.context, s.peak, s.predicted = ls.Context, max(ls.Peak, ls.Context), ls.PredictedPeak
-		s.queued, s.stale = false, false
-		s.priority = c.priority(s.arrival, s.predicted)
-		c.addLiveLocked(now, s, ls)
+		c.makeLiveLocked(now, s, ls)
 		delete(c.mu.retry, s.id)
 	}
+	c.mergeMemoriesLocked(now, st)
+	return evs, nil
+}
+
+// mergeLiveLocked takes another replica's view ls of a session live here too: the larger
+// context, the larger peak and the later last call; a later call there wakes it if it is dormant
+// here and was not there. Its calls in flight and hold stay this core's.
+func (c *Core) mergeLiveLocked(s *session, ls LiveSession) {
+	if ls.Context > s.context {
+		c.setContextLocked(s, ls.Context)
+	}
+	s.peak = max(s.peak, ls.Peak)
+	if ls.LastDone.After(s.lastDone) {
+		s.lastDone = ls.LastDone
+		if s.dormant && !ls.Dormant {
+			c.wakeLocked(s) // it called elsewhere since
+		}
+	}
+}
+
+// admittedElsewhereLocked takes s, queued here but admitted by another replica, off the queue:
+// its waiting call is sent as the session's first, as admitLocked counts it, and the event tells
+// its waiter so.
+func (c *Core) admittedElsewhereLocked(now time.Time, s *session) Event {
+	c.removeQueuedLocked(s)
+	s.inFlight = 1
+	c.mu.counters.AdmittedFromQueue++
+	return Event{Kind: EventAdmitted, ID: s.id, At: now, Waited: now.Sub(s.arrival)}
+}
+
+// mergeMemoriesLocked adds st's retry and shed memories: the earlier arrival of a retry (none for
+// a session live here), the later end of a shed.
+func (c *Core) mergeMemoriesLocked(now time.Time, st State) {
 	for id, a := range st.Retry {
 		if _, live := c.mu.live[id]; live {
 			continue
@@ -397,5 +428,4 @@ func (c *Core) Merge(now time.Time, st State) ([]Event, error) {
 			c.mu.shed[id] = until
 		}
 	}
-	return evs, nil
 }

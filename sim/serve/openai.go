@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -502,32 +503,47 @@ func (s *Server) abandon(c *call, why string) {
 	s.o.Logger.Info("call aborted; session ended", "session", c.sess.id, "reason", why, "virtual_now", s.mu.sim.Now())
 }
 
-// respond waits for the call to finish and writes one response.
-func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, em emitter) {
+// await hands the events the simulator reports for c to handle, in order, as they come, until
+// handle says the answer is over. A client that goes away abandons the call; a server that stops
+// ends the wait once the events already reported are handled. It reports whether the server
+// stopped before the answer was over, which the caller tells its client in its own way.
+func (s *Server) await(ctx context.Context, c *call, handle func(sim.CallEvent) (over bool)) (stopped bool) {
 	for {
 		select {
 		case <-c.ready:
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			s.abandon(c, "client disconnected")
-			return
+			return false
 		case <-s.stopped:
 		}
 		for _, ev := range c.take() {
-			switch ev.Kind {
-			case sim.Done:
-				w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(ev.PromptTokens))
-				w.Header().Set("x-basin-sim-cached-tokens", strconv.Itoa(ev.CachedTokens))
-				httpjson.Write(w, http.StatusOK, em.whole(ev))
-				return
-			case sim.Aborted:
-				writeErrorFor(em.api(), w, errEnded())
-				return
+			if handle(ev) {
+				return false
 			}
 		}
 		if isClosed(s.stopped) {
-			writeErrorFor(em.api(), w, errStopped())
-			return
+			return true
 		}
+	}
+}
+
+// respond waits for the call to finish and writes one response.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, c *call, em emitter) {
+	stopped := s.await(r.Context(), c, func(ev sim.CallEvent) bool {
+		switch ev.Kind {
+		case sim.Done:
+			w.Header().Set("x-basin-sim-prompt-tokens", strconv.Itoa(ev.PromptTokens))
+			w.Header().Set("x-basin-sim-cached-tokens", strconv.Itoa(ev.CachedTokens))
+			httpjson.Write(w, http.StatusOK, em.whole(ev))
+			return true
+		case sim.Aborted:
+			writeErrorFor(em.api(), w, errEnded())
+			return true
+		}
+		return false
+	})
+	if stopped {
+		writeErrorFor(em.api(), w, errStopped())
 	}
 }
 
@@ -565,54 +581,45 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call, em emit
 		return
 	}
 	sent, opened, output := 0, false, em.output()
-	for {
-		select {
-		case <-c.ready:
-		case <-r.Context().Done():
-			s.abandon(c, "client disconnected")
-			return
-		case <-s.stopped:
+	stopped := s.await(r.Context(), c, func(ev sim.CallEvent) bool {
+		var err error
+		if !opened && ev.Kind != sim.Aborted {
+			err, opened = em.open(send, ev), true
 		}
-		for _, ev := range c.take() {
-			var err error
-			if !opened && ev.Kind != sim.Aborted {
-				err, opened = em.open(send, ev), true
+		switch ev.Kind {
+		case sim.FirstToken, sim.Progress:
+			if n := min(ev.Tokens, output); err == nil && n > sent {
+				err = em.text(send, sent, n)
+				sent = n
 			}
-			switch ev.Kind {
-			case sim.FirstToken, sim.Progress:
-				if n := min(ev.Tokens, output); err == nil && n > sent {
-					err = em.text(send, sent, n)
-					sent = n
-				}
-			case sim.Done:
-				if err == nil && sent < output {
-					err = em.text(send, sent, output)
-				}
-				if err == nil {
-					err = em.close(send, ev)
-				}
-				if err == nil {
-					_ = rc.Flush()
-				}
-				return // the call is over whether or not the client got the end
-			case sim.Aborted:
-				em.fail(send, errEnded())
-				_ = rc.Flush()
-				return
+		case sim.Done:
+			if err == nil && sent < output {
+				err = em.text(send, sent, output)
 			}
 			if err == nil {
-				err = rc.Flush()
+				err = em.close(send, ev)
 			}
-			if err != nil {
-				s.abandon(c, "write failed: "+err.Error())
-				return
+			if err == nil {
+				_ = rc.Flush()
 			}
-		}
-		if isClosed(s.stopped) {
-			em.fail(send, errStopped())
+			return true // the call is over whether or not the client got the end
+		case sim.Aborted:
+			em.fail(send, errEnded())
 			_ = rc.Flush()
-			return
+			return true
 		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			s.abandon(c, "write failed: "+err.Error())
+			return true
+		}
+		return false
+	})
+	if stopped {
+		em.fail(send, errStopped())
+		_ = rc.Flush()
 	}
 }
 

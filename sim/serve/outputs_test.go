@@ -83,24 +83,8 @@ func TestOutputLengthsFromWorkload(t *testing.T) {
 			code, _, b := h.do(http.MethodPost, "/v1/chat/completions", nil,
 				chatBody(t, map[string]any{"max_tokens": tc.limit, "stream": true}, user))
 			require.Equal(t, http.StatusOK, code, string(b))
-			var text strings.Builder
-			reason := ""
-			for _, ev := range readStream(t, bytes.NewReader(b), nil) {
-				if ev.data == "[DONE]" {
-					continue
-				}
-				var ch completion
-				require.NoError(t, json.Unmarshal([]byte(ev.data), &ch), ev.data)
-				for _, c := range ch.Choices {
-					if c.Delta != nil {
-						text.WriteString(c.Delta.Content)
-					}
-					if c.FinishReason != nil {
-						reason = *c.FinishReason
-					}
-				}
-			}
-			assert.Len(t, strings.Fields(text.String()), tc.want.words)
+			text, reason := chatStreamText(t, b)
+			assert.Len(t, strings.Fields(text), tc.want.words)
 			assert.Equal(t, tc.want.reason, reason)
 		}
 	})
@@ -159,6 +143,29 @@ func TestOutputLengthsFromWorkload(t *testing.T) {
 			assert.Equal(t, tc.words, num(t, last.data, "response", "usage", "output_tokens"))
 		}
 	})
+}
+
+// chatStreamText joins the text of a streamed chat completion's chunks and returns it with the
+// finish reason the stream ended with.
+func chatStreamText(t *testing.T, body []byte) (text, reason string) {
+	t.Helper()
+	var b strings.Builder
+	for _, ev := range readStream(t, bytes.NewReader(body), nil) {
+		if ev.data == "[DONE]" {
+			continue
+		}
+		var ch completion
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &ch), ev.data)
+		for _, c := range ch.Choices {
+			if c.Delta != nil {
+				b.WriteString(c.Delta.Content)
+			}
+			if c.FinishReason != nil {
+				reason = *c.FinishReason
+			}
+		}
+	}
+	return b.String(), reason
 }
 
 // TestOutputLengthsWithoutWorkload checks the exact mode tests size calls with: the limit is the
