@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/remediate"
 )
 
@@ -87,7 +87,7 @@ func TestHeadWaitIsTheGatewaysOwn(t *testing.T) {
 			e.clock.Advance(20 * time.Second) // 33 minutes of the deployment's time since the daemon started
 			arrived := e.deploymentClock().Now().Add(-tc.waited)
 			e.gw.set(func(g *fakeGateway) {
-				g.queue = []admission.QueuedSession{{ID: "s1", Arrival: arrived, Priority: arrived, WaitedSeconds: tc.waited.Seconds()}}
+				g.queue = []adminapi.QueuedSession{{ID: "s1", Arrival: arrived, Priority: arrived, WaitedSeconds: tc.waited.Seconds()}}
 			})
 			for range 8 {
 				e.step(d)

@@ -836,7 +836,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	in.ArrivalRate, in.ArrivalOK = snap.Get(collector.ArrivalRate)
 	if view != nil {
 		in.GatewayOK = true
-		in.Gateway = remediate.GatewayFrom(view.Snapshot)
+		in.Gateway = remediate.GatewayFrom(*view)
 	}
 	for _, al := range d.rcv.Incident().Alerts {
 		in.Alerts = append(in.Alerts, al.Name)

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/remediate"
@@ -474,7 +474,7 @@ func TestHAOnlyTheActingDaemonHolds(t *testing.T) {
 	p := newHAPair(t, "a", "b")
 	a, b := p.ds[0], p.ds[1]
 	for i := range 10 {
-		p.gw.sessions = append(p.gw.sessions, admission.LiveSession{ID: fmt.Sprintf("s%d", i), Admitted: time.Unix(0, 0),
+		p.gw.sessions = append(p.gw.sessions, adminapi.LiveSession{ID: fmt.Sprintf("s%d", i), Admitted: time.Unix(0, 0),
 			Priority: time.Unix(int64(i), 0), Context: 150_000})
 	}
 	for range 4 {

@@ -50,7 +50,7 @@ type fakeGateway struct {
 	mu        sync.Mutex
 	budget    int64
 	reference int64
-	queue     []admission.QueuedSession
+	queue     []adminapi.QueuedSession
 	// stateErr, when set, fails State (an unreachable gateway).
 	stateErr error
 	// onSetBudget, when set, takes over SetBudget: it calls apply (or not) and may kill the
@@ -61,7 +61,7 @@ type fakeGateway struct {
 	affinity    []bool
 	// sessions are the live sessions StateSessions lists (State never does); stateSessions
 	// counts those reads, holds the hold-list changes asked.
-	sessions      []admission.LiveSession
+	sessions      []adminapi.LiveSession
 	stateSessions int
 	holds         []holdCall
 	// affinityOn is the gateway's affinity switch, as GET /admin/state reports it.
@@ -84,8 +84,8 @@ func (g *fakeGateway) State(context.Context) (adminapi.StateView, error) {
 	if g.countOnly {
 		budget, reference = 0, 0
 	}
-	return adminapi.StateView{Snapshot: admission.Snapshot{Mode: admission.ModeCurrent, Budget: budget, CountOnly: g.countOnly,
-		ReferenceBudget: reference, Queue: append([]admission.QueuedSession(nil), g.queue...)},
+	return adminapi.StateView{Mode: string(admission.ModeCurrent), Budget: budget, CountOnly: g.countOnly,
+		ReferenceBudget: reference, Queue: append([]adminapi.QueuedSession(nil), g.queue...),
 		Affinity: adminapi.AffinityView{Enabled: g.affinityOn}}, nil
 }
 
@@ -132,7 +132,7 @@ func (g *fakeGateway) StateSessions(ctx context.Context) (adminapi.StateView, er
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.stateSessions++
-	v.Sessions = append([]admission.LiveSession{}, g.sessions...)
+	v.Sessions = append([]adminapi.LiveSession{}, g.sessions...)
 	for _, s := range g.sessions {
 		v.WorkingSet += s.Context
 		if s.Held {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/remediate"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestDaemonHoldsInATrap(t *testing.T) {
 	e := newEnv(t, "")
 	for i := range 10 {
-		e.gw.sessions = append(e.gw.sessions, admission.LiveSession{ID: fmt.Sprintf("s%d", i), Admitted: time.Unix(0, 0),
+		e.gw.sessions = append(e.gw.sessions, adminapi.LiveSession{ID: fmt.Sprintf("s%d", i), Admitted: time.Unix(0, 0),
 			Priority: time.Unix(int64(i), 0), Context: 150_000})
 	}
 	d := e.daemon()

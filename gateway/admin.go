@@ -16,6 +16,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/admission/inproc"
 	"github.com/basin-dev/basin/gateway/replication"
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/internal/secret"
@@ -117,8 +118,8 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 			return s
 		}
 	}
-	v := adminapi.StateView{Snapshot: snap(), Now: now,
-		Affinity: adminapi.AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}}
+	v := inproc.StateOf(snap())
+	v.Now, v.Affinity = now, adminapi.AffinityView{Enabled: g.affinity.Load(), Header: g.cfg.Affinity.Header}
 	g.mu.Lock()
 	counts := slices.Clone(g.mu.perUpstream)
 	g.mu.Unlock()
@@ -131,53 +132,13 @@ func (g *Gateway) serveState(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, v)
 }
 
-// budgetEffect explains a budget change: whether admission engages now and, if not, when.
-func budgetEffect(before, after admission.Snapshot, referenceGiven bool) string {
-	var b strings.Builder
-	if before.CountOnly {
-		b.WriteString("count-only mode ended: the gateway enforces a budget from now on")
-		if !referenceGiven {
-			fmt.Fprintf(&b, " (the reference budget is the budget, %d tokens, as none was given)", after.ReferenceBudget)
-		}
-		b.WriteString("; ")
-	}
-	switch {
-	case after.Engaged:
-		if after.WorkingSet > after.ReferenceBudget {
-			fmt.Fprintf(&b, "admission is engaged: the working set (%d tokens) is over the reference budget of %d tokens", after.WorkingSet, after.ReferenceBudget)
-		} else {
-			fmt.Fprintf(&b, "admission is engaged: %d sessions are queued", after.Queued)
-		}
-		fmt.Fprintf(&b, "; a new session starts only when its demand fits the budget of %d tokens next to the live sessions' %d tokens",
-			after.Budget, after.Reserved)
-	case after.Budget < after.ReferenceBudget:
-		fmt.Fprintf(&b, "admission is not engaged and the budget of %d tokens changes nothing yet: it binds only once the working set "+
-			"(now %d tokens) exceeds the reference budget of %d tokens; send reference_tokens to engage sooner",
-			after.Budget, after.WorkingSet, after.ReferenceBudget)
-	default:
-		fmt.Fprintf(&b, "admission is not engaged: it engages when the working set (now %d tokens) exceeds the reference budget of %d tokens",
-			after.WorkingSet, after.ReferenceBudget)
-	}
-	return b.String()
-}
-
 func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
 	var req adminapi.BudgetRequest
 	if !decodeAdmin(w, r, &req) {
 		return
 	}
-	switch {
-	case req.Tokens == nil:
-		badField(w, "tokens", "tokens: required, the new budget in tokens")
-		return
-	case *req.Tokens <= 0:
-		badField(w, "tokens", fmt.Sprintf("tokens: must be > 0, got %d", *req.Tokens))
-		return
-	case req.ReferenceTokens != nil && *req.ReferenceTokens <= 0:
-		badField(w, "reference_tokens", fmt.Sprintf("reference_tokens: must be > 0, got %d", *req.ReferenceTokens))
-		return
-	case strings.TrimSpace(req.Reason) == "":
-		badField(w, "reason", "reason: required, say why the budget changes")
+	if err := req.Validate(); err != nil {
+		badRequest(w, err)
 		return
 	}
 	var ref int64
@@ -198,25 +159,17 @@ func (g *Gateway) serveBudget(w http.ResponseWriter, r *http.Request) {
 		g.journal.add(journalRecord{Op: opBudget, At: now, Budget: &after.Budget, ReferenceBudget: &after.ReferenceBudget,
 			CountOnly: &after.CountOnly})
 	}
-	admitted := admittedIDs(evs)
 	g.deliverLocked(evs)
 	g.mu.Unlock()
 	g.syncAdminChange("budget")
 	after = g.core.Snapshot(now, false) // with the admissions the change caused
-	effect := budgetEffect(before, after, req.ReferenceTokens != nil)
+	res := inproc.BudgetResult(before, after, evs, req.ReferenceTokens != nil)
 	g.log.Info("budget changed", "reason", req.Reason,
 		"budget_tokens", fmt.Sprintf("%d → %d", before.Budget, after.Budget),
 		"reference_budget_tokens", fmt.Sprintf("%d → %d", before.ReferenceBudget, after.ReferenceBudget),
 		"count_only", fmt.Sprintf("%t → %t", before.CountOnly, after.CountOnly),
-		"admitted_from_queue", len(admitted), "effect", effect)
-	httpjson.Write(w, http.StatusOK, adminapi.BudgetResult{
-		Before:           adminapi.Budget{BudgetTokens: before.Budget, ReferenceBudgetTokens: before.ReferenceBudget, CountOnly: before.CountOnly},
-		After:            adminapi.Budget{BudgetTokens: after.Budget, ReferenceBudgetTokens: after.ReferenceBudget, CountOnly: after.CountOnly},
-		Admitted:         admitted,
-		Engaged:          after.Engaged,
-		WorkingSetTokens: after.WorkingSet,
-		Effect:           effect,
-	})
+		"admitted_from_queue", len(res.Admitted), "effect", res.Effect)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
@@ -224,28 +177,9 @@ func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
 	if !decodeAdmin(w, r, &req) {
 		return
 	}
-	switch {
-	case req.Count == nil && req.SessionIDs == nil:
-		badField(w, "count", "count or session_ids: one is required")
+	if err := req.Validate(); err != nil {
+		badRequest(w, err)
 		return
-	case req.Count != nil && req.SessionIDs != nil:
-		badField(w, "session_ids", "count and session_ids: give one, not both")
-		return
-	case req.Count != nil && *req.Count <= 0:
-		badField(w, "count", fmt.Sprintf("count: must be > 0, got %d", *req.Count))
-		return
-	case req.SessionIDs != nil && len(req.SessionIDs) == 0:
-		badField(w, "session_ids", "session_ids: must not be empty")
-		return
-	case strings.TrimSpace(req.Reason) == "":
-		badField(w, "reason", "reason: required, say why sessions are shed")
-		return
-	}
-	for i, id := range req.SessionIDs {
-		if id == "" {
-			badField(w, fmt.Sprintf("session_ids[%d]", i), fmt.Sprintf("session_ids[%d]: empty", i))
-			return
-		}
 	}
 	count := 0
 	if req.Count != nil {
@@ -254,17 +188,11 @@ func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
 	now := g.now()
 	before := g.core.QueueLen()
 	evs := g.core.Shed(now, count, req.SessionIDs, req.Reason)
-	shed := []string{}
-	for _, e := range evs {
-		if e.Kind == admission.EventShed {
-			shed = append(shed, e.ID)
-		}
-	}
-	admitted := admittedIDs(evs)
+	res := inproc.ShedResult(evs)
 	g.deliver(evs)
-	g.log.Info("sessions shed", "reason", req.Reason, "sessions", shed,
-		"queued", fmt.Sprintf("%d → %d", before, g.core.QueueLen()), "admitted_from_queue", len(admitted))
-	httpjson.Write(w, http.StatusOK, adminapi.ShedResult{Shed: shed, Admitted: admitted})
+	g.log.Info("sessions shed", "reason", req.Reason, "sessions", res.Shed,
+		"queued", fmt.Sprintf("%d → %d", before, g.core.QueueLen()), "admitted_from_queue", len(res.Admitted))
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 func (g *Gateway) serveAffinity(w http.ResponseWriter, r *http.Request) {
@@ -304,16 +232,6 @@ func (g *Gateway) syncAdminChange(what string) {
 	if err := g.journal.sync(); err != nil {
 		g.log.Error("journaling an admin change; it is kept with the next state save", "change", what, "err", err)
 	}
-}
-
-func admittedIDs(evs []admission.Event) []string {
-	out := []string{}
-	for _, e := range evs {
-		if e.Kind == admission.EventAdmitted {
-			out = append(out, e.ID)
-		}
-	}
-	return out
 }
 
 // decodeAdmin reads one JSON object with no unknown fields, answering 400 naming the field
@@ -372,6 +290,17 @@ func jsonKind(goKind string) string {
 
 func badField(w http.ResponseWriter, param, msg string) {
 	httpjson.WriteError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", param, msg)
+}
+
+// badRequest answers a request its Validate refused (an *adminapi.RequestError) 400, naming the
+// field.
+func badRequest(w http.ResponseWriter, err error) {
+	var re *adminapi.RequestError
+	if errors.As(err, &re) {
+		badField(w, re.Param, re.Message)
+		return
+	}
+	badField(w, "", err.Error())
 }
 
 // AdmissionMetricsPath serves the admission core's basin_gateway_* series alone, in the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/admission/inproc"
 	"github.com/basin-dev/basin/internal/agentcall"
 	"github.com/basin-dev/basin/internal/httpjson"
 )
@@ -422,30 +423,8 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 	if !decodeAdmin(w, r, &req) {
 		return
 	}
-	if len(req.Hold) == 0 && len(req.Resume) == 0 {
-		badField(w, "hold", "hold or resume: at least one session id is required")
-		return
-	}
-	holding := make(map[string]bool, len(req.Hold))
-	for i, id := range req.Hold {
-		if strings.TrimSpace(id) == "" {
-			badField(w, fmt.Sprintf("hold[%d]", i), fmt.Sprintf("hold[%d]: empty session id", i))
-			return
-		}
-		holding[id] = true
-	}
-	for i, id := range req.Resume {
-		switch {
-		case strings.TrimSpace(id) == "":
-			badField(w, fmt.Sprintf("resume[%d]", i), fmt.Sprintf("resume[%d]: empty session id", i))
-			return
-		case holding[id]:
-			badField(w, fmt.Sprintf("resume[%d]", i), fmt.Sprintf("resume[%d]: %q is also in hold; give each session one change", i, id))
-			return
-		}
-	}
-	if strings.TrimSpace(req.Reason) == "" {
-		badField(w, "reason", "reason: required, say why sessions are held or resumed")
+	if err := req.Validate(); err != nil {
+		badRequest(w, err)
 		return
 	}
 	now := g.now()
@@ -455,22 +434,14 @@ func (g *Gateway) serveHolds(w http.ResponseWriter, r *http.Request) {
 	before := g.core.Snapshot(now, false).Counters
 	added := g.core.Hold(now, req.Hold)
 	evs := g.core.Resume(now, req.Resume)
-	after := g.core.Snapshot(now, false)
-	released := []string{}
-	for _, e := range evs {
-		if e.Kind == admission.EventResumed {
-			released = append(released, e.ID)
-		}
-	}
+	res := inproc.HoldResult(added, evs, before, g.core.Snapshot(now, false))
 	g.deliverLocked(evs)
 	g.mu.Unlock()
 	// Replicated, on the leader (a follower forwarded the request): the hold list is in the
 	// table before the answer, so a successor keeps it.
 	g.repl.SaveNow("holds")
-	res := adminapi.HoldResult{Added: added, Resumed: int(after.Counters.Resumed - before.Resumed), Released: released,
-		HeldSessions: after.Held, HeldTokens: after.HeldTokens, HeldCalls: after.HeldCalls}
 	g.log.Info("hold list changed", "reason", req.Reason, "held", res.Added, "resumed", res.Resumed,
-		"released_calls", len(released), "held_sessions", res.HeldSessions, "held_tokens", res.HeldTokens,
+		"released_calls", len(res.Released), "held_sessions", res.HeldSessions, "held_tokens", res.HeldTokens,
 		"held_calls", res.HeldCalls)
 	httpjson.Write(w, http.StatusOK, res)
 }

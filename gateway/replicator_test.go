@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
-	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/replication"
 )
 
@@ -20,7 +19,7 @@ type scenarioOutcome struct {
 	Queue    []string
 	Budget   adminapi.BudgetResult
 	Live     int
-	Counters admission.Counters
+	Counters adminapi.Counters
 }
 
 // TestOneScenarioAloneAndReplicated runs the same scenario through both replicators: a gateway

@@ -7,14 +7,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // TestGatewayFromLeavesDormantSessionsOut: the core lists dormant sessions but counts them out of
 // W and the live count; the policy's view does too, so a hold never picks one.
 func TestGatewayFromLeavesDormantSessionsOut(t *testing.T) {
-	s := admission.Snapshot{Live: 2, WorkingSet: 300, Dormant: 1, DormantTokens: 500,
-		Sessions: []admission.LiveSession{
+	s := adminapi.StateView{Live: 2, WorkingSet: 300, Dormant: 1, DormantTokens: 500,
+		Sessions: []adminapi.LiveSession{
 			{ID: "a", Context: 100, Admitted: t0},
 			{ID: "gone", Context: 500, Admitted: t0, Dormant: true},
 			{ID: "b", Context: 200, Admitted: t0.Add(time.Minute), Held: true},

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/basin-dev/basin/detector"
-	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // Mode is the budget controller's mode.
@@ -452,11 +452,12 @@ func FormatTokens(v int64) string {
 	return fmt.Sprintf("%d", v)
 }
 
-// GatewayFrom reads the admission core's snapshot (what the gateway's GET /admin/state returns, or
-// the simulator's core) as the policy's view. Waits are the core's own measurements, on the
-// core's clock: the deployment's, as the policy's holds are (a gateway in front of a simulated
-// deployment served at a speed is given the deployment's clock too).
-func GatewayFrom(s admission.Snapshot) Gateway {
+// GatewayFrom reads the admission state (what the gateway's GET /admin/state returns, or the
+// simulator's core through the same contract, Admission) as the policy's view. Waits are the
+// core's own measurements, on the core's clock: the deployment's, as the policy's holds are (a
+// gateway in front of a simulated deployment served at a speed is given the deployment's clock
+// too).
+func GatewayFrom(s adminapi.StateView) Gateway {
 	// The listing may be only the queue's tail (GET /admin/state?queue_tail=N): the count and
 	// the oldest wait come from their own fields when the gateway reports them.
 	g := Gateway{Budget: s.Budget, Reference: s.ReferenceBudget, Reserved: s.Reserved, WorkingSet: s.WorkingSet,

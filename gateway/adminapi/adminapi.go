@@ -3,18 +3,66 @@
 // and what the daemon reads. They live apart from the proxy so that a program speaking the API — the daemon, a
 // test, an operator's tool — does not import the whole gateway for a few structs, and so that each
 // request and answer is defined once for both ends.
+//
+// These types are the contract, not the admission core's own structs: the core may grow or
+// rename what it keeps without changing what the API promises. The one conversion from the core's
+// snapshot is gateway/admission/inproc.StateOf, used by the gateway's handler and by the
+// in-process implementation alike. The package imports nothing of basin's.
 package adminapi
 
 import (
+	"fmt"
+	"strings"
 	"time"
-
-	"github.com/basin-dev/basin/gateway/admission"
 )
 
-// StateView is what GET /admin/state returns: the admission core's snapshot with its queue, and
-// the gateway's routing.
+// StateView is what GET /admin/state returns: the admission state with its queue, and the
+// gateway's routing. The admission fields come first, in the order the API has always sent them.
 type StateView struct {
-	admission.Snapshot
+	// Mode is the admission mode: "current" (a live session counts its current context) or
+	// "peak" (its predicted peak).
+	Mode string `json:"mode"`
+	// CountOnly: every session is admitted at once until a budget is set; Budget and
+	// ReferenceBudget are 0 until then unless configured.
+	CountOnly       bool  `json:"count_only"`
+	Budget          int64 `json:"budget_tokens"`
+	ReferenceBudget int64 `json:"reference_budget_tokens"`
+	// Reserved and WorkingSet are the demands and the contexts of the live sessions that are not
+	// dormant; Live counts those sessions (the dormant ones are reported apart, below).
+	Reserved   int64 `json:"reserved_tokens"`
+	WorkingSet int64 `json:"working_set_tokens"`
+	Engaged    bool  `json:"engaged"`
+	Live       int   `json:"live_sessions"`
+	// InCall counts the live sessions with a model call in flight (the rest are running tools or
+	// thinking): the served fraction of the paper's risk rule is InCall ÷ Live.
+	InCall int `json:"sessions_in_call"`
+	// Queued is how many sessions wait (the Queue listing may be only its tail, ?queue_tail=N);
+	// OldestWaitSeconds is how long the longest-waiting of them has waited.
+	Queued            int     `json:"queued_sessions"`
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+	// Stale is how many of them have gone stale: they queue behind the fresh ones, newest first.
+	Stale int `json:"stale_sessions"`
+	// Held is how many live sessions are on the hold list, HeldTokens their contexts (part of
+	// WorkingSet, out of the admission test), HeldCalls how many of their calls wait now and
+	// OldestHeldCallSeconds how long the longest of those has waited.
+	Held                  int     `json:"held_sessions"`
+	HeldTokens            int64   `json:"held_tokens"`
+	HeldCalls             int     `json:"held_calls"`
+	OldestHeldCallSeconds float64 `json:"oldest_held_call_seconds"`
+	// Dormant is how many live sessions are dormant (idle long past the workload's tool time),
+	// DormantTokens their contexts: out of WorkingSet, Reserved and Live, still admitted (a call
+	// wakes one). DormantAfterSeconds is the idleness that makes a session dormant now, ToolGaps
+	// how many tool gaps it was learnt from.
+	Dormant             int     `json:"dormant_sessions"`
+	DormantTokens       int64   `json:"dormant_tokens"`
+	DormantAfterSeconds float64 `json:"dormant_after_seconds"`
+	ToolGaps            int     `json:"tool_gaps"`
+	// Sessions lists the live sessions ([] when none) when asked for; nil (null in JSON) when
+	// not listed.
+	Sessions []LiveSession   `json:"sessions"`
+	Queue    []QueuedSession `json:"queue"`
+	Counters Counters        `json:"counters"`
+
 	Now       time.Time      `json:"now"`
 	Affinity  AffinityView   `json:"affinity"`
 	Upstreams []UpstreamView `json:"upstreams"`
@@ -27,6 +75,65 @@ type StateView struct {
 	// DeploymentSpeed is the speed a simulated upstream announces (X-Basin-Sim-Speed: its
 	// seconds per wall second), which the idle timeout is divided by; absent for real engines.
 	DeploymentSpeed float64 `json:"deployment_speed,omitempty"`
+}
+
+// LiveSession is one live session as GET /admin/state lists it.
+type LiveSession struct {
+	ID            string    `json:"id"`
+	Tenant        string    `json:"tenant,omitempty"`
+	Arrival       time.Time `json:"arrival"`
+	Admitted      time.Time `json:"admitted"`
+	LastDone      time.Time `json:"last_done"`
+	Context       int64     `json:"context_tokens"`
+	Peak          int64     `json:"peak_tokens"`
+	PredictedPeak int64     `json:"predicted_peak_tokens"`
+	// Priority is the session's fixed priority (smaller first), as it queued: a hold policy
+	// holds the lowest and resumes the highest first.
+	Priority time.Time `json:"priority,omitzero"`
+	// Held: on the hold list; its next call waits.
+	Held bool `json:"held,omitempty"`
+	// HeldCallSeconds is how long its held call has waited, when one waits.
+	HeldCallSeconds float64 `json:"held_call_seconds,omitempty"`
+	// Dormant: idle long past the workload's tool time, its context out of the working set until
+	// it calls again.
+	Dormant bool `json:"dormant,omitempty"`
+}
+
+// QueuedSession is one entry of the queue.
+type QueuedSession struct {
+	ID       string    `json:"id"`
+	Tenant   string    `json:"tenant,omitempty"`
+	Arrival  time.Time `json:"arrival"`
+	Priority time.Time `json:"priority"`
+	// WaitedSeconds is how long it has been queued, from its (original) arrival.
+	WaitedSeconds float64 `json:"waited_seconds"`
+	Demand        int64   `json:"demand_tokens"`
+}
+
+// Counters count admission's decisions since the gateway started.
+type Counters struct {
+	Arrivals          uint64 `json:"arrivals"`
+	AdmittedAtOnce    uint64 `json:"admitted_at_once"`
+	AdmittedFromQueue uint64 `json:"admitted_from_queue"`
+	Queued            uint64 `json:"queued"`
+	OverQuota         uint64 `json:"over_quota"`
+	Refused           uint64 `json:"refused"`
+	Shed              uint64 `json:"shed"`
+	Cancelled         uint64 `json:"cancelled"`
+	Ended             uint64 `json:"ended"`
+	// Staled counts queued sessions that went stale.
+	Staled uint64 `json:"staled"`
+	// TooLate counts sessions refused for their start deadline, at arrival or in the queue.
+	TooLate uint64 `json:"too_late"`
+	// Held counts sessions put on the hold list, Resumed those taken off it, CallsHeld the
+	// calls that waited and HoldBoundReleases those that went at the hold bound.
+	Held              uint64 `json:"held"`
+	Resumed           uint64 `json:"resumed"`
+	CallsHeld         uint64 `json:"calls_held"`
+	HoldBoundReleases uint64 `json:"hold_bound_releases"`
+	// Dormant counts live sessions that went dormant, Woken the dormant ones that called again.
+	Dormant uint64 `json:"dormant"`
+	Woken   uint64 `json:"woken"`
 }
 
 // ReplicationView is one replica's state in replicated mode: GET /admin/replication on any
@@ -166,4 +273,85 @@ type HoldResult struct {
 	HeldSessions int   `json:"held_sessions"`
 	HeldTokens   int64 `json:"held_tokens"`
 	HeldCalls    int   `json:"held_calls"`
+}
+
+// RequestError is a request the admin API refuses as invalid (400 invalid_request_error): Param
+// names the field at fault ("tokens", "session_ids[2]"), Message says what is wrong with it. The
+// gateway answers it, the in-process implementation returns it, and the Go client finds it in
+// the gateway's answer, so every implementation refuses the same requests in the same words.
+type RequestError struct {
+	Param   string
+	Message string
+}
+
+// Error is the message, which already names the field.
+func (e *RequestError) Error() string { return e.Message }
+
+func invalid(param, format string, a ...any) *RequestError {
+	return &RequestError{Param: param, Message: fmt.Sprintf(format, a...)}
+}
+
+// Validate is the one check of a budget change, wherever it is applied (the gateway's handler,
+// the in-process implementation): a request it passes, the admission core accepts.
+func (r BudgetRequest) Validate() error {
+	switch {
+	case r.Tokens == nil:
+		return invalid("tokens", "tokens: required, the new budget in tokens")
+	case *r.Tokens <= 0:
+		return invalid("tokens", "tokens: must be > 0, got %d", *r.Tokens)
+	case r.ReferenceTokens != nil && *r.ReferenceTokens <= 0:
+		return invalid("reference_tokens", "reference_tokens: must be > 0, got %d", *r.ReferenceTokens)
+	case strings.TrimSpace(r.Reason) == "":
+		return invalid("reason", "reason: required, say why the budget changes")
+	}
+	return nil
+}
+
+// Validate checks a shed: exactly one of Count (positive) and SessionIDs (not empty, no empty
+// id), and a reason.
+func (r ShedRequest) Validate() error {
+	switch {
+	case r.Count == nil && r.SessionIDs == nil:
+		return invalid("count", "count or session_ids: one is required")
+	case r.Count != nil && r.SessionIDs != nil:
+		return invalid("session_ids", "count and session_ids: give one, not both")
+	case r.Count != nil && *r.Count <= 0:
+		return invalid("count", "count: must be > 0, got %d", *r.Count)
+	case r.SessionIDs != nil && len(r.SessionIDs) == 0:
+		return invalid("session_ids", "session_ids: must not be empty")
+	case strings.TrimSpace(r.Reason) == "":
+		return invalid("reason", "reason: required, say why sessions are shed")
+	}
+	for i, id := range r.SessionIDs {
+		if id == "" {
+			return invalid(fmt.Sprintf("session_ids[%d]", i), "session_ids[%d]: empty", i)
+		}
+	}
+	return nil
+}
+
+// Validate checks a hold change: at least one id, none empty, none in both lists, and a reason.
+func (r HoldRequest) Validate() error {
+	if len(r.Hold) == 0 && len(r.Resume) == 0 {
+		return invalid("hold", "hold or resume: at least one session id is required")
+	}
+	holding := make(map[string]bool, len(r.Hold))
+	for i, id := range r.Hold {
+		if strings.TrimSpace(id) == "" {
+			return invalid(fmt.Sprintf("hold[%d]", i), "hold[%d]: empty session id", i)
+		}
+		holding[id] = true
+	}
+	for i, id := range r.Resume {
+		switch {
+		case strings.TrimSpace(id) == "":
+			return invalid(fmt.Sprintf("resume[%d]", i), "resume[%d]: empty session id", i)
+		case holding[id]:
+			return invalid(fmt.Sprintf("resume[%d]", i), "resume[%d]: %q is also in hold; give each session one change", i, id)
+		}
+	}
+	if strings.TrimSpace(r.Reason) == "" {
+		return invalid("reason", "reason: required, say why sessions are held or resumed")
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/admission"
+	"github.com/basin-dev/basin/gateway/admission/inproc"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
@@ -186,7 +187,7 @@ func attachBudgetCut(o *sim.Options, g *harness.Gate, do detector.Options, start
 			return
 		}
 		plan := pol.Decide(remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(g.Core().Snapshot(t.Now, true)), Alerts: []string{"rescue: budget cut"}})
+			Gateway: remediate.GatewayFrom(inproc.StateOf(g.Core().Snapshot(t.Now, true))), Alerts: []string{"rescue: budget cut"}})
 		if plan.Budget == nil {
 			return // no knee or capacity yet: the cut is made on the first step that has one
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/gateway/admission/inproc"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/sim"
@@ -98,7 +99,7 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 		act.now = t.Now
 		control = t.Control
 		in := remediate.StepInputs{Inputs: remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(g.core.Snapshot(t.Now, true))},
+			Gateway: remediate.GatewayFrom(inproc.StateOf(g.core.Snapshot(t.Now, true)))},
 			Snapshot: t.Snapshot, Decode: decodeInstances(t.Control.Stats())}
 		in.ArrivalRate, in.ArrivalOK = t.Snapshot.Get(collector.ArrivalRate)
 		res := loop.Step(context.Background(), in, nil)

@@ -20,7 +20,6 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/gateway/adminapi"
-	"github.com/basin-dev/basin/gateway/admission"
 )
 
 // trappedEngines serves a deployment stuck in the trap: W = 2.4 × C, 30% of prompt tokens hit.
@@ -74,8 +73,8 @@ func (g *adminStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/admin/state":
-		v := adminapi.StateView{Snapshot: admission.Snapshot{Budget: g.budget, ReferenceBudget: g.ref,
-			Reserved: 2_400_000, WorkingSet: 2_400_000, Live: 96, Queue: []admission.QueuedSession{}}, Now: time.Now()}
+		v := adminapi.StateView{Budget: g.budget, ReferenceBudget: g.ref,
+			Reserved: 2_400_000, WorkingSet: 2_400_000, Live: 96, Queue: []adminapi.QueuedSession{}, Now: time.Now()}
 		_ = json.NewEncoder(w).Encode(v)
 	case r.Method == http.MethodPut && r.URL.Path == "/admin/budget":
 		var req struct {
