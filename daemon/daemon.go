@@ -33,14 +33,11 @@ import (
 	"github.com/basin-dev/basin/remediate/notify"
 )
 
-// GatewayAPI is what the daemon needs of the gateway's admin API (gateway/client implements it).
+// GatewayAPI is what the daemon needs of the gateway's admin API (gateway/client implements it):
+// the admission contract the executor acts through, and the affinity switch the lending backend
+// flips.
 type GatewayAPI interface {
-	State(ctx context.Context) (adminapi.StateView, error)
-	// StateSessions is State with the live sessions listed, for the hold rule.
-	StateSessions(ctx context.Context) (adminapi.StateView, error)
-	HoldResult(ctx context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error)
-	SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (adminapi.BudgetResult, error)
-	Shed(ctx context.Context, ids []string, count int, reason string) (adminapi.ShedResult, error)
+	remediate.Admission
 	SetAffinity(ctx context.Context, enabled bool, reason string) error
 }
 
@@ -439,8 +436,7 @@ func (d *Daemon) newActing(reg prometheus.Registerer) error {
 	ex := remediate.ExecutorOptions{Audit: d.audit, DryRun: d.cfg.DryRun, Notify: d.notifyAction, Registerer: reg,
 		Logger: d.log.With("component", "executor")}
 	if d.gw != nil {
-		act := gatewayActuator{gw: d.gw, log: d.log.With("component", "gateway")}
-		ex.Budget, ex.Shed, ex.Hold = act, act, act
+		ex.Gateway = d.gw
 	}
 	if d.lendBE != nil {
 		ex.Lending = remediate.BackendLending{Backend: d.lendBE}
@@ -921,41 +917,6 @@ func decodePool(s collector.Snapshot) []lender.Instance {
 		return []lender.Instance{{Name: "decode"}} // unusable: the lender holds its switch
 	}
 	return []lender.Instance{{Name: "decode", CapacityTokens: capacity, FreeTokens: free, ReservedTokens: reserved}}
-}
-
-// gatewayActuator adapts the gateway client to the executor's interfaces.
-type gatewayActuator struct {
-	gw  GatewayAPI
-	log *slog.Logger
-}
-
-// SetBudget sets the budget and logs what the gateway says it did: whether admission holds new
-// sessions back now, and if not, when it will — a budget under the working set's reference changes
-// nothing yet, and the operator should not have to guess that.
-func (g gatewayActuator) SetBudget(ctx context.Context, tokens, reference int64, reason string) error {
-	res, err := g.gw.SetBudget(ctx, tokens, reference, reason)
-	if err != nil {
-		return err
-	}
-	g.log.Info("gateway budget set", "tokens", tokens, "reference_tokens", reference, "was_count_only", res.Before.CountOnly,
-		"engaged", res.Engaged, "effect", res.Effect)
-	return nil
-}
-
-func (g gatewayActuator) Shed(ctx context.Context, ids []string, reason string) error {
-	_, err := g.gw.Shed(ctx, ids, 0, reason)
-	return err
-}
-
-// Hold changes the gateway's hold list and logs the list as the gateway left it.
-func (g gatewayActuator) Hold(ctx context.Context, hold, resume []string, reason string) error {
-	res, err := g.gw.HoldResult(ctx, hold, resume, reason)
-	if err != nil {
-		return err
-	}
-	g.log.Info("gateway hold list changed", "held", res.Added, "resumed", res.Resumed, "released_calls", len(res.Released),
-		"held_sessions", res.HeldSessions, "held_tokens", res.HeldTokens, "held_calls", res.HeldCalls)
-	return nil
 }
 
 // mayHold says whether this step reads the gateway's live sessions for the hold rule: only

@@ -121,7 +121,7 @@ func TestCountOnlyGatewayTakenOver(t *testing.T) {
 	}
 	require.NotNil(t, first)
 	assert.True(t, first.Budget.FromCountOnly, "%+v", first.Budget)
-	assert.Contains(t, logs.String(), `msg="gateway budget set" component=gateway tokens=1050000`)
+	assert.Contains(t, logs.String(), `msg="gateway budget set" component=executor tokens=1050000`)
 	assert.Contains(t, logs.String(), `kind=budget change="budget count only → 1.05M tokens"`, "the dry run's first decision too")
 	assert.Contains(t, logs.String(), "was_count_only=true")
 	assert.Contains(t, logs.String(), "effect=")

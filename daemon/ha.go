@@ -397,7 +397,8 @@ func (s auditStream) Load(ctx context.Context) ([]remediate.Record, error) {
 func (auditStream) Close() error { return nil }
 
 // termGateway is the gateway's admin API as the acting daemon writes to it in replicated mode:
-// a write goes only under the step's term, and the gateway's 409 for a stale term ends it.
+// a decorator of the admission contract (and the affinity switch) whose writes go only under the
+// step's term, the gateway's 409 for a stale term ending it; reads pass through.
 type termGateway struct {
 	GatewayAPI
 	d *Daemon
@@ -441,33 +442,37 @@ func (g termGateway) ClaimTerm(ctx context.Context) error {
 	return g.stale(term, err)
 }
 
-func (g termGateway) SetBudget(ctx context.Context, tokens, reference int64, reason string) (adminapi.BudgetResult, error) {
+// SetBudget implements remediate.Admission under the step's term.
+func (g termGateway) SetBudget(ctx context.Context, r adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
 	term, err := g.guard(ctx)
 	if err != nil {
 		return adminapi.BudgetResult{}, err
 	}
-	r, err := g.GatewayAPI.SetBudget(ctx, tokens, reference, reason)
-	return r, g.stale(term, err)
+	res, err := g.GatewayAPI.SetBudget(ctx, r)
+	return res, g.stale(term, err)
 }
 
-func (g termGateway) Shed(ctx context.Context, ids []string, count int, reason string) (adminapi.ShedResult, error) {
+// Shed implements remediate.Admission under the step's term.
+func (g termGateway) Shed(ctx context.Context, r adminapi.ShedRequest) (adminapi.ShedResult, error) {
 	term, err := g.guard(ctx)
 	if err != nil {
 		return adminapi.ShedResult{}, err
 	}
-	r, err := g.GatewayAPI.Shed(ctx, ids, count, reason)
-	return r, g.stale(term, err)
+	res, err := g.GatewayAPI.Shed(ctx, r)
+	return res, g.stale(term, err)
 }
 
-func (g termGateway) HoldResult(ctx context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error) {
+// Hold implements remediate.Admission under the step's term.
+func (g termGateway) Hold(ctx context.Context, r adminapi.HoldRequest) (adminapi.HoldResult, error) {
 	term, err := g.guard(ctx)
 	if err != nil {
 		return adminapi.HoldResult{}, err
 	}
-	r, err := g.GatewayAPI.HoldResult(ctx, hold, resume, reason)
-	return r, g.stale(term, err)
+	res, err := g.GatewayAPI.Hold(ctx, r)
+	return res, g.stale(term, err)
 }
 
+// SetAffinity switches the gateway's affinity under the step's term.
 func (g termGateway) SetAffinity(ctx context.Context, enabled bool, reason string) error {
 	term, err := g.guard(ctx)
 	if err != nil {

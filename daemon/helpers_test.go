@@ -89,7 +89,12 @@ func (g *fakeGateway) State(context.Context) (adminapi.StateView, error) {
 		Affinity: adminapi.AffinityView{Enabled: g.affinityOn}}, nil
 }
 
-func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reason string) (adminapi.BudgetResult, error) {
+func (g *fakeGateway) SetBudget(_ context.Context, r adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
+	tokens, reason := *r.Tokens, r.Reason
+	var reference int64
+	if r.ReferenceTokens != nil {
+		reference = *r.ReferenceTokens
+	}
 	var res adminapi.BudgetResult
 	apply := func() {
 		g.mu.Lock()
@@ -111,14 +116,14 @@ func (g *fakeGateway) SetBudget(_ context.Context, tokens, reference int64, reas
 	return res, nil
 }
 
-func (g *fakeGateway) Shed(_ context.Context, ids []string, _ int, _ string) (adminapi.ShedResult, error) {
+func (g *fakeGateway) Shed(_ context.Context, r adminapi.ShedRequest) (adminapi.ShedResult, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.sheds = append(g.sheds, ids)
-	return adminapi.ShedResult{Shed: ids}, nil
+	g.sheds = append(g.sheds, r.SessionIDs)
+	return adminapi.ShedResult{Shed: r.SessionIDs}, nil
 }
 
-// holdCall is one HoldResult the daemon asked for.
+// holdCall is one Hold the daemon asked for.
 type holdCall struct {
 	Hold, Resume []string
 	Reason       string
@@ -144,7 +149,8 @@ func (g *fakeGateway) StateSessions(ctx context.Context) (adminapi.StateView, er
 	return v, nil
 }
 
-func (g *fakeGateway) HoldResult(_ context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error) {
+func (g *fakeGateway) Hold(_ context.Context, r adminapi.HoldRequest) (adminapi.HoldResult, error) {
+	hold, resume, reason := r.Hold, r.Resume, r.Reason
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.holds = append(g.holds, holdCall{Hold: hold, Resume: resume, Reason: reason})

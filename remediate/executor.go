@@ -10,22 +10,32 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
-// BudgetSetter sets the gateway's admission budget. Setting the same values twice is harmless.
-type BudgetSetter interface {
-	SetBudget(ctx context.Context, tokens, reference int64, reason string) error
-}
-
-// Shedder drops queued sessions by ID; IDs no longer queued are skipped.
-type Shedder interface {
-	Shed(ctx context.Context, ids []string, reason string) error
-}
-
-// Holder changes the gateway's hold list: the live sessions whose next calls wait, and those
-// taken off it. Unknown or ended ids are skipped; applying the same change twice is harmless.
-type Holder interface {
-	Hold(ctx context.Context, hold, resume []string, reason string) error
+// Admission is the gateway's admission control as basin reads and changes it: its state (with
+// the live sessions, for the hold rule), its budget, its queue (shed) and its hold list. The
+// requests and answers are the admin API's wire types (gateway/adminapi), so the HTTP client of
+// a real gateway (gateway/client) and the admission core served in process to the simulator
+// (gateway/admission/inproc) are one contract, answering the same requests alike — a
+// conformance suite (gateway/adminapi/admissiontest) runs against both. It is declared here,
+// where it is consumed: the policy reads the state (GatewayFrom) and the executor acts; the
+// daemon reads and acts through this same interface.
+//
+// Invalid requests are refused with an *adminapi.RequestError, and every change is idempotent:
+// setting the same budget twice, shedding sessions no longer queued, holding sessions already
+// held or resuming ones not held change nothing the second time.
+type Admission interface {
+	// State reads the admission state; it may list only the queue's tail and no live sessions
+	// (the client's QueueTail), which is all the budget and shedding rules read.
+	State(ctx context.Context) (adminapi.StateView, error)
+	// StateSessions is State with the live sessions listed: what the hold rule chooses among,
+	// at a cost that grows with them, so it is read only while the rule may act.
+	StateSessions(ctx context.Context) (adminapi.StateView, error)
+	SetBudget(ctx context.Context, r adminapi.BudgetRequest) (adminapi.BudgetResult, error)
+	Shed(ctx context.Context, r adminapi.ShedRequest) (adminapi.ShedResult, error)
+	Hold(ctx context.Context, r adminapi.HoldRequest) (adminapi.HoldResult, error)
 }
 
 // Lending switches KV lending; applying the same plan twice is harmless.
@@ -53,13 +63,12 @@ var ErrSuperseded = errors.New("superseded: another daemon acts now")
 // Notifier hears about each recorded action; it must not block.
 type Notifier func(Record)
 
-// ExecutorOptions configure an Executor. Audit is required; a nil actuator means that kind of
-// action is not configured (its plans fail, loudly).
+// ExecutorOptions configure an Executor. Audit is required; a nil Gateway or Lending means that
+// kind of action is not configured (its plans fail, loudly).
 type ExecutorOptions struct {
-	Audit   *Audit
-	Budget  BudgetSetter
-	Shed    Shedder
-	Hold    Holder
+	Audit *Audit
+	// Gateway takes the budget, shed and hold actions.
+	Gateway Admission
 	Lending Lending
 	// DryRun decides, audits and notifies but never acts.
 	DryRun     bool
@@ -173,7 +182,7 @@ func (e *Executor) planStages(persist func() error) pipeline {
 // (detachedStage); reconciled marks an intent finished after a restart.
 func (e *Executor) actionStages(reconciled bool) stage {
 	return detachedStage{timeout: e.o.Timeout, stages: pipeline{
-		actStage{budget: e.o.Budget, shed: e.o.Shed, hold: e.o.Hold, lending: e.o.Lending, reconciled: reconciled},
+		actStage{gateway: e.o.Gateway, lending: e.o.Lending, log: e.log, reconciled: reconciled},
 		outcomeStage{audit: e.o.Audit, actions: e.actions, log: e.log, notify: e.notify},
 	}}
 }

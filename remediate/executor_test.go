@@ -14,10 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // fakeGateway records the calls and checks that each action's intent was in the audit log first.
 type fakeGateway struct {
+	gatewayStub
 	t      *testing.T
 	audit  *Audit
 	budget int64
@@ -37,27 +40,52 @@ func (g *fakeGateway) intentRecorded(kind string) {
 	g.t.Errorf("%s acted on with no pending intent in the audit log", kind)
 }
 
-func (g *fakeGateway) SetBudget(_ context.Context, tokens, _ int64, reason string) error {
-	g.intentRecorded("budget")
-	g.reasons = append(g.reasons, reason)
-	if g.fail != nil {
-		return g.fail
-	}
-	g.calls = append(g.calls, "budget")
-	g.budget = tokens
-	return nil
+// gatewayStub is the part of Admission a test's fake leaves out: each call fails.
+type gatewayStub struct{}
+
+func (gatewayStub) State(context.Context) (adminapi.StateView, error) {
+	return adminapi.StateView{}, errors.New("state: not faked")
 }
 
-func (g *fakeGateway) Shed(_ context.Context, ids []string, reason string) error {
+func (gatewayStub) StateSessions(context.Context) (adminapi.StateView, error) {
+	return adminapi.StateView{}, errors.New("state: not faked")
+}
+
+func (gatewayStub) SetBudget(context.Context, adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
+	return adminapi.BudgetResult{}, errors.New("set budget: not faked")
+}
+
+func (gatewayStub) Shed(context.Context, adminapi.ShedRequest) (adminapi.ShedResult, error) {
+	return adminapi.ShedResult{}, errors.New("shed: not faked")
+}
+
+func (gatewayStub) Hold(context.Context, adminapi.HoldRequest) (adminapi.HoldResult, error) {
+	return adminapi.HoldResult{}, errors.New("hold: not faked")
+}
+
+func (g *fakeGateway) SetBudget(_ context.Context, r adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
+	g.intentRecorded("budget")
+	g.reasons = append(g.reasons, r.Reason)
+	if g.fail != nil {
+		return adminapi.BudgetResult{}, g.fail
+	}
+	g.calls = append(g.calls, "budget")
+	g.budget = *r.Tokens
+	return adminapi.BudgetResult{}, nil
+}
+
+func (g *fakeGateway) Shed(_ context.Context, r adminapi.ShedRequest) (adminapi.ShedResult, error) {
 	g.intentRecorded("shed")
-	g.reasons = append(g.reasons, reason)
-	for _, id := range ids {
+	g.reasons = append(g.reasons, r.Reason)
+	res := adminapi.ShedResult{Shed: []string{}, Admitted: []string{}}
+	for _, id := range r.SessionIDs {
 		if g.queued[id] {
 			delete(g.queued, id)
 			g.calls = append(g.calls, "shed "+id)
+			res.Shed = append(res.Shed, id)
 		}
 	}
-	return nil
+	return res, nil
 }
 
 func openAudit(t *testing.T, path string) *Audit {
@@ -80,7 +108,7 @@ func TestExecuteRecordsBeforeActing(t *testing.T) {
 	g := &fakeGateway{t: t, audit: a, budget: 1_000_000, queued: map[string]bool{"s1": true}}
 	reg := prometheus.NewRegistry()
 	var notified []Record
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g, Registerer: reg, Notify: func(r Record) { notified = append(notified, r) }})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g, Registerer: reg, Notify: func(r Record) { notified = append(notified, r) }})
 	require.NoError(t, err)
 	persisted := false
 	p := budgetPlan(1, 1_000_000, 700_000)
@@ -105,7 +133,7 @@ func TestExecuteRecordsBeforeActing(t *testing.T) {
 func TestEachActionItsOwnReasons(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	g := &fakeGateway{t: t, audit: a, budget: 1_000_000, queued: map[string]bool{"s1": true}}
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g, Registerer: prometheus.NewRegistry()})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	p := Plan{Seq: 1, At: t0, State: "trapped", Mode: Incident,
 		Budget:  &BudgetChange{From: 1_000_000, To: 700_000, Reference: 1_000_000, Reasons: []string{"mode normal → incident", "incident: cut"}},
@@ -128,7 +156,7 @@ func TestDryRunNeverActs(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	g := &fakeGateway{t: t, audit: a, budget: 1_000_000}
 	var logs bytes.Buffer
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, DryRun: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g, DryRun: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	require.NoError(t, e.Execute(context.Background(), budgetPlan(1, 1_000_000, 700_000), nil))
 	assert.Empty(t, g.calls)
@@ -159,7 +187,7 @@ func TestRecordChange(t *testing.T) {
 func TestPause(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	g := &fakeGateway{t: t, audit: a, budget: 1_000_000}
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g})
 	require.NoError(t, err)
 	require.NoError(t, e.Pause(t0, t0.Add(30*time.Minute), "maintenance"))
 	paused, until, why := e.Paused(t0.Add(time.Minute))
@@ -176,7 +204,7 @@ func TestPause(t *testing.T) {
 func TestFailedActionRecorded(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	g := &fakeGateway{t: t, audit: a, budget: 1_000_000, fail: errors.New("connection refused")}
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g})
 	require.NoError(t, err)
 	err = e.Execute(context.Background(), budgetPlan(1, 1_000_000, 700_000), nil)
 	require.ErrorContains(t, err, "connection refused")
@@ -216,7 +244,7 @@ func TestReconcileAfterCrash(t *testing.T) {
 			a = openAudit(t, path)
 			g.audit = a
 			require.Len(t, a.Pending(), 2)
-			e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g})
+			e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g})
 			require.NoError(t, err)
 			obs := Observed{Budget: g.budget, BudgetOK: true, Queued: func(id string) bool { return g.queued[id] }}
 			require.NoError(t, e.Reconcile(context.Background(), t0.Add(time.Minute), obs))
@@ -238,7 +266,7 @@ func TestReconcileAfterCrash(t *testing.T) {
 func TestReconcileGatewayUnread(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	require.NoError(t, a.Append(context.Background(), Record{Seq: 1, Kind: "budget", Phase: PhaseIntent, Budget: &BudgetChange{To: 5}}))
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: &fakeGateway{t: t, audit: a}})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: &fakeGateway{t: t, audit: a}})
 	require.NoError(t, err)
 	require.ErrorContains(t, e.Reconcile(context.Background(), t0, Observed{}), "left pending")
 	assert.Len(t, a.Pending(), 1)
@@ -295,10 +323,10 @@ type cancellingGateway struct {
 	ctxCancelled bool
 }
 
-func (g *cancellingGateway) SetBudget(ctx context.Context, tokens, ref int64, reason string) error {
+func (g *cancellingGateway) SetBudget(ctx context.Context, r adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
 	g.cancel()
 	g.ctxCancelled = ctx.Err() != nil
-	return g.fakeGateway.SetBudget(ctx, tokens, ref, reason)
+	return g.fakeGateway.SetBudget(ctx, r)
 }
 
 // TestShutdownMidPlan: an action begun when the daemon is told to stop is carried to its end and
@@ -308,7 +336,7 @@ func TestShutdownMidPlan(t *testing.T) {
 	a := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &cancellingGateway{fakeGateway: fakeGateway{t: t, audit: a, budget: 1_000_000, queued: map[string]bool{"s1": true}}, cancel: cancel}
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: &g.fakeGateway})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g})
 	require.NoError(t, err)
 	p := budgetPlan(1, 1_000_000, 700_000)
 	p.Shed = &ShedAction{IDs: []string{"s1"}}

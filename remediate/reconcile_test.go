@@ -57,7 +57,7 @@ func TestReconcileOne(t *testing.T) {
 			audit := NewMemoryAudit()
 			var calls []string
 			rec := &recorder{calls: &calls}
-			e, err := NewExecutor(ExecutorOptions{Audit: audit, Budget: rec, Shed: rec, Lending: rec})
+			e, err := NewExecutor(ExecutorOptions{Audit: audit, Gateway: rec, Lending: rec})
 			require.NoError(t, err)
 			err = e.reconcile(context.Background(), tc.r, now, tc.w)
 			if tc.wantErr == "" {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // The executor's side effects as stages, after Alertmanager's notify.Stage pipeline: each stage
@@ -235,10 +237,9 @@ func (s detachedStage) Exec(ctx context.Context, acts []action) ([]action, error
 // failure does not stop the pipeline: the outcome stage records it and returns it. A nil
 // actuator means that kind of action is not configured, and its actions fail.
 type actStage struct {
-	budget  BudgetSetter
-	shed    Shedder
-	hold    Holder
+	gateway Admission
 	lending Lending
+	log     *slog.Logger
 	// reconciled marks outcomes completed after a restart (Reconcile).
 	reconciled bool
 }
@@ -264,22 +265,24 @@ func (s actStage) take(ctx context.Context, r Record) error {
 	if len(r.Reasons) > 0 {
 		reason += ": " + strings.Join(r.Reasons, "; ")
 	}
+	noGateway := func() error { return fmt.Errorf("no gateway configured for the %s action", r.Kind) }
 	switch {
 	case r.Budget != nil:
-		if s.budget == nil {
-			return errors.New("no budget actuator configured")
+		if s.gateway == nil {
+			return noGateway()
 		}
-		return s.budget.SetBudget(ctx, r.Budget.To, r.Budget.Reference, reason)
+		return s.setBudget(ctx, r.Budget, reason)
 	case r.Shed != nil:
-		if s.shed == nil {
-			return errors.New("no shedder configured")
+		if s.gateway == nil {
+			return noGateway()
 		}
-		return s.shed.Shed(ctx, r.Shed.IDs, reason)
+		_, err := s.gateway.Shed(ctx, adminapi.ShedRequest{SessionIDs: r.Shed.IDs, Reason: reason})
+		return err
 	case r.Hold != nil:
-		if s.hold == nil {
-			return errors.New("no holder configured")
+		if s.gateway == nil {
+			return noGateway()
 		}
-		return s.hold.Hold(ctx, r.Hold.Hold, r.Hold.Resume, reason)
+		return s.hold(ctx, r.Hold, reason)
 	case r.Lending != nil:
 		if s.lending == nil {
 			return errors.New("no lending backend configured")
@@ -287,6 +290,35 @@ func (s actStage) take(ctx context.Context, r Record) error {
 		return s.lending.ApplyLending(ctx, *r.Lending)
 	}
 	return fmt.Errorf("record %d (%s) carries no action", r.Seq, r.Kind)
+}
+
+// setBudget sets the budget (a zero reference leaves the gateway's as it is) and logs what the
+// gateway says it did: whether admission holds new sessions back now, and if not, when it will —
+// a budget under the working set's reference changes nothing yet, and the operator should not
+// have to guess that.
+func (s actStage) setBudget(ctx context.Context, b *BudgetChange, reason string) error {
+	req := adminapi.BudgetRequest{Tokens: &b.To, Reason: reason}
+	if b.Reference != 0 {
+		req.ReferenceTokens = &b.Reference
+	}
+	res, err := s.gateway.SetBudget(ctx, req)
+	if err != nil {
+		return err
+	}
+	s.log.Info("gateway budget set", "tokens", b.To, "reference_tokens", b.Reference, "was_count_only", res.Before.CountOnly,
+		"engaged", res.Engaged, "effect", res.Effect)
+	return nil
+}
+
+// hold changes the gateway's hold list and logs the list as the gateway left it.
+func (s actStage) hold(ctx context.Context, h *HoldAction, reason string) error {
+	res, err := s.gateway.Hold(ctx, adminapi.HoldRequest{Hold: h.Hold, Resume: h.Resume, Reason: reason})
+	if err != nil {
+		return err
+	}
+	s.log.Info("gateway hold list changed", "held", res.Added, "resumed", res.Resumed, "released_calls", len(res.Released),
+		"held_sessions", res.HeldSessions, "held_tokens", res.HeldTokens, "held_calls", res.HeldCalls)
+	return nil
 }
 
 // outcomeStage records each action's outcome in the audit log, counts and announces it, and

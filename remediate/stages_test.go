@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // The executor's stages (stages.go), each alone and in their order.
@@ -26,6 +28,7 @@ func (f stageFunc) Exec(ctx context.Context, acts []action) ([]action, error) { 
 // recorder is every actuator at once: it records each call in calls (shared with the other
 // fakes of a test, so their order shows) and returns err.
 type recorder struct {
+	gatewayStub
 	calls *[]string
 	err   error
 }
@@ -35,16 +38,20 @@ func (r *recorder) call(s string) error {
 	return r.err
 }
 
-func (r *recorder) SetBudget(_ context.Context, tokens, ref int64, reason string) error {
-	return r.call(fmt.Sprintf("budget %d %d: %s", tokens, ref, reason))
+func (r *recorder) SetBudget(_ context.Context, req adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
+	var ref int64
+	if req.ReferenceTokens != nil {
+		ref = *req.ReferenceTokens
+	}
+	return adminapi.BudgetResult{}, r.call(fmt.Sprintf("budget %d %d: %s", *req.Tokens, ref, req.Reason))
 }
 
-func (r *recorder) Shed(_ context.Context, ids []string, reason string) error {
-	return r.call(fmt.Sprintf("shed %v: %s", ids, reason))
+func (r *recorder) Shed(_ context.Context, req adminapi.ShedRequest) (adminapi.ShedResult, error) {
+	return adminapi.ShedResult{}, r.call(fmt.Sprintf("shed %v: %s", req.SessionIDs, req.Reason))
 }
 
-func (r *recorder) Hold(_ context.Context, hold, resume []string, reason string) error {
-	return r.call(fmt.Sprintf("hold %v resume %v: %s", hold, resume, reason))
+func (r *recorder) Hold(_ context.Context, req adminapi.HoldRequest) (adminapi.HoldResult, error) {
+	return adminapi.HoldResult{}, r.call(fmt.Sprintf("hold %v resume %v: %s", req.Hold, req.Resume, req.Reason))
 }
 
 func (r *recorder) ApplyLending(_ context.Context, p LendingPlan) error {
@@ -355,7 +362,7 @@ func TestActStage(t *testing.T) {
 			Budget: &BudgetChange{To: 1, Reference: 2}}}, wantCall: "budget 1 2: basin plan 4 (healthy, normal)", wantPhase: PhaseDone},
 		{name: "the actuator fails: the outcome says so", act: intents(plan)[0], err: boom,
 			wantCall: "budget 700000 1000000: basin plan 3 (trapped, incident): cut", wantPhase: PhaseFailed, wantError: "gateway down"},
-		{name: "no actuator configured: failed", act: intents(plan)[1], missing: true, wantPhase: PhaseFailed, wantError: "no shedder configured"},
+		{name: "no actuator configured: failed", act: intents(plan)[1], missing: true, wantPhase: PhaseFailed, wantError: "no gateway configured for the shed action"},
 		{name: "no action at all: failed", act: action{rec: Record{Seq: 5, Kind: "budget"}}, wantPhase: PhaseFailed,
 			wantError: "record 5 (budget) carries no action"},
 		{name: "reconciled", act: intents(plan)[0], reconciled: true,
@@ -364,7 +371,7 @@ func TestActStage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls []string
 			r := &recorder{calls: &calls, err: tc.err}
-			s := actStage{budget: r, shed: r, hold: r, lending: r, reconciled: tc.reconciled}
+			s := actStage{gateway: r, lending: r, log: slog.New(slog.DiscardHandler), reconciled: tc.reconciled}
 			if tc.missing {
 				s = actStage{}
 			}
@@ -495,7 +502,7 @@ func TestPlanStagesOrder(t *testing.T) {
 			audit, err := NewAudit(AuditOptions{Store: &orderedStore{calls: &calls}})
 			require.NoError(t, err)
 			r := &recorder{calls: &calls, err: tc.actErr}
-			e, err := NewExecutor(ExecutorOptions{Audit: audit, Budget: r, Shed: r, DryRun: tc.dryRun})
+			e, err := NewExecutor(ExecutorOptions{Audit: audit, Gateway: r, DryRun: tc.dryRun})
 			require.NoError(t, err)
 			if tc.paused {
 				require.NoError(t, e.Pause(t0, t0.Add(time.Hour), "by hand"))

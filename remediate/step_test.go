@@ -39,7 +39,7 @@ func TestLoopStep(t *testing.T) {
 			audit := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
 			g := &fakeGateway{t: t, audit: audit, budget: 1_000_000}
 			var lent []lender.Decision
-			ex, err := NewExecutor(ExecutorOptions{Audit: audit, Budget: g, Shed: g,
+			ex, err := NewExecutor(ExecutorOptions{Audit: audit, Gateway: g,
 				Lending: BackendLending{Backend: backendFunc(func(d lender.Decision) { lent = append(lent, d) })}})
 			require.NoError(t, err)
 			var l *lender.Lender

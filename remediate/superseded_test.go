@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/gateway/adminapi"
 )
 
 // fencedStore is a shared audit store that refuses every append once fenced is set, as the
@@ -42,25 +44,26 @@ func (s *fencedStore) Close() error { return nil }
 // supersedingGateway fences the store while the budget call is in flight (another daemon took
 // over meanwhile), or refuses the call as the gateway refuses a stale term.
 type supersedingGateway struct {
+	gatewayStub
 	store  *fencedStore
 	refuse bool
 	calls  []string
 }
 
-func (g *supersedingGateway) SetBudget(context.Context, int64, int64, string) error {
+func (g *supersedingGateway) SetBudget(context.Context, adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
 	g.calls = append(g.calls, "budget")
 	if g.refuse {
-		return fmt.Errorf("set budget: gateway answered 409: %w", ErrSuperseded)
+		return adminapi.BudgetResult{}, fmt.Errorf("set budget: gateway answered 409: %w", ErrSuperseded)
 	}
 	g.store.mu.Lock()
 	g.store.fenced = true
 	g.store.mu.Unlock()
-	return nil
+	return adminapi.BudgetResult{}, nil
 }
 
-func (g *supersedingGateway) Shed(context.Context, []string, string) error {
+func (g *supersedingGateway) Shed(context.Context, adminapi.ShedRequest) (adminapi.ShedResult, error) {
 	g.calls = append(g.calls, "shed")
-	return nil
+	return adminapi.ShedResult{}, nil
 }
 
 // TestSupersededStopsAtOnce: an executor superseded mid-plan (its outcome fenced, or the gateway
@@ -84,7 +87,7 @@ func TestSupersededStopsAtOnce(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = a.Close() })
 			g := &supersedingGateway{store: store, refuse: tc.refuse}
-			e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g})
+			e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g})
 			require.NoError(t, err)
 			p := budgetPlan(3, 1_000_000, 700_000)
 			p.Shed = &ShedAction{IDs: []string{"s1"}}
@@ -122,7 +125,7 @@ func TestSupersededPersistActsOnNothing(t *testing.T) {
 	a, err := NewAudit(AuditOptions{Store: store})
 	require.NoError(t, err)
 	g := &supersedingGateway{store: store}
-	e, err := NewExecutor(ExecutorOptions{Audit: a, Budget: g, Shed: g})
+	e, err := NewExecutor(ExecutorOptions{Audit: a, Gateway: g})
 	require.NoError(t, err)
 	err = e.Execute(context.Background(), budgetPlan(4, 1_000_000, 700_000), func() error {
 		return fmt.Errorf("shared state: %w", ErrSuperseded)

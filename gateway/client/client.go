@@ -1,14 +1,16 @@
 // Package client is a Go client for the admin API of `basin gateway`: it reads the gateway's
 // admission state and changes the budget, sheds queued sessions, holds and resumes live sessions'
-// calls and switches sticky decode routing. basin's daemon acts on a gateway only through it, so
-// its remediation executor can be pointed at a real gateway or, behind the same small interfaces,
-// at the in-process simulator.
+// calls and switches sticky decode routing. basin's daemon acts on a gateway only through it: it
+// implements remediate.Admission, the contract the in-process admission of the simulator
+// (gateway/admission/inproc) implements too.
 //
 // The gateway stays the authority on what a valid request is: the client checks its own options
 // up front but sends every call as given, and a refusal comes back as an *APIError carrying the
 // gateway's status, message and the offending field (Param), ready for errors.As. Every other
-// failure is wrapped with the operation it interrupted ("set budget: ..."). The admin token is
-// sent only in the Authorization header and never appears in an error or a printed value.
+// failure is wrapped with the operation it interrupted ("set budget: ..."). A 400 for an invalid
+// request unwraps to the *adminapi.RequestError that adminapi's Validate methods return. The
+// admin token is sent only in the Authorization header and never appears in an error or a
+// printed value.
 package client
 
 import (
@@ -172,6 +174,16 @@ func (e *APIError) Is(target error) bool {
 	return target == ErrStaleTerm && e.Status == http.StatusConflict && e.Reason == ReasonStaleDaemonTerm
 }
 
+// Unwrap gives the gateway's refusal of an invalid request as the *adminapi.RequestError every
+// implementation of the admission contract returns for it, so that errors.As finds the field
+// whichever implementation answered; nil for any other answer.
+func (e *APIError) Unwrap() error {
+	if e.Status != http.StatusBadRequest || e.Type != "invalid_request_error" {
+		return nil
+	}
+	return &adminapi.RequestError{Param: e.Param, Message: e.Message}
+}
+
 // termKey is the context key of WithTerm.
 type termKey struct{}
 
@@ -231,64 +243,38 @@ func (c *Client) StateSessions(ctx context.Context) (adminapi.StateView, error) 
 	return v, nil
 }
 
-// budgetRequest is the body of PUT /admin/budget. Tokens is always sent, so that a zero reaches
-// the gateway and is refused there, naming the field, like any other bad value; a zero reference
-// is left out, which leaves the gateway's reference budget as it is.
-func budgetRequest(tokens, referenceTokens int64, reason string) adminapi.BudgetRequest {
-	req := adminapi.BudgetRequest{Tokens: &tokens, Reason: reason}
-	if referenceTokens != 0 {
-		req.ReferenceTokens = &referenceTokens
-	}
-	return req
-}
-
-// SetBudget sets the budget B to tokens and, when referenceTokens is not zero, the reference
-// budget; zero leaves the reference budget as it is. The reason is logged by the gateway and is
-// required.
-func (c *Client) SetBudget(ctx context.Context, tokens, referenceTokens int64, reason string) (adminapi.BudgetResult, error) {
-	var r adminapi.BudgetResult
-	err := c.do(ctx, "set budget", http.MethodPut, "budget",
-		budgetRequest(tokens, referenceTokens, reason), &r)
-	if err != nil {
+// SetBudget sets the budget (PUT /admin/budget): r.Tokens, and r.ReferenceTokens when given (nil
+// leaves the reference budget as it is). The reason is logged by the gateway and is required.
+func (c *Client) SetBudget(ctx context.Context, r adminapi.BudgetRequest) (adminapi.BudgetResult, error) {
+	var res adminapi.BudgetResult
+	if err := c.do(ctx, "set budget", http.MethodPut, "budget", r, &res); err != nil {
 		return adminapi.BudgetResult{}, err
 	}
-	return r, nil
+	return res, nil
 }
 
-// Shed refuses queued sessions: exactly ids when ids is not nil, else the count of lowest
-// priority. Give one of them: the gateway refuses both or neither. Live sessions are never shed;
-// unknown ids are skipped, so the result says which were.
-func (c *Client) Shed(ctx context.Context, ids []string, count int, reason string) (adminapi.ShedResult, error) {
-	req := adminapi.ShedRequest{Reason: reason, SessionIDs: ids}
-	if count != 0 {
-		req.Count = &count
-	}
-	var r adminapi.ShedResult
-	if err := c.do(ctx, "shed", http.MethodPost, "shed", req, &r); err != nil {
+// Shed refuses queued sessions (POST /admin/shed): exactly r.SessionIDs when not nil, else the
+// r.Count of lowest priority. Give one of them: the gateway refuses both or neither. Live
+// sessions are never shed; unknown ids are skipped, so the result says which were.
+func (c *Client) Shed(ctx context.Context, r adminapi.ShedRequest) (adminapi.ShedResult, error) {
+	var res adminapi.ShedResult
+	if err := c.do(ctx, "shed", http.MethodPost, "shed", r, &res); err != nil {
 		return adminapi.ShedResult{}, err
 	}
-	return r, nil
+	return res, nil
 }
 
-// Hold changes the gateway's hold list (POST /admin/holds): the live sessions in hold have their
-// next calls wait at the gateway, the sessions in resume are taken off the list and a call of
-// theirs that waits goes at once. Unknown, ended and already held ids are skipped, so applying
-// the same change twice is harmless. The reason is logged by the gateway and is required. It is
-// remediate.Holder; HoldResult says what the change did.
-func (c *Client) Hold(ctx context.Context, hold, resume []string, reason string) error {
-	_, err := c.HoldResult(ctx, hold, resume, reason)
-	return err
-}
-
-// HoldResult is Hold with the gateway's answer: how many sessions were held and resumed, the
-// calls released, and the hold list after the change.
-func (c *Client) HoldResult(ctx context.Context, hold, resume []string, reason string) (adminapi.HoldResult, error) {
-	var r adminapi.HoldResult
-	err := c.do(ctx, "hold", http.MethodPost, "holds", adminapi.HoldRequest{Hold: hold, Resume: resume, Reason: reason}, &r)
-	if err != nil {
+// Hold changes the gateway's hold list (POST /admin/holds): the live sessions in r.Hold have
+// their next calls wait at the gateway, the sessions in r.Resume are taken off the list and a call
+// of theirs that waits goes at once. Unknown, ended and already held ids are skipped, so applying
+// the same change twice is harmless. The answer says how many sessions were held and resumed,
+// the calls released, and the hold list after the change.
+func (c *Client) Hold(ctx context.Context, r adminapi.HoldRequest) (adminapi.HoldResult, error) {
+	var res adminapi.HoldResult
+	if err := c.do(ctx, "hold", http.MethodPost, "holds", r, &res); err != nil {
 		return adminapi.HoldResult{}, err
 	}
-	return r, nil
+	return res, nil
 }
 
 // SetAffinity switches sticky decode routing (the gateway setting its routing-key header to the

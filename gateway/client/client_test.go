@@ -151,6 +151,30 @@ func withQueue(t *testing.T, tg *testGateway, c *client.Client) map[string]<-cha
 	return held
 }
 
+// budgetReq is PUT /admin/budget's body; a zero reference is left out, which leaves the gateway's
+// reference budget as it is, and a zero budget is sent, for the gateway to refuse.
+func budgetReq(tokens, reference int64, reason string) adminapi.BudgetRequest {
+	r := adminapi.BudgetRequest{Tokens: &tokens, Reason: reason}
+	if reference != 0 {
+		r.ReferenceTokens = &reference
+	}
+	return r
+}
+
+// shedReq is POST /admin/shed's body: ids as given (nil: not given), count when not zero.
+func shedReq(ids []string, count int, reason string) adminapi.ShedRequest {
+	r := adminapi.ShedRequest{SessionIDs: ids, Reason: reason}
+	if count != 0 {
+		r.Count = &count
+	}
+	return r
+}
+
+// holdReq is POST /admin/holds' body.
+func holdReq(hold, resume []string, reason string) adminapi.HoldRequest {
+	return adminapi.HoldRequest{Hold: hold, Resume: resume, Reason: reason}
+}
+
 func queueIDs(v adminapi.StateView) []string {
 	ids := []string{}
 	for _, q := range v.Queue {
@@ -258,7 +282,7 @@ func TestSetBudgetChangesTheBudget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startGateway(t, 1000000, nil).client(t)
-			r, err := c.SetBudget(context.Background(), tc.tokens, tc.ref, "test: capacity changed")
+			r, err := c.SetBudget(context.Background(), budgetReq(tc.tokens, tc.ref, "test: capacity changed"))
 			require.NoError(t, err)
 			assert.Equal(t, adminapi.Budget{BudgetTokens: 1000000, ReferenceBudgetTokens: 1000000}, r.Before)
 			assert.Equal(t, adminapi.Budget{BudgetTokens: tc.wantBudget, ReferenceBudgetTokens: tc.wRef}, r.After)
@@ -279,7 +303,7 @@ func TestSetBudgetAdmitsTheQueue(t *testing.T) {
 	c := tg.client(t)
 	held := withQueue(t, tg, c)
 
-	r, err := c.SetBudget(context.Background(), 1000000, 1000000, "test: capacity restored")
+	r, err := c.SetBudget(context.Background(), budgetReq(1000000, 1000000, "test: capacity restored"))
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{"q1", "q2", "q3"}, r.Admitted)
 	assert.Equal(t, int64(1), r.Before.BudgetTokens)
@@ -312,7 +336,7 @@ func TestShedQueuedSessions(t *testing.T) {
 			require.NoError(t, err)
 			want := tc.want(queueIDs(before))
 
-			r, err := c.Shed(context.Background(), tc.ids, tc.count, "test: capacity lost")
+			r, err := c.Shed(context.Background(), shedReq(tc.ids, tc.count, "test: capacity lost"))
 			require.NoError(t, err)
 			assert.ElementsMatch(t, want, r.Shed)
 			assert.Empty(t, r.Admitted, "the budget is still full")
@@ -359,27 +383,27 @@ func TestRefusalsAreAPIErrors(t *testing.T) {
 	}{
 		{"wrong token: state", func() error { _, err := wrong.State(ctx); return err }, "state: ",
 			http.StatusUnauthorized, "", "authentication_error", "admin token", true},
-		{"wrong token: budget", func() error { _, err := wrong.SetBudget(ctx, 5, 0, "attack"); return err }, "set budget: ",
+		{"wrong token: budget", func() error { _, err := wrong.SetBudget(ctx, budgetReq(5, 0, "attack")); return err }, "set budget: ",
 			http.StatusUnauthorized, "", "authentication_error", "admin token", true},
-		{"wrong token: shed", func() error { _, err := wrong.Shed(ctx, nil, 1, "attack"); return err }, "shed: ",
+		{"wrong token: shed", func() error { _, err := wrong.Shed(ctx, shedReq(nil, 1, "attack")); return err }, "shed: ",
 			http.StatusUnauthorized, "", "authentication_error", "admin token", true},
 		{"wrong token: affinity", func() error { return wrong.SetAffinity(ctx, true, "attack") }, "set affinity: ",
 			http.StatusUnauthorized, "", "authentication_error", "admin token", true},
-		{"zero budget", func() error { _, err := good.SetBudget(ctx, 0, 0, "r"); return err }, "set budget: ",
+		{"zero budget", func() error { _, err := good.SetBudget(ctx, budgetReq(0, 0, "r")); return err }, "set budget: ",
 			http.StatusBadRequest, "tokens", "invalid_request_error", "tokens: must be > 0", true},
-		{"negative reference", func() error { _, err := good.SetBudget(ctx, 5, -1, "r"); return err }, "set budget: ",
+		{"negative reference", func() error { _, err := good.SetBudget(ctx, budgetReq(5, -1, "r")); return err }, "set budget: ",
 			http.StatusBadRequest, "reference_tokens", "invalid_request_error", "reference_tokens", true},
-		{"budget without a reason", func() error { _, err := good.SetBudget(ctx, 5, 0, " "); return err }, "set budget: ",
+		{"budget without a reason", func() error { _, err := good.SetBudget(ctx, budgetReq(5, 0, " ")); return err }, "set budget: ",
 			http.StatusBadRequest, "reason", "invalid_request_error", "reason: required", true},
-		{"shed neither ids nor count", func() error { _, err := good.Shed(ctx, nil, 0, "r"); return err }, "shed: ",
+		{"shed neither ids nor count", func() error { _, err := good.Shed(ctx, shedReq(nil, 0, "r")); return err }, "shed: ",
 			http.StatusBadRequest, "count", "invalid_request_error", "one is required", true},
-		{"shed both", func() error { _, err := good.Shed(ctx, []string{"a"}, 1, "r"); return err }, "shed: ",
+		{"shed both", func() error { _, err := good.Shed(ctx, shedReq([]string{"a"}, 1, "r")); return err }, "shed: ",
 			http.StatusBadRequest, "session_ids", "invalid_request_error", "not both", true},
-		{"shed an empty id list", func() error { _, err := good.Shed(ctx, []string{}, 0, "r"); return err }, "shed: ",
+		{"shed an empty id list", func() error { _, err := good.Shed(ctx, shedReq([]string{}, 0, "r")); return err }, "shed: ",
 			http.StatusBadRequest, "session_ids", "invalid_request_error", "must not be empty", true},
-		{"shed an empty id", func() error { _, err := good.Shed(ctx, []string{"a", ""}, 0, "r"); return err }, "shed: ",
+		{"shed an empty id", func() error { _, err := good.Shed(ctx, shedReq([]string{"a", ""}, 0, "r")); return err }, "shed: ",
 			http.StatusBadRequest, "session_ids[1]", "invalid_request_error", "empty", true},
-		{"shed a negative count", func() error { _, err := good.Shed(ctx, nil, -2, "r"); return err }, "shed: ",
+		{"shed a negative count", func() error { _, err := good.Shed(ctx, shedReq(nil, -2, "r")); return err }, "shed: ",
 			http.StatusBadRequest, "count", "invalid_request_error", "must be > 0", true},
 		{"affinity without a reason", func() error { return good.SetAffinity(ctx, true, "") }, "set affinity: ",
 			http.StatusBadRequest, "reason", "invalid_request_error", "reason: required", true},
@@ -430,8 +454,8 @@ func TestTransportFailuresAreWrapped(t *testing.T) {
 	calls := func(c *client.Client) map[string]func() error {
 		return map[string]func() error{
 			"state: ":        func() error { _, err := c.State(ctx); return err },
-			"set budget: ":   func() error { _, err := c.SetBudget(ctx, 5, 0, "r"); return err },
-			"shed: ":         func() error { _, err := c.Shed(ctx, nil, 1, "r"); return err },
+			"set budget: ":   func() error { _, err := c.SetBudget(ctx, budgetReq(5, 0, "r")); return err },
+			"shed: ":         func() error { _, err := c.Shed(ctx, shedReq(nil, 1, "r")); return err },
 			"set affinity: ": func() error { return c.SetAffinity(ctx, true, "r") },
 		}
 	}

@@ -12,10 +12,11 @@ import (
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/client"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/remediate/admissiontest"
 )
 
-// The remediation executor holds and resumes sessions through this interface.
-var _ remediate.Holder = (*client.Client)(nil)
+// The daemon reads and acts on the gateway through this interface.
+var _ remediate.Admission = (*client.Client)(nil)
 
 func TestHoldAndResumeThroughTheGateway(t *testing.T) {
 	tg := startGateway(t, 1000000, nil)
@@ -24,7 +25,8 @@ func TestHoldAndResumeThroughTheGateway(t *testing.T) {
 	require.Equal(t, http.StatusOK, status(t, tg.chat(t, "s")))
 	waitState(t, c, "s idle", func(v adminapi.StateView) bool { return v.Live == 1 && v.InCall == 0 })
 
-	require.NoError(t, c.Hold(ctx, []string{"s", "nobody"}, nil, "test: trapped"))
+	_, err := c.Hold(ctx, holdReq([]string{"s", "nobody"}, nil, "test: trapped"))
+	require.NoError(t, err)
 	v, err := c.State(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, v.Held)
@@ -39,13 +41,13 @@ func TestHoldAndResumeThroughTheGateway(t *testing.T) {
 	default:
 	}
 
-	r, err := c.HoldResult(ctx, nil, []string{"s"}, "test: recovered")
+	r, err := c.Hold(ctx, holdReq(nil, []string{"s"}, "test: recovered"))
 	require.NoError(t, err)
 	assert.Equal(t, adminapi.HoldResult{Resumed: 1, Released: []string{"s"}}, r)
 	assert.Equal(t, http.StatusOK, status(t, call), "proxied once resumed")
 
 	// The same resume again changes nothing.
-	r, err = c.HoldResult(ctx, nil, []string{"s"}, "test: recovered")
+	r, err = c.Hold(ctx, holdReq(nil, []string{"s"}, "test: recovered"))
 	require.NoError(t, err)
 	assert.Equal(t, adminapi.HoldResult{Released: []string{}}, r)
 }
@@ -71,7 +73,7 @@ func TestHoldRefusalsAreAPIErrors(t *testing.T) {
 		{"no reason", good, []string{"s"}, nil, " ", http.StatusBadRequest, "reason", "reason: required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.c.Hold(ctx, tc.hold, tc.resume, tc.reason)
+			_, err := tc.c.Hold(ctx, holdReq(tc.hold, tc.resume, tc.reason))
 			var ae *client.APIError
 			require.ErrorAs(t, err, &ae)
 			assert.Equal(t, tc.status, ae.Status)
@@ -85,10 +87,10 @@ func TestHoldRefusalsAreAPIErrors(t *testing.T) {
 		_, err := good.ClaimTerm(client.WithTerm(ctx, 5))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, status(t, tg.chat(t, "s")))
-		err = good.Hold(client.WithTerm(ctx, 4), []string{"s"}, nil, "deposed")
+		_, err = good.Hold(client.WithTerm(ctx, 4), holdReq([]string{"s"}, nil, "deposed"))
 		assert.ErrorIs(t, err, client.ErrStaleTerm)
-		require.NoError(t, good.Hold(client.WithTerm(ctx, 5), nil, []string{"s"}, "current"),
-			"the current term's write goes through")
+		_, err = good.Hold(client.WithTerm(ctx, 5), holdReq(nil, []string{"s"}, "current"))
+		require.NoError(t, err, "the current term's write goes through")
 	})
 	v, err := good.State(ctx)
 	require.NoError(t, err)
@@ -124,4 +126,14 @@ func TestStateListsSessionsWithTheQueueTailWhenAsked(t *testing.T) {
 			assert.Equal(t, "s", v.Sessions[0].ID)
 		})
 	}
+}
+
+// TestConformance runs the admission contract's suite against the client of a real gateway
+// whose upstream answers every call at once with 100 prompt + 10 completion tokens: the same
+// answers as the core served in process (gateway/admission/inproc).
+func TestConformance(t *testing.T) {
+	admissiontest.Run(t, func(t *testing.T, budget int64) admissiontest.Deployment {
+		tg := startGateway(t, budget, nil)
+		return admissiontest.Deployment{Admission: tg.client(t), ContextTokens: 110, Call: func(id string) { tg.chat(t, id) }}
+	})
 }

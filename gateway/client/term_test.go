@@ -59,9 +59,9 @@ func TestWritesCarryTheTerm(t *testing.T) {
 			}
 			_, err = c.State(ctx)
 			require.NoError(t, err)
-			_, err = c.SetBudget(ctx, 100, 0, "test")
+			_, err = c.SetBudget(ctx, budgetReq(100, 0, "test"))
 			require.NoError(t, err)
-			_, err = c.Shed(ctx, []string{"s1"}, 0, "test")
+			_, err = c.Shed(ctx, shedReq([]string{"s1"}, 0, "test"))
 			require.NoError(t, err)
 			require.NoError(t, c.SetAffinity(ctx, true, "test"))
 			want := map[string]string{"GET /admin/state": "", "PUT /admin/budget": tc.want,
@@ -95,7 +95,7 @@ func TestStaleTermIsErrStaleTerm(t *testing.T) {
 			t.Cleanup(ts.Close)
 			c, err := client.New(client.Options{BaseURL: ts.URL, Token: testToken})
 			require.NoError(t, err)
-			_, err = c.SetBudget(client.WithTerm(context.Background(), 3), 100, 0, "test")
+			_, err = c.SetBudget(client.WithTerm(context.Background(), 3), budgetReq(100, 0, "test"))
 			var ae *client.APIError
 			require.ErrorAs(t, err, &ae)
 			assert.Equal(t, http.StatusConflict, ae.Status)

@@ -28,33 +28,6 @@ type RemediationSummary struct {
 	Plans []remediate.Plan `json:"-"`
 }
 
-// coreActuator acts on the simulated gateway's admission core, as the daemon's gateway client acts
-// on a real gateway's admin API.
-type coreActuator struct {
-	g   *Gate
-	now time.Time
-}
-
-func (a *coreActuator) SetBudget(_ context.Context, tokens, reference int64, _ string) error {
-	evs, err := a.g.core.SetBudget(a.now, tokens, reference)
-	if err != nil {
-		return err
-	}
-	a.g.Take(evs)
-	return nil
-}
-
-func (a *coreActuator) Shed(_ context.Context, ids []string, reason string) error {
-	a.g.Take(a.g.core.Shed(a.now, 0, ids, reason))
-	return nil
-}
-
-func (a *coreActuator) Hold(_ context.Context, hold, resume []string, _ string) error {
-	a.g.core.Hold(a.now, hold)
-	a.g.Take(a.g.core.Resume(a.now, resume))
-	return nil
-}
-
 // attachRemediation runs basin's remediation loop in a run: on every observation step the
 // detector's assessment and the admission core's state go through remediate.Loop.Step — the step
 // `basin daemon` runs — acting on the core instead of the gateway's admin API.
@@ -70,7 +43,13 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 	if err != nil {
 		return nil, err
 	}
-	act := &coreActuator{g: g}
+	// The loop reads and acts on the core through the admission contract, as the daemon does on
+	// a real gateway's admin API; the core's clock is the tick's.
+	var now time.Time
+	gw, err := inproc.New(inproc.Options{Core: g.core, Now: func() time.Time { return now }, Deliver: g.Take})
+	if err != nil {
+		return nil, err
+	}
 	var control sim.Control // set on each tick, before anything acts
 	lend, err := lender.New(lender.Options{MaxFraction: o.Deployment.Lending.MaxFraction})
 	if err != nil {
@@ -82,7 +61,7 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 	if err != nil {
 		return nil, err
 	}
-	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Budget: act, Shed: act, Hold: act,
+	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Gateway: gw,
 		Lending: remediate.BackendLending{Backend: backend}})
 	if err != nil {
 		return nil, err
@@ -96,15 +75,19 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 		if t.T < start {
 			return
 		}
-		act.now = t.Now
+		now = t.Now
 		control = t.Control
+		view, err := gw.StateSessions(context.Background())
+		if err != nil {
+			panic(fmt.Sprintf("simulated remediation: %v", err)) // the in-process admission does not fail
+		}
 		in := remediate.StepInputs{Inputs: remediate.Inputs{At: t.Now, Assessment: t.Assessment, GatewayOK: true,
-			Gateway: remediate.GatewayFrom(inproc.StateOf(g.core.Snapshot(t.Now, true)))},
+			Gateway: remediate.GatewayFrom(view)},
 			Snapshot: t.Snapshot, Decode: decodeInstances(t.Control.Stats())}
 		in.ArrivalRate, in.ArrivalOK = t.Snapshot.Get(collector.ArrivalRate)
 		res := loop.Step(context.Background(), in, nil)
 		if res.Err != nil {
-			panic(fmt.Sprintf("simulated remediation: %v", res.Err)) // the in-process actuators do not fail
+			panic(fmt.Sprintf("simulated remediation: %v", res.Err)) // the in-process admission does not fail
 		}
 		if res.IncidentStarted {
 			sum.Incidents++

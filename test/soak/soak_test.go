@@ -589,7 +589,7 @@ func TestSoak(t *testing.T) {
 					nextBudget = nextBudget.Add(budgetEvery)
 					b := budgets[bi%len(budgets)]
 					bi++
-					res, err := admin.SetBudget(ctx, b, b, "soak: budget step")
+					res, err := admin.SetBudget(ctx, adminapi.BudgetRequest{Tokens: &b, ReferenceTokens: &b, Reason: "soak: budget step"})
 					if err != nil {
 						led.violate("set budget %d: %v", b, err)
 					} else {
@@ -602,7 +602,8 @@ func TestSoak(t *testing.T) {
 				}
 				if !now.Before(nextShed) {
 					nextShed = nextShed.Add(shedEvery)
-					res, err := admin.Shed(ctx, nil, 1, "soak: shed the lowest priority")
+					one := 1
+					res, err := admin.Shed(ctx, adminapi.ShedRequest{Count: &one, Reason: "soak: shed the lowest priority"})
 					if err != nil {
 						led.violate("shed: %v", err)
 					} else {
