@@ -2,6 +2,7 @@ package inproc
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -57,4 +58,35 @@ func TestStateOfKeepsTheWireBytes(t *testing.T) {
 			assert.Equal(t, string(want), string(got), "byte for byte")
 		})
 	}
+}
+
+// TestWireTypesNameEveryCoreField: the wire types are copies of the core's, field by field. A
+// field added to the core and not to the wire (or with another JSON name) would vanish from
+// /admin/state without a failing byte comparison when it is omitted while empty; this names it.
+func TestWireTypesNameEveryCoreField(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		core, wire any
+	}{
+		{"Snapshot", admission.Snapshot{}, adminapi.StateView{}},
+		{"LiveSession", admission.LiveSession{}, adminapi.LiveSession{}},
+		{"QueuedSession", admission.QueuedSession{}, adminapi.QueuedSession{}},
+		{"Counters", admission.Counters{}, adminapi.Counters{}},
+	} {
+		wire := jsonFields(reflect.TypeOf(c.wire))
+		for name, tag := range jsonFields(reflect.TypeOf(c.core)) {
+			assert.Equal(t, tag, wire[name], "%s.%s: its JSON name on the wire", c.name, name)
+		}
+	}
+}
+
+// jsonFields maps a struct's exported fields to their JSON tags.
+func jsonFields(t reflect.Type) map[string]string {
+	out := map[string]string{}
+	for f := range t.Fields() {
+		if f.IsExported() {
+			out[f.Name] = f.Tag.Get("json")
+		}
+	}
+	return out
 }
