@@ -325,6 +325,23 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 		t.Fatal("Serve did not return after cancel")
 	}
 
+	// A stop between an intent and its action leaves the intent for the next start to reconcile
+	// (the executor begins nothing once ctx is done): restart as an operator would, so the check
+	// below sees an intent that a restart still leaves without its outcome.
+	if n := pendingIntents(auditLines(t, cfg.DataDir)); n > 0 {
+		t.Logf("%d intent(s) left unbegun at the stop; restarting to reconcile them", n)
+		d2, err := New(cfg, Options{Clock: deployment, Logger: testLogger(t)})
+		require.NoError(t, err)
+		rctx, rcancel := context.WithCancel(context.Background())
+		reserved := make(chan error, 1)
+		go func() { reserved <- d2.Serve(rctx, listen(t)) }()
+		for deadline := time.Now().Add(10 * time.Second); pendingIntents(auditLines(t, cfg.DataDir)) > 0 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		rcancel()
+		require.NoError(t, <-reserved)
+	}
+
 	// On disk after the stop: each action once, each intent with its outcome, and the last budget
 	// set is the gateway's.
 	recs := auditLines(t, cfg.DataDir)
@@ -355,4 +372,23 @@ cron: {daily_summary: "-", knee_reestimate: "-"}
 		t.Logf("slack: %s", p)
 	}
 	t.Logf("%d budget actions, %d Slack posts, %v in all", len(budgetsDone), len(posts.got()), time.Since(start).Round(100*time.Millisecond))
+}
+
+// pendingIntents counts the intents in recs without an outcome, an action being a plan's
+// sequence number and kind as in remediate.Audit.Pending.
+func pendingIntents(recs []remediate.Record) int {
+	type action struct {
+		seq  uint64
+		kind string
+	}
+	open := map[action]bool{}
+	for _, r := range recs {
+		switch r.Phase {
+		case remediate.PhaseIntent:
+			open[action{r.Seq, r.Kind}] = true
+		case remediate.PhaseDone, remediate.PhaseFailed:
+			delete(open, action{r.Seq, r.Kind})
+		}
+	}
+	return len(open)
 }
