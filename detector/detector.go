@@ -121,6 +121,9 @@ type Assessment struct {
 	// PeakCompletionRate is the peak session completion rate in use, sessions per second: the
 	// calibration's, or the learnt curve's once its falling side has been seen; 0 while unknown.
 	PeakCompletionRate float64 `json:"peak_completion_rate_per_s,omitempty"`
+	// SessionLifetime is how long a session lives under the knee, seconds (Fluid.Lifetime): with
+	// an arrival rate, by Little's law, the population a deployment must hold. 0 while unknown.
+	SessionLifetime float64 `json:"session_lifetime_s,omitempty"`
 
 	// Blind names the needed signals that are not fresh ("hit_rate stale").
 	Blind []string `json:"blind,omitempty"`
@@ -495,6 +498,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
 		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, LongLambda: out.LongLambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
+		SessionLifetime: out.Lifetime.Seconds(),
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)
 	d.mu.last = a

@@ -3,6 +3,7 @@ package detector
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -162,6 +163,8 @@ type Outlook struct {
 	// SpikeTolerance is the largest spike the deployment absorbs now (nil while K, λ, the edge
 	// or the curve is unknown).
 	SpikeTolerance *SpikeTolerance
+	// Lifetime is how long a session lives under the knee (Fluid.Lifetime); 0 while unknown.
+	Lifetime time.Duration
 }
 
 // Fluid estimates the fluid model dN/dt = λ − X(N)/K online: X(N) from (live sessions, call
@@ -467,6 +470,9 @@ func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
 	}
 	k, ok := f.K()
 	slope := f.slope
+	if life, known := f.Lifetime(kneeN); known {
+		out.Lifetime = life
+	}
 	if ok {
 		out.K = k
 		out.Equilibria = f.Equilibria(f.lambda, k, kneeN)
@@ -500,3 +506,41 @@ func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// lifetimeKneeShare: a bin counts as healthy, for Lifetime, when its population is at most 0.8 of
+// the knee population. Chosen: the same distance as the pressure rule's default entry (0.8 × knee,
+// Options.PressureEnter), under which the hit rate is on its plateau and calls do not queue for
+// cache; the lifetime read there is the one a deployment kept under the knee sees.
+const lifetimeKneeShare = 0.8
+
+// Lifetime is how long a session lives on the healthy side of the curve, by Little's law on each
+// learnt bin: N ÷ (X(N) ÷ K), the median over the bins whose population is at most
+// lifetimeKneeShare × kneeSessions (≤ 0: unknown, then every bin counts). Unlike the peak
+// completion rate, it does not move when instances are added or removed: more cache moves the knee
+// and the peak to a larger population, but a session under the knee calls and runs its tools at
+// the same pace. ok is false while K is unknown or no healthy bin has enough samples.
+func (f *Fluid) Lifetime(kneeSessions float64) (time.Duration, bool) {
+	k, known := f.K()
+	if !known {
+		return 0, false
+	}
+	var ts []float64
+	for _, b := range f.bins {
+		if b.cnt < f.o.MinBinSamples || !(b.n >= 1) || !(b.x > 0) {
+			continue
+		}
+		if kneeSessions > 0 && b.n > lifetimeKneeShare*kneeSessions {
+			continue
+		}
+		ts = append(ts, b.n*k/b.x)
+	}
+	if len(ts) == 0 {
+		return 0, false
+	}
+	slices.Sort(ts)
+	m := ts[len(ts)/2]
+	if len(ts)%2 == 0 {
+		m = (ts[len(ts)/2-1] + m) / 2
+	}
+	return time.Duration(m * float64(time.Second)), true
+}
