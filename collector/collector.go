@@ -102,6 +102,25 @@ func (ts *targetState) decodeInstance(now time.Time, staleAfter time.Duration, a
 	return d
 }
 
+// prefillInstance is a prefill target's prefix cache as of now.
+func (ts *targetState) prefillInstance(now time.Time, staleAfter time.Duration) PrefillInstance {
+	p := PrefillInstance{Name: ts.target.Name}
+	r := ts.last
+	if r == nil {
+		return p // Missing
+	}
+	p.At, p.State = r.at, OK
+	if now.Sub(r.at) > staleAfter {
+		p.State = Stale
+	}
+	p.Complete = r.capacity.ok
+	p.CacheTokens = r.capacity.v
+	if r.hostCapacity.ok {
+		p.HostTokens = r.hostCapacity.v
+	}
+	return p
+}
+
 // New checks the options, reads the target file if any and registers the metrics. It starts
 // nothing: call Run to scrape, or feed readings through Ingest.
 func New(o Options) (*Collector, error) {
@@ -294,8 +313,11 @@ func (c *Collector) SnapshotAt(now time.Time) Snapshot {
 	}
 	for _, name := range c.mu.order {
 		ts := c.mu.targets[name]
-		if ts.target.Role == RoleDecode {
+		switch ts.target.Role {
+		case RoleDecode:
 			snap.Decode = append(snap.Decode, ts.decodeInstance(now, c.staleAfter, c.mu.affinity))
+		case RolePrefill:
+			snap.Prefill = append(snap.Prefill, ts.prefillInstance(now, c.staleAfter))
 		}
 	}
 	return snap

@@ -469,3 +469,27 @@ func TestDecodeInstances(t *testing.T) {
 	require.Len(t, never.Snapshot().Decode, 1)
 	assert.Equal(t, DecodeInstance{Name: "decode-9"}, never.Snapshot().Decode[0])
 }
+
+// TestPrefillInstances: each prefill target's prefix cache is in the snapshot on its own (sizing
+// the prefill pool needs one instance's cache; CacheCapacity sums the pool and any lent KV).
+func TestPrefillInstances(t *testing.T) {
+	p0 := Target{Name: "prefill-0", Role: RolePrefill}
+	c, _, _ := newTest(t, Options{Interval: 10 * time.Second, StaleAfter: 2})
+	require.NoError(t, c.Ingest(t0, p0, fixture(t, "sglang_pd_prefill")))
+	require.NoError(t, c.Ingest(t0, Target{Name: "decode-0", Role: RoleDecode}, fixture(t, "sglang_pd_decode")))
+
+	snap := c.SnapshotAt(t0.Add(5 * time.Second))
+	require.Len(t, snap.Prefill, 1, "prefill targets only")
+	p := snap.Prefill[0]
+	assert.Equal(t, "prefill-0", p.Name)
+	assert.Equal(t, OK, p.State)
+	assert.True(t, p.Complete)
+	capacity, ok := snap.Get(CacheCapacity)
+	require.True(t, ok)
+	assert.Positive(t, p.CacheTokens)
+	assert.InDelta(t, capacity, p.CacheTokens+p.HostTokens, 1e-9, "one prefill instance and no lending: the pool's capacity")
+
+	assert.Equal(t, Stale, c.SnapshotAt(t0.Add(25*time.Second)).Prefill[0].State)
+	never, _, _ := newTest(t, Options{Targets: []Target{{Name: "prefill-9", URL: "http://127.0.0.1:1/metrics", Role: RolePrefill}}})
+	assert.Equal(t, []PrefillInstance{{Name: "prefill-9"}}, never.Snapshot().Prefill)
+}

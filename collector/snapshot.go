@@ -107,6 +107,23 @@ type Snapshot struct {
 	// Decode is each decode instance's KV as last read, in target order: the lender grants per
 	// instance, where the Signals only hold the pool's sums.
 	Decode []DecodeInstance
+	// Prefill is each prefill instance's prefix cache as last read, in target order: sizing the
+	// prefill pool needs one instance's cache, where CacheCapacity sums the pool and lent KV.
+	Prefill []PrefillInstance
+}
+
+// PrefillInstance is one prefill instance's prefix cache, in tokens, from its last successful
+// scrape.
+type PrefillInstance struct {
+	// Name is the target's name; At, State as DecodeInstance's.
+	Name  string
+	At    time.Time
+	State State
+	// Complete is whether the GPU cache capacity was read.
+	Complete bool
+	// CacheTokens is the GPU prefix cache (max_total_num_tokens); HostTokens the HiCache host
+	// tier (0 without one).
+	CacheTokens, HostTokens float64
 }
 
 // DecodeInstance is one decode instance's KV, in tokens, from its last successful scrape.
