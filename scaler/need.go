@@ -1,0 +1,212 @@
+package scaler
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+// Sizing defaults. Worked numbers use the simulator's 1P1D preset (docs/simulator.md): one prefill
+// instance with a 560K-token cache, an 800K-token decode instance, sessions of about 6.5 minutes.
+const (
+	// DefaultSpikeSize: the deployment is sized to take arrivals 50% above the current rate for
+	// DefaultSpikeDuration with its population still under the knee. Chosen between the Basin
+	// paper's two spikes: +33% for ten minutes recovers by itself on its 1P1D deployment, +100% is
+	// trapped; sizing for +100% would double every deployment's instances for a spike most never
+	// see, and under the knee (not the edge past it) already leaves the margin the +33% one shows.
+	DefaultSpikeSize = 0.5
+	// DefaultSpikeDuration: the paper's spikes last ten minutes (detector.SpikeWindow).
+	DefaultSpikeDuration = detector.SpikeWindow
+	// DefaultKneeShare: without a spike, the population's working set stays under 0.8 of the
+	// knee. The same share as the detector's pressure entry (detector.DefaultPressureEnter): a
+	// deployment sized to sit there would read as under pressure.
+	DefaultKneeShare = 0.8
+	// DefaultDecodeHeadroom: a tenth of each decode instance's KV is left free, as the lender
+	// keeps it (lender.DefaultHeadroomFraction): decode reserves a call's whole KV before prefill
+	// starts, so a new call must find room at once.
+	DefaultDecodeHeadroom = 0.1
+)
+
+// NeedOptions configure the sizing. Zero fields take the defaults.
+type NeedOptions struct {
+	// SpikeSize is the spike to absorb, as a fraction of the arrival rate (0.5: +50%), held for
+	// SpikeDuration.
+	SpikeSize     float64
+	SpikeDuration time.Duration
+	// KneeShare is the share of the knee the steady population's working set may reach.
+	KneeShare float64
+	// DecodeHeadroom is the share of each decode instance's KV kept free.
+	DecodeHeadroom float64
+}
+
+func (o NeedOptions) withDefaults() NeedOptions {
+	if o.SpikeSize == 0 {
+		o.SpikeSize = DefaultSpikeSize
+	}
+	if o.SpikeDuration == 0 {
+		o.SpikeDuration = DefaultSpikeDuration
+	}
+	if o.KneeShare == 0 {
+		o.KneeShare = DefaultKneeShare
+	}
+	if o.DecodeHeadroom == 0 {
+		o.DecodeHeadroom = DefaultDecodeHeadroom
+	}
+	return o
+}
+
+// Validate reports every field out of range, each by its YAML key.
+func (o NeedOptions) Validate() error {
+	var errs []error
+	if !(o.SpikeSize >= 0) || math.IsInf(o.SpikeSize, 0) {
+		errs = append(errs, fmt.Errorf("spike_size: %v, must be ≥ 0 (0.5 is +50%%)", o.SpikeSize))
+	}
+	if o.SpikeDuration < 0 {
+		errs = append(errs, fmt.Errorf("spike_duration: %v, must not be negative", o.SpikeDuration))
+	}
+	if !(o.KneeShare >= 0 && o.KneeShare <= 1) {
+		errs = append(errs, fmt.Errorf("knee_share: %v, must be in (0, 1]", o.KneeShare))
+	}
+	if !(o.DecodeHeadroom >= 0 && o.DecodeHeadroom < 1) {
+		errs = append(errs, fmt.Errorf("decode_headroom: %v, must be in [0, 1)", o.DecodeHeadroom))
+	}
+	return errors.Join(errs...)
+}
+
+// NeedInputs are one step's readings for the sizing.
+type NeedInputs struct {
+	// Arrivals is the arrival rate to serve, sessions per second (the larger of the windowed and
+	// the smoothed rate: a deployment is sized for what comes now).
+	Arrivals float64
+	// Lifetime is how long a session lives under the knee (detector.Assessment.SessionLifetime);
+	// 0 when unknown.
+	Lifetime time.Duration
+	// LiveSessions and WorkingSet are now: their ratio is the mean context.
+	LiveSessions, WorkingSet float64
+	// ServedFraction is the share of live sessions in a model call (decode holds their KV);
+	// 0 when unknown, then taken as 1.
+	ServedFraction float64
+	// KneeRatio is the knee as W/C.
+	KneeRatio float64
+	// PrefillCache is one prefill instance's prefix cache (GPU and host tier), DecodeKV one
+	// decode instance's KV, tokens.
+	PrefillCache, DecodeKV float64
+	// DecodeReserved is the KV decode holds for running calls now, over the pool, tokens.
+	DecodeReserved float64
+	// Prefill and Decode are the instances serving now.
+	Prefill, Decode int
+}
+
+// Need is what the deployment needs now, in instances of each role.
+type Need struct {
+	// Prefill and Decode are the instances needed: the larger of what the arrivals need (with the
+	// spike) and what the live sessions hold now.
+	Prefill, Decode int
+	// ForArrivals is false when the arrivals' part could not be computed (no lifetime or mean
+	// context yet): the need is then only what the live sessions hold.
+	ForArrivals bool
+	// Population is the sessions the arrivals bring at the session lifetime, spike included.
+	Population float64
+	// Binding is the limit reached first at today's instances: detector.CacheFirst or
+	// detector.DecodeFirst ("" when the risk rule could not be applied).
+	Binding string
+	Reasons []string
+}
+
+// Of returns n for role r.
+func (n Need) Of(r Role) int {
+	if r == RoleDecode {
+		return n.Decode
+	}
+	return n.Prefill
+}
+
+// Size computes what the deployment needs now. By Little's law the arrivals keep λ × T sessions
+// live (T the session lifetime under the knee); a spike of SpikeSize for SpikeDuration adds
+// SpikeSize × λ × min(SpikeDuration, T) on top (a session that arrived in the spike has left by T).
+// Prefill instances must hold that population's working set under the knee (the steady one under
+// KneeShare of it); decode instances the KV of its served share, with DecodeHeadroom left free.
+// Neither may fall under what the live sessions hold now (their working set under the knee, their
+// reserved KV): scaling in must not evict what runs.
+func Size(in NeedInputs, o NeedOptions) (Need, error) {
+	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return Need{}, err
+	}
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
+	switch {
+	case bad(in.Arrivals), bad(in.LiveSessions), bad(in.WorkingSet), bad(in.DecodeReserved), in.Lifetime < 0:
+		return Need{}, fmt.Errorf("sizing: negative or non-finite reading (arrivals %v, live %v, working set %v, decode reserved %v, lifetime %v)",
+			in.Arrivals, in.LiveSessions, in.WorkingSet, in.DecodeReserved, in.Lifetime)
+	case !(in.KneeRatio > 0) || math.IsInf(in.KneeRatio, 0):
+		return Need{}, fmt.Errorf("sizing: knee ratio %v, must be positive", in.KneeRatio)
+	case !(in.PrefillCache > 0) || math.IsInf(in.PrefillCache, 0):
+		return Need{}, fmt.Errorf("sizing: prefill cache %v tokens, must be positive (no prefill instance read)", in.PrefillCache)
+	case !(in.DecodeKV > 0) || math.IsInf(in.DecodeKV, 0):
+		return Need{}, fmt.Errorf("sizing: decode KV %v tokens, must be positive (no decode instance read)", in.DecodeKV)
+	case in.ServedFraction < 0 || in.ServedFraction > 1 || math.IsNaN(in.ServedFraction):
+		return Need{}, fmt.Errorf("sizing: served fraction %v outside [0, 1]", in.ServedFraction)
+	}
+	served := in.ServedFraction
+	if served == 0 {
+		served = 1
+	}
+	kneePerPrefill := in.KneeRatio * in.PrefillCache // working set one prefill instance holds at the knee
+	decodePer := (1 - o.DecodeHeadroom) * in.DecodeKV
+
+	// What the live sessions hold now.
+	liveP := ceilPos(in.WorkingSet / kneePerPrefill)
+	liveD := ceilPos(in.DecodeReserved / decodePer)
+	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD)}
+	n.Reasons = append(n.Reasons, fmt.Sprintf("live: working set %s under the knee needs %d prefill; %s reserved decode KV needs %d decode",
+		tok(in.WorkingSet), liveP, tok(in.DecodeReserved), liveD))
+
+	if in.LiveSessions > 0 && in.WorkingSet > 0 {
+		m := in.WorkingSet / in.LiveSessions
+		if r, err := detector.Risk(detector.RiskInputs{
+			CacheTokens: in.PrefillCache * float64(max(1, in.Prefill)), DecodeKVTokens: in.DecodeKV,
+			DecodeInstances: max(1, in.Decode), MeanContext: m, ServedFraction: served, KneeFactor: in.KneeRatio,
+		}); err == nil {
+			n.Binding = r.Binding
+		}
+		if in.Lifetime > 0 {
+			t := in.Lifetime.Seconds()
+			steady := in.Arrivals * t
+			spike := steady + o.SpikeSize*in.Arrivals*min(o.SpikeDuration.Seconds(), t)
+			n.ForArrivals, n.Population = true, spike
+			arrP := ceilPos(max(steady*m/o.KneeShare, spike*m) / kneePerPrefill)
+			arrD := ceilPos(spike * m * served / decodePer)
+			n.Prefill, n.Decode = max(n.Prefill, arrP), max(n.Decode, arrD)
+			n.Reasons = append(n.Reasons, fmt.Sprintf(
+				"arrivals: %.2f/min × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",
+				in.Arrivals*60, in.Lifetime.Round(time.Second), steady, spike, 100*o.SpikeSize, o.SpikeDuration,
+				tok(m), arrP, tok(in.PrefillCache), in.KneeRatio, arrD, tok(in.DecodeKV), 100*served))
+		}
+	}
+	if !n.ForArrivals {
+		n.Reasons = append(n.Reasons, "arrivals: not sized yet (no session lifetime or mean context): the need is what the live sessions hold")
+	}
+	return n, nil
+}
+
+// ceilPos is ⌈v⌉ for v > 0 (with a small tolerance so 2.0000001 is 2), 0 otherwise.
+func ceilPos(v float64) int {
+	if !(v > 0) {
+		return 0
+	}
+	return int(math.Ceil(v - 1e-9))
+}
+
+// tok formats a token count compactly: 650K, 1.25M.
+func tok(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.3gM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.3gK", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}

@@ -1,0 +1,108 @@
+package scaler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/detector"
+)
+
+// base is a deployment of four prefill instances of the simulator's 1P1D preset (560K tokens of
+// cache each) and two of its decode instances (800K KV each), at a healthy moment: 60 live
+// sessions of 20K tokens, 0.15 arrivals a second, sessions of 400 s.
+func base() NeedInputs {
+	return NeedInputs{
+		Arrivals: 0.15, Lifetime: 400 * time.Second, LiveSessions: 60, WorkingSet: 1_200_000,
+		ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000,
+		DecodeReserved: 500_000, Prefill: 4, Decode: 2,
+	}
+}
+
+func TestSize(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		in            func(*NeedInputs)
+		o             NeedOptions
+		prefill, dec  int
+		forArrivals   bool
+		binding       string
+		population    float64
+		reasonContain string
+	}{
+		// λT = 0.15 × 400 = 60 sessions; the spike adds 0.5 × 0.15 × 400 = 30 (T < 10 min): 90.
+		// Prefill: max(60 × 20K ÷ 0.8, 90 × 20K) = 1.8M over 1.25 × 560K = 700K each → 3.
+		// Decode: 90 × 20K × 0.5 = 900K over 0.9 × 800K = 720K each → 2.
+		{name: "the arrivals with a +50% spike", prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90,
+			reasonContain: "90 with a +50% spike"},
+		// T > the spike's 10 minutes: the spike adds 0.5 × 0.15 × 600 = 45 to 0.15 × 1200 = 180;
+		// prefill max(180 × 20K ÷ 0.8, 225 × 20K) = 4.5M ÷ 700K → 7, decode 2.25M ÷ 720K → 4.
+		{name: "a spike shorter than a lifetime adds its own length", in: func(in *NeedInputs) { in.Lifetime = 1200 * time.Second },
+			prefill: 7, dec: 4, forArrivals: true, binding: detector.CacheFirst, population: 225},
+		// Steady 60 × 20K ÷ 0.8 = 1.5M > spike 60 × 20K: 1.5M ÷ 700K → 3.
+		{name: "no spike: the steady population under 0.8 of the knee", o: NeedOptions{SpikeSize: 1e-9},
+			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+		{name: "a +100% spike", o: NeedOptions{SpikeSize: 1}, prefill: 4, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 120},
+		// A trapped deployment: 8M tokens live need 8M ÷ 700K = 12 prefill whatever the arrivals.
+		{name: "the live working set binds", in: func(in *NeedInputs) { in.WorkingSet = 8_000_000; in.LiveSessions = 400 },
+			prefill: 12, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
+		{name: "the reserved decode KV binds", in: func(in *NeedInputs) { in.DecodeReserved = 3_000_000 },
+			prefill: 3, dec: 5, forArrivals: true, binding: detector.CacheFirst, population: 90},
+		{name: "no lifetime: only the live sessions", in: func(in *NeedInputs) { in.Lifetime = 0 },
+			prefill: 2, dec: 1, forArrivals: false, binding: detector.CacheFirst, reasonContain: "not sized yet"},
+		{name: "idle: one of each", in: func(in *NeedInputs) { *in = NeedInputs{KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000, Prefill: 1, Decode: 1} },
+			prefill: 1, dec: 1},
+		// Large contexts all in calls: decode fills first (risk rule), and decode needs more.
+		{name: "decode-first", in: func(in *NeedInputs) { in.ServedFraction = 1; in.PrefillCache = 4_000_000 },
+			prefill: 1, dec: 3, forArrivals: true, binding: detector.DecodeFirst, population: 90},
+		// Every session served: 1.6M of decode KV over 20K is 80 sessions, under the knee's 140.
+		{name: "unknown served fraction counts every session", in: func(in *NeedInputs) { in.ServedFraction = 0 },
+			prefill: 3, dec: 3, forArrivals: true, binding: detector.DecodeFirst, population: 90},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			if tc.in != nil {
+				tc.in(&in)
+			}
+			n, err := Size(in, tc.o)
+			require.NoError(t, err)
+			assert.Equal(t, tc.prefill, n.Prefill, "prefill: %q", n.Reasons)
+			assert.Equal(t, tc.dec, n.Decode, "decode: %q", n.Reasons)
+			assert.Equal(t, tc.forArrivals, n.ForArrivals)
+			assert.Equal(t, tc.binding, n.Binding)
+			assert.InDelta(t, tc.population, n.Population, 1e-6)
+			if tc.reasonContain != "" {
+				assert.Contains(t, n.Reasons[len(n.Reasons)-1], tc.reasonContain)
+			}
+		})
+	}
+}
+
+func TestSizeRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		in         func(*NeedInputs)
+		o          NeedOptions
+	}{
+		{"negative arrivals", "negative or non-finite", func(in *NeedInputs) { in.Arrivals = -1 }, NeedOptions{}},
+		{"no knee", "knee ratio", func(in *NeedInputs) { in.KneeRatio = 0 }, NeedOptions{}},
+		{"no prefill read", "no prefill instance read", func(in *NeedInputs) { in.PrefillCache = 0 }, NeedOptions{}},
+		{"no decode read", "no decode instance read", func(in *NeedInputs) { in.DecodeKV = 0 }, NeedOptions{}},
+		{"served over one", "served fraction", func(in *NeedInputs) { in.ServedFraction = 1.5 }, NeedOptions{}},
+		{"negative spike", "spike_size", nil, NeedOptions{SpikeSize: -1}},
+		{"knee share over one", "knee_share", nil, NeedOptions{KneeShare: 1.5}},
+		{"headroom of one", "decode_headroom", nil, NeedOptions{DecodeHeadroom: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			if tc.in != nil {
+				tc.in(&in)
+			}
+			_, err := Size(in, tc.o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

@@ -1,0 +1,198 @@
+package scaler
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+
+func newPolicy(t *testing.T, o Options) *Policy {
+	t.Helper()
+	if o.Roles == nil {
+		o.Roles = []Role{RolePrefill, RoleDecode}
+	}
+	if o.Ceiling == nil {
+		o.Ceiling = map[Role]int{RolePrefill: 10, RoleDecode: 10}
+	}
+	p, err := New(o)
+	require.NoError(t, err)
+	return p
+}
+
+// quiet is base() with arrivals a third as high: the need is one prefill and one decode, but the
+// live working set (1.2M) keeps two prefill at half the knee.
+func quiet() NeedInputs {
+	in := base()
+	in.Arrivals = 0.05
+	in.WorkingSet, in.LiveSessions = 400_000, 20
+	in.DecodeReserved = 200_000
+	return in
+}
+
+func TestPolicySteps(t *testing.T) {
+	type step struct {
+		after   time.Duration // since t0
+		in      func(*NeedInputs)
+		changes []Change
+		reason  string // in the reasons
+	}
+	busy := func(in *NeedInputs) { in.Arrivals = 0.3 } // 2 × base: prefill 6, decode 3
+	for _, tc := range []struct {
+		name  string
+		o     Options
+		steps []step
+	}{
+		{"scales out at once, all the need", Options{}, []step{
+			{0, busy, []Change{{RolePrefill, 4, 6}, {RoleDecode, 2, 3}}, "scaling out 4 → 6"},
+			{5 * time.Second, busy, nil, "no change"},
+		}},
+		{"scale-out capped at the ceiling", Options{Ceiling: map[Role]int{RolePrefill: 5, RoleDecode: 10}}, []step{
+			{0, busy, []Change{{RolePrefill, 4, 5}, {RoleDecode, 2, 3}}, "(the ceiling; 6 would be needed)"},
+		}},
+		{"a second rise waits for the up cool-down", Options{}, []step{
+			{0, busy, []Change{{RolePrefill, 4, 6}, {RoleDecode, 2, 3}}, ""},
+			{30 * time.Second, func(in *NeedInputs) { in.Arrivals = 0.6 }, nil, "waits for the cool-down (30s of 1m0s)"},
+			{61 * time.Second, func(in *NeedInputs) { in.Arrivals = 0.6 }, []Change{{RolePrefill, 6, 10}, {RoleDecode, 3, 5}}, "(the ceiling; 11 would be needed)"},
+		}},
+		{"scale-in only after the hold", Options{}, []step{
+			{0, func(in *NeedInputs) { *in = quiet() }, nil, "would do for 0s of the 15m0s"},
+			{14 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "would do for 14m0s"},
+			{15 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 2}, {RoleDecode, 2, 1}}, "scaling in 4 → 2"},
+		}},
+		{"a busy step restarts the hold", Options{}, []step{
+			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
+			{10 * time.Minute, nil, nil, "no scale-in"},
+			{20 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "would do for 0s"},
+			{35 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 2}, {RoleDecode, 2, 1}}, ""},
+		}},
+		{"scale-in waits for the down cool-down after a scale-out", Options{ScaleInHold: time.Minute}, []step{
+			{0, busy, []Change{{RolePrefill, 4, 6}, {RoleDecode, 2, 3}}, ""},
+			{time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, ""},
+			{5 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "waits for the cool-down (5m0s of 10m0s)"},
+			{10 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 6, 2}, {RoleDecode, 3, 1}}, ""},
+		}},
+		// 1.6M live tokens need 3 prefill at the knee, but keep ⌈1.6M ÷ (0.5 × 700K)⌉ = 5 at half of
+		// it: the four are not shrunk.
+		{"never below what the live sessions need", Options{ScaleInHold: time.Minute}, []step{
+			{0, func(in *NeedInputs) { in.WorkingSet, in.Arrivals = 1_600_000, 0.01 }, nil, "no scale-in: the live sessions need 5"},
+		}},
+		{"the floor holds", Options{Floor: map[Role]int{RolePrefill: 3, RoleDecode: 2}, ScaleInHold: time.Minute}, []step{
+			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
+			{time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 3}}, "floor 3"},
+		}},
+		{"one role scaled", Options{Roles: []Role{RoleDecode}, Ceiling: map[Role]int{RoleDecode: 10}}, []step{
+			{0, busy, []Change{{RoleDecode, 2, 3}}, ""},
+		}},
+		{"nothing read yet: nothing asked", Options{}, []step{
+			{0, func(in *NeedInputs) { in.Prefill, in.Decode = 0, 0 }, nil, "no instance read yet"},
+		}},
+		{"blind: no sizing, no change", Options{}, []step{
+			{0, func(in *NeedInputs) { in.DecodeKV = 0 }, nil, "no scaling: sizing: decode KV"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, tc.o)
+			for i, s := range tc.steps {
+				in := base()
+				if s.in != nil {
+					s.in(&in)
+				}
+				d := p.Decide(Inputs{At: t0.Add(s.after), NeedInputs: in})
+				assert.Equal(t, s.changes, d.Changes, "step %d: %q", i, d.Reasons)
+				if s.reason != "" {
+					assert.Contains(t, joined(d.Reasons), s.reason, "step %d", i)
+				}
+			}
+		})
+	}
+}
+
+func joined(rs []string) string {
+	out := ""
+	for _, r := range rs {
+		out += r + "\n"
+	}
+	return out
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{"no roles", Options{}, []string{"roles: none scaled"}},
+		{"no ceiling", Options{Roles: []Role{RolePrefill}}, []string{"ceiling.prefill: required"}},
+		{"floor above ceiling", Options{Roles: []Role{RolePrefill}, Floor: map[Role]int{RolePrefill: 4}, Ceiling: map[Role]int{RolePrefill: 2}},
+			[]string{"floor.prefill: 4 above ceiling.prefill 2"}},
+		{"unknown role and a stray ceiling", Options{Roles: []Role{"unified"}, Ceiling: map[Role]int{RoleDecode: 2}},
+			[]string{`roles: unknown role "unified"`, "ceiling.decode: set for a role that is not scaled"}},
+		{"negative durations", Options{Roles: []Role{RoleDecode}, Ceiling: map[Role]int{RoleDecode: 2}, UpCoolDown: -1, ScaleInHold: -time.Second},
+			[]string{"up_cool_down", "scale_in_hold"}},
+		{"sizing options", Options{Roles: []Role{RoleDecode}, Ceiling: map[Role]int{RoleDecode: 2}, Need: NeedOptions{SpikeSize: -1}},
+			[]string{"spike_size"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.o)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+// TestPolicyRestore: a restarted daemon keeps what it asked and when, so a cool-down and a
+// scale-in hold survive the restart.
+func TestPolicyRestore(t *testing.T) {
+	p := newPolicy(t, Options{})
+	in := base()
+	in.Arrivals = 0.3
+	require.True(t, p.Decide(Inputs{At: t0, NeedInputs: in}).Changed())
+	q := newPolicy(t, Options{})
+	q.Restore(p.State())
+	in.Arrivals = 0.6
+	d := q.Decide(Inputs{At: t0.Add(30 * time.Second), NeedInputs: in})
+	assert.False(t, d.Changed(), "the cool-down carried over: %q", d.Reasons)
+	assert.Equal(t, 6, q.State()[RolePrefill].Asked)
+}
+
+// TestPolicyOnAClock runs the policy as the daemon's loop does, on a ticker, in a synctest
+// bubble: arrivals double at minute 5 and fall back at minute 20; the pool grows at the first
+// step after the rise and shrinks only once the quiet has lasted the hold, after the cool-down.
+func TestPolicyOnAClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPolicy(t, Options{})
+		start := time.Now()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		var out, in time.Duration
+		for now := range tick.C {
+			el := now.Sub(start)
+			readings := quiet()
+			readings.Prefill, readings.Decode = 4, 2
+			if el >= 5*time.Minute && el < 20*time.Minute {
+				readings = base()
+				readings.Arrivals = 0.3
+			}
+			for _, c := range p.Decide(Inputs{At: now, NeedInputs: readings}).Changes {
+				switch {
+				case c.Role == RolePrefill && c.To > c.From:
+					out = el
+				case c.Role == RolePrefill && c.To < c.From:
+					in = el
+				}
+			}
+			if el > 60*time.Minute {
+				break
+			}
+		}
+		assert.Equal(t, 5*time.Minute, out, "scaled out at the first step of the rise")
+		assert.Equal(t, 35*time.Minute, in, "scaled in 15 minutes into the quiet")
+	})
+}
