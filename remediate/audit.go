@@ -35,7 +35,7 @@ type Record struct {
 	// Seq is the plan's sequence number: an intent and its outcome share it.
 	Seq     uint64        `json:"seq"`
 	At      time.Time     `json:"at"`
-	Kind    string        `json:"kind"` // budget, shed, hold, lending, pause, resume
+	Kind    string        `json:"kind"` // budget, shed, hold, lending, scale, pause, resume
 	Phase   Phase         `json:"phase"`
 	State   string        `json:"state,omitempty"`
 	Mode    Mode          `json:"mode,omitempty"`
@@ -43,6 +43,7 @@ type Record struct {
 	Shed    *ShedAction   `json:"shed,omitempty"`
 	Hold    *HoldAction   `json:"hold,omitempty"`
 	Lending *LendingPlan  `json:"lending,omitempty"`
+	Scale   *ScalePlan    `json:"scale,omitempty"`
 	Reasons []string      `json:"reasons,omitempty"`
 	Error   string        `json:"error,omitempty"`
 	// Reconciled marks an outcome found or completed after a restart.
@@ -74,6 +75,8 @@ func (r Record) Change() string {
 			return fmt.Sprintf("lending %s (%s)", on, strings.Join(grants, ", "))
 		}
 		return "lending " + on
+	case r.Scale != nil:
+		return r.Scale.Summary()
 	}
 	return ""
 }

@@ -53,6 +53,12 @@ type LendingPlan struct {
 	Reasons []string `json:"-"`
 }
 
+// Scaling asks for instances; applying the same plan twice is harmless (the backends are
+// level-triggered: they set a count, they do not add to one).
+type Scaling interface {
+	ApplyScale(ctx context.Context, seq uint64, p ScalePlan, reason string) error
+}
+
 // ErrSuperseded is what an actuator or an audit store wraps when this executor may no longer act:
 // another daemon has taken over (replicated mode), the gateway refused its term or the shared
 // audit log fenced its write. The executor then stops at once: no further action of the plan is
@@ -70,6 +76,8 @@ type ExecutorOptions struct {
 	// Gateway takes the budget, shed and hold actions.
 	Gateway Admission
 	Lending Lending
+	// Scaling takes the scale actions.
+	Scaling Scaling
 	// DryRun decides, audits and notifies but never acts.
 	DryRun     bool
 	Notify     Notifier
@@ -109,10 +117,10 @@ func NewExecutor(o ExecutorOptions) (*Executor, error) {
 	}
 	e.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "basin_remediation_actions_total",
-		Help: "Remediation actions by kind (budget, shed, hold, lending) and outcome (done, failed, dry_run, reconciled).",
+		Help: "Remediation actions by kind (budget, shed, hold, lending, scale) and outcome (done, failed, dry_run, reconciled).",
 	}, []string{"kind", "outcome"})
 	// Every series from 0, so increase() sees the first shed after a start.
-	for _, kind := range []string{"budget", "shed", "hold", "lending"} {
+	for _, kind := range []string{"budget", "shed", "hold", "lending", "scale"} {
 		for _, outcome := range []string{string(PhaseDone), string(PhaseFailed), string(PhaseDryRun), "reconciled"} {
 			e.actions.WithLabelValues(kind, outcome)
 		}
@@ -182,7 +190,7 @@ func (e *Executor) planStages(persist func() error) pipeline {
 // (detachedStage); reconciled marks an intent finished after a restart.
 func (e *Executor) actionStages(reconciled bool) stage {
 	return detachedStage{timeout: e.o.Timeout, stages: pipeline{
-		actStage{gateway: e.o.Gateway, lending: e.o.Lending, log: e.log, reconciled: reconciled},
+		actStage{gateway: e.o.Gateway, lending: e.o.Lending, scaling: e.o.Scaling, log: e.log, reconciled: reconciled},
 		outcomeStage{audit: e.o.Audit, actions: e.actions, log: e.log, notify: e.notify},
 	}}
 }
@@ -198,7 +206,7 @@ type Observed struct {
 
 // Reconcile finishes the actions a crash interrupted between their intent and their outcome,
 // without repeating what already happened: a budget already at its target is recorded done, a
-// shed only drops sessions still queued, a lending plan is applied again (idempotent). With the
+// shed only drops sessions still queued, a lending or scale plan is applied again (idempotent). With the
 // gateway unread, the budget intents stay pending for the next call. A dry run acts on nothing,
 // and leaves them all pending.
 func (e *Executor) Reconcile(ctx context.Context, now time.Time, w Observed) error {

@@ -97,12 +97,14 @@ type Plan struct {
 	Hold *HoldAction `json:"hold,omitempty"`
 	// Lending is set by the lender (Lend), not by Decide.
 	Lending *LendingPlan `json:"lending,omitempty"`
-	Reasons []string     `json:"reasons"`
+	// Scale is set by the scaling policy (Scale), not by Decide.
+	Scale   *ScalePlan `json:"scale,omitempty"`
+	Reasons []string   `json:"reasons"`
 }
 
 // Empty reports a plan with nothing to do.
 func (p Plan) Empty() bool {
-	return p.Budget == nil && p.Shed == nil && p.Hold == nil && p.Lending == nil
+	return p.Budget == nil && p.Shed == nil && p.Hold == nil && p.Lending == nil && p.Scale == nil
 }
 
 // PolicyState is what a restarted daemon needs to resume the policy where it stopped.

@@ -54,7 +54,7 @@ func (p pipeline) Exec(ctx context.Context, acts []action) ([]action, error) {
 }
 
 // intents are a plan's actions as audit records, in the order they are taken: budget, shed,
-// hold, lending. Each record carries its own action's reasons, so that a budget change is not
+// hold, lending, scale. Each record carries its own action's reasons, so that a budget change is not
 // explained by the lender's measurements (the plan's reasons hold them all, in order).
 func intents(p Plan) []action {
 	base := Record{Seq: p.Seq, At: p.At, State: string(p.State), Mode: p.Mode, Reasons: p.Reasons}
@@ -85,6 +85,11 @@ func intents(p Plan) []action {
 	if p.Lending != nil {
 		r := own("lending", p.Lending.Reasons)
 		r.Lending = p.Lending
+		acts = append(acts, action{rec: r})
+	}
+	if p.Scale != nil {
+		r := own("scale", p.Scale.Reasons)
+		r.Scale = p.Scale
 		acts = append(acts, action{rec: r})
 	}
 	return acts
@@ -239,6 +244,7 @@ func (s detachedStage) Exec(ctx context.Context, acts []action) ([]action, error
 type actStage struct {
 	gateway Admission
 	lending Lending
+	scaling Scaling
 	log     *slog.Logger
 	// reconciled marks outcomes completed after a restart (Reconcile).
 	reconciled bool
@@ -288,6 +294,11 @@ func (s actStage) take(ctx context.Context, r Record) error {
 			return errors.New("no lending backend configured")
 		}
 		return s.lending.ApplyLending(ctx, *r.Lending)
+	case r.Scale != nil:
+		if s.scaling == nil {
+			return errors.New("no scaling backend configured")
+		}
+		return s.scaling.ApplyScale(ctx, r.Seq, *r.Scale, reason)
 	}
 	return fmt.Errorf("record %d (%s) carries no action", r.Seq, r.Kind)
 }

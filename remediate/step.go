@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/lender"
+	"github.com/basin-dev/basin/scaler"
 )
 
 // Loop is one remediation loop's parts: the policy that decides, the lender that switches KV
-// lending (nil when no lending backend is configured) and the executor that acts. `basin daemon`
+// lending (nil when no lending backend is configured), the scaling policy that asks for instances
+// (nil when no scaling backend is configured) and the executor that acts. `basin daemon`
 // and the simulator's harness step through the same Loop.Step, so that what the simulator
 // measures is what the daemon does: decide, then lend, then execute, with incidents counted the
 // same way. Not safe for concurrent use: one loop owns it (as it owns the Policy).
@@ -18,6 +21,10 @@ type Loop struct {
 	Policy   *Policy
 	Lender   *lender.Lender
 	Executor *Executor
+	// Scaler asks for instances; nil: no scaling (the need is still sized, with Need).
+	Scaler *scaler.Policy
+	// Need configures the sizing when Scaler is nil (the Scaler's own options are used with one).
+	Need scaler.NeedOptions
 }
 
 // StepInputs are one step's readings: the policy's inputs, and the lender's (the collector's
@@ -37,6 +44,11 @@ type StepResult struct {
 	IncidentStarted bool
 	// Err is the executor's error, or the persist function's when the plan was empty.
 	Err error
+	// Need is what the deployment needs in instances of each role (NeedErr says why not, then).
+	Need    scaler.Need
+	NeedErr error
+	// Scale is the scaling policy's decision (nil without a Scaler, or when it could not size).
+	Scale *scaler.Decision
 }
 
 // NewLoop checks that the loop has what it needs to decide and act.
@@ -61,6 +73,7 @@ func (l *Loop) Step(ctx context.Context, in StepInputs, persist func() error) St
 	if l.Lender != nil {
 		plan = l.Policy.Lend(plan, l.Lender, in.Snapshot, in.Assessment.Knee.Ratio, in.Decode)
 	}
+	plan = l.scale(plan, in, &res)
 	res.Plan = plan
 	switch {
 	case !plan.Empty():
@@ -71,4 +84,25 @@ func (l *Loop) Step(ctx context.Context, in StepInputs, persist func() error) St
 		}
 	}
 	return res
+}
+
+// scale sizes the deployment and, with a Scaler, lets it add its change to the plan. Sizing
+// needs every reading: when one is missing the need is not known and nothing is scaled.
+func (l *Loop) scale(plan Plan, in StepInputs, res *StepResult) Plan {
+	need, err := NeedInputsFrom(in.Snapshot, in.Assessment)
+	if err != nil {
+		res.NeedErr = err
+		return plan
+	}
+	if l.Scaler == nil {
+		res.Need, res.NeedErr = scaler.Size(need, l.Need)
+		return plan
+	}
+	plan, d := l.Policy.Scale(plan, l.Scaler, scaler.Inputs{At: in.At, NeedInputs: need})
+	if !d.Sized {
+		res.NeedErr = errors.New(strings.Join(d.Reasons, "; "))
+		return plan
+	}
+	res.Need, res.Scale = d.Need, &d
+	return plan
 }

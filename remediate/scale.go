@@ -1,0 +1,106 @@
+package remediate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/scaler"
+)
+
+// ScalePlan asks for instances of some roles.
+type ScalePlan struct {
+	Changes []scaler.Change `json:"changes"`
+	// Reasons are the scaling policy's (the plan's carry every action's), as BudgetChange.Reasons.
+	Reasons []string `json:"-"`
+}
+
+// Summary is the change in a few words: "scale prefill 4 → 6, decode 2 → 3".
+func (p ScalePlan) Summary() string {
+	parts := make([]string, 0, len(p.Changes))
+	for _, c := range p.Changes {
+		parts = append(parts, fmt.Sprintf("%s %d → %d", c.Role, c.From, c.To))
+	}
+	return "scale " + strings.Join(parts, ", ")
+}
+
+// Scale runs the scaling policy on a step's readings and adds its changes to the plan (numbered
+// if the plan had nothing else). The daemon and the simulator's harness both step scaling through
+// here (by Loop.Step).
+func (p *Policy) Scale(plan Plan, s *scaler.Policy, in scaler.Inputs) (Plan, scaler.Decision) {
+	d := s.Decide(in)
+	if !d.Changed() {
+		return plan, d
+	}
+	plan.Scale = &ScalePlan{Changes: slices.Clone(d.Changes), Reasons: slices.Clone(d.Reasons)}
+	plan.Reasons = append(slices.Clone(plan.Reasons), d.Reasons...)
+	if plan.Seq == 0 {
+		p.st.Seq++
+		plan.Seq = p.st.Seq
+	}
+	return plan, d
+}
+
+// NeedInputsFrom reads the sizing's inputs off a step's snapshot and assessment, the one way the
+// daemon and the simulator's harness both do: the arrival rate to serve is the larger of the
+// collector's windowed rate and the detector's smoothed λ (a deployment is sized for what comes
+// now), the lifetime the detector's, each role's instance size the mean over the instances read
+// fresh and whole, and the served fraction the gateway's (0, unknown, without one). An error names
+// what is missing.
+func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInputs, error) {
+	in := scaler.NeedInputs{Lifetime: secondsDuration(a.SessionLifetime), KneeRatio: a.Knee.Ratio}
+	var missing []string
+	get := func(sig collector.Signal) float64 {
+		v, ok := s.Get(sig)
+		if !ok {
+			missing = append(missing, fmt.Sprintf("%s %s", sig, s.State(sig)))
+		}
+		return v
+	}
+	arrivals := get(collector.ArrivalRate)
+	in.Arrivals = max(arrivals, a.Lambda)
+	in.LiveSessions, in.WorkingSet = get(collector.LiveSessions), get(collector.WorkingSet)
+	in.DecodeReserved = get(collector.DecodeReserved)
+	if f, err := detector.ServedFractionOf(s); err == nil && f >= 0 && f <= 1 {
+		in.ServedFraction = f
+	}
+	var cache float64
+	for _, p := range s.Prefill {
+		if p.State == collector.OK && p.Complete {
+			in.Prefill++
+			cache += p.CacheTokens + p.HostTokens
+		}
+	}
+	var kv float64
+	for _, d := range s.Decode {
+		if d.State == collector.OK && d.Complete {
+			in.Decode++
+			kv += d.CapacityTokens
+		}
+	}
+	if in.Prefill == 0 {
+		missing = append(missing, "no prefill instance read")
+	} else {
+		in.PrefillCache = cache / float64(in.Prefill)
+	}
+	if in.Decode == 0 {
+		missing = append(missing, "no decode instance read")
+	} else {
+		in.DecodeKV = kv / float64(in.Decode)
+	}
+	if len(missing) > 0 {
+		return in, fmt.Errorf("sizing inputs: %s", strings.Join(missing, ", "))
+	}
+	return in, nil
+}
+
+// secondsDuration turns seconds into a Duration (0 for what is not positive).
+func secondsDuration(s float64) time.Duration {
+	if !(s > 0) {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
