@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os/exec"
 	"time"
 
+	"github.com/basin-dev/basin/internal/hook"
 	"github.com/basin-dev/basin/internal/secret"
 )
 
@@ -116,7 +116,7 @@ func NewBackend(cfg BackendConfig, w Wiring) (Backend, error) {
 		if cfg.Command != nil {
 			add("command: not used by kind http")
 		}
-		if err := checkURL(cfg.URL); err != nil {
+		if err := hook.CheckURL(cfg.URL, "where to POST the decision"); err != nil {
 			add("url: %v", err)
 		}
 		if cfg.TokenFile != "" {
@@ -152,24 +152,6 @@ func NewBackend(cfg BackendConfig, w Wiring) (Backend, error) {
 		return nil, fmt.Errorf("lender backend: %w", err)
 	}
 	return b, nil
-}
-
-// checkURL accepts absolute http and https URLs.
-func checkURL(s string) error {
-	if s == "" {
-		return errors.New("required, where to POST the decision")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return err
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%s: want an http or https URL", u.Redacted())
-	}
-	if u.Host == "" {
-		return fmt.Errorf("%s: no host", u.Redacted())
-	}
-	return nil
 }
 
 // PayloadVersion is the version of the JSON that the http and exec backends send. It changes

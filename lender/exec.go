@@ -1,27 +1,15 @@
 package lender
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
-)
 
-// Bounds of the stderr kept for an error: the last lines say why a script failed, and a chatty
-// script cannot grow the daemon's memory.
-const (
-	stderrKeepBytes = 8 << 10
-	stderrLines     = 10
+	"github.com/basin-dev/basin/internal/hook"
 )
-
-// waitDelay is how long Apply waits for the command's output to close after the timeout killed
-// it: a grandchild that inherited stderr would otherwise hold Apply forever.
-const waitDelay = 2 * time.Second
 
 // ExecBackend runs Command (no shell: the first element is the program, the rest its arguments)
 // with the decision as JSON on stdin (Payload, PayloadVersion) and, for scripts that do not parse
@@ -59,30 +47,7 @@ func (b *ExecBackend) Apply(ctx context.Context, d Decision) error {
 	if err != nil {
 		return fmt.Errorf("exec %s: encode decision: %w", prog, err)
 	}
-	timeout := orDefault(b.Timeout, DefaultExecTimeout)
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	cmd := exec.CommandContext(runCtx, prog, b.Command[1:]...)
-	cmd.Stdin = bytes.NewReader(payload)
-	cmd.Env = append(os.Environ(), env(d)...) // later entries win over inherited ones
-	stderr := &tail{max: stderrKeepBytes}
-	cmd.Stderr = stderr
-	cmd.WaitDelay = waitDelay
-	err = cmd.Run()
-	if err == nil {
-		return nil
-	}
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("exec %s: %w%s", prog, ctx.Err(), stderr.lines())
-	case runCtx.Err() != nil:
-		return fmt.Errorf("exec %s: killed after the %v timeout%s", prog, timeout, stderr.lines())
-	case errors.As(err, &ee):
-		return fmt.Errorf("exec %s: exit code %d%s", prog, ee.ExitCode(), stderr.lines())
-	}
-	return fmt.Errorf("exec %s: %w", prog, err)
+	return hook.Run(ctx, b.Command, orDefault(b.Timeout, DefaultExecTimeout), payload, env(d))
 }
 
 // env is the decision as the exec backend's environment variables, for scripts that do not
@@ -99,41 +64,4 @@ func env(d Decision) []string {
 		"BASIN_LENDING_MAX_FRACTION=" + strconv.FormatFloat(d.MaxFraction, 'g', -1, 64),
 		"BASIN_LENDING_GRANTS=" + strings.Join(grants, ","),
 	}
-}
-
-// tail keeps the last max bytes written to it. Only the command's stderr copier writes, and lines
-// is read after Run returns, so it needs no lock.
-type tail struct {
-	max int
-	buf []byte
-	cut bool // the start was dropped: the first line is partial
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.cut = true
-	}
-	return len(p), nil
-}
-
-// lines is the last stderrLines non-empty lines, as an error suffix, or nothing. A line cut by
-// the byte bound is left out rather than shown half.
-func (t *tail) lines() string {
-	text := strings.ToValidUTF8(string(t.buf), "�")
-	if i := strings.IndexByte(text, '\n'); t.cut && i >= 0 {
-		text = text[i+1:]
-	}
-	var ls []string
-	for l := range strings.Lines(text) {
-		if l = strings.TrimSpace(l); l != "" {
-			ls = append(ls, l)
-		}
-	}
-	if len(ls) == 0 {
-		return ""
-	}
-	ls = ls[max(len(ls)-stderrLines, 0):]
-	return "; stderr: " + strings.Join(ls, " | ")
 }

@@ -111,13 +111,3 @@ func TestExecBackendCancelled(t *testing.T) {
 	err := (&ExecBackend{Command: []string{"sh", "-c", "exit 0"}}).Apply(ctx, decision(t))
 	assert.ErrorIs(t, err, context.Canceled)
 }
-
-func TestTailKeepsTheEnd(t *testing.T) {
-	tl := &tail{max: 16}
-	for i := range 10 {
-		_, _ = fmt.Fprintf(tl, "line %d\n", i)
-	}
-	assert.LessOrEqual(t, len(tl.buf), 16)
-	assert.Equal(t, "; stderr: line 8 | line 9", tl.lines(), "the line cut by the bound is left out")
-	assert.Empty(t, (&tail{max: 16}).lines())
-}

@@ -1,21 +1,13 @@
 package lender
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
-	"github.com/basin-dev/basin/internal/secret"
+	"github.com/basin-dev/basin/internal/hook"
 )
-
-// maxSnippet bounds how much of an error response's body goes into the error: enough for a JSON
-// error message, not enough to flood a log with an HTML error page.
-const maxSnippet = 512
 
 // HTTPBackend POSTs each decision as JSON (Payload, PayloadVersion) to URL. It is how an operator
 // plugs in their own lending switch: SGLang has no public API to lend decode KV to prefill, so the
@@ -43,69 +35,16 @@ func (*HTTPBackend) Name() string { return KindHTTP }
 // Apply implements Backend. A non-2xx answer is an error with the status and the start of the
 // body.
 func (b *HTTPBackend) Apply(ctx context.Context, d Decision) error {
-	where := redact(b.URL)
 	body, err := MarshalPayload(d)
 	if err != nil {
-		return fmt.Errorf("http %s: encode decision: %w", where, err)
+		return fmt.Errorf("http %s: encode decision: %w", hook.Redact(b.URL), err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, orDefault(b.Timeout, DefaultHTTPTimeout))
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("http %s: %w", where, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "basin-lender")
-	if b.TokenFile != "" {
-		tok, err := secret.File(b.TokenFile)
-		if err != nil {
-			return fmt.Errorf("http %s: bearer token: %w", where, err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	client := b.Client
-	if client == nil {
-		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		// net/http's error names the URL with its password removed.
-		return fmt.Errorf("http: POST decision: %w", err)
-	}
-	defer func() {
-		// Drain a little so the connection can be reused, then close.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		_ = resp.Body.Close()
-	}()
-	if resp.StatusCode/100 == 2 {
-		return nil
-	}
-	return fmt.Errorf("http %s: POST decision: %s%s", where, resp.Status, snippet(resp.Body))
-}
-
-// snippet reads the start of an error body as one line of valid text (a character cut at the
-// limit shows as �), or nothing.
-func snippet(r io.Reader) string {
-	buf, _ := io.ReadAll(io.LimitReader(r, maxSnippet+1))
-	more := len(buf) > maxSnippet
-	if more {
-		buf = buf[:maxSnippet]
-	}
-	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(buf), "�")), " ")
-	if s == "" {
-		return ""
-	}
-	if more {
-		s += " …"
-	}
-	return ": " + s
-}
-
-// redact prints a URL without its password, for errors.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
+	return hook.Post{
+		URL:       b.URL,
+		TokenFile: b.TokenFile,
+		Timeout:   orDefault(b.Timeout, DefaultHTTPTimeout),
+		UserAgent: "basin-lender",
+		What:      "decision",
+		Client:    b.Client,
+	}.Do(ctx, body)
 }

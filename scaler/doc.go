@@ -1,0 +1,47 @@
+// Package scaler asks a deployment for instances: it applies the count of prefill or decode
+// instances that basin's remediation policy wants, through a backend of the deployment's kind.
+//
+// Adding instances widens the prefix cache itself, where the gateway's budget and KV lending work
+// within the cache the deployment has: it is the remediation for a working set that has outgrown
+// the cache. The policy that decides the counts, the audit log written before each apply and the
+// dry run are the daemon's; this package only carries a Request out.
+//
+// # Backends
+//
+// A Backend applies a Request: the desired replicas of one role, level-triggered — applying the
+// same request twice equals applying it once, so the caller may apply its desired state every step
+// and a failed or missed apply is repaired by the next one. Apply returns once the request is
+// accepted, not once the instances serve: a GPU instance takes minutes to load its model, and
+// the engines' metrics say when it has. The kinds, as NewBackend builds them from the YAML
+// config (every mistake at once, each naming its key):
+//
+//   - sim: the simulator's switch, in-process (Wiring.Sim);
+//   - http: a JSON POST of the request (Payload) to an operator's endpoint, with a bearer token
+//     reread at each apply;
+//   - exec: an operator's command, run without a shell, the request on stdin and in
+//     BASIN_SCALE_* variables;
+//   - kubernetes: the scale subresource of a Deployment or StatefulSet per role, through the API
+//     server's REST interface with the pod's service account.
+//
+// Current reads the count back where the backend can know it: the kubernetes backend reads the
+// scale subresource (spec.replicas asked for, status.replicas created); the others report
+// ok=false, and the caller counts the instances from the engines' metrics.
+//
+// The http and exec mechanics (bounded calls, redirects not followed, redacted URLs, the start of
+// an error body, the end of a script's stderr) are internal/hook's, shared with package lender,
+// whose backends these mirror.
+//
+// # Why hand-written REST rather than client-go
+//
+// Scaling takes two calls on one stable resource: GET and PATCH of
+// /apis/apps/v1/namespaces/{namespace}/{deployments|statefulsets}/{name}/scale, whose body is an
+// autoscaling/v1 Scale (spec.replicas, status.replicas) and whose refusals are a meta/v1 Status
+// (reason, message, code) — both unchanged since apps/v1 went GA in Kubernetes 1.9. An in-cluster
+// client is three mounted files (token, CA, namespace) and two environment variables. k8s.io/client-go
+// would bring k8s.io/api, k8s.io/apimachinery and their dependencies into a binary that otherwise
+// needs none of them, and a release train to follow, for those two calls; net/http and two small
+// structs do them, with the token reread at each call because projected service account tokens
+// rotate. What client-go would add and this package does not do: read a kubeconfig, run exec
+// credential plugins, or authenticate with client certificates — outside a cluster, set
+// api_server, token_file (for example from `kubectl create token`) and ca_file.
+package scaler
