@@ -1,10 +1,31 @@
-// Package scaler asks a deployment for instances: it applies the count of prefill or decode
-// instances that basin's remediation policy wants, through a backend of the deployment's kind.
+// Package scaler sizes a deployment in instances of each role and asks for them: what the
+// deployment needs now (Size), the policy that decides when to ask (Policy), and the backends
+// that carry the ask out.
 //
 // Adding instances widens the prefix cache itself, where the gateway's budget and KV lending work
 // within the cache the deployment has: it is the remediation for a working set that has outgrown
-// the cache. The policy that decides the counts, the audit log written before each apply and the
-// dry run are the daemon's; this package only carries a Request out.
+// the cache, when arrivals stay above what the deployment completes. The autoscalers deployments
+// run (the Horizontal Pod Autoscaler, KEDA, an inference platform's planner) scale on utilisation,
+// queue length or time to first token, which the Basin paper shows stay calm until the trap has
+// closed; the need computed here is from the working set against the knee instead, and is exported
+// for them as basin_capacity_needed_instances whether or not basin scales by itself.
+//
+// # The need
+//
+// By Little's law the arrivals keep λ × T sessions live, T being how long a session lives under
+// the knee (the detector's Assessment.SessionLifetime, read off the healthy side of the learnt
+// completion curve, so that it does not move when instances are added). A spike of a configured
+// size and length adds its sessions on top. Prefill instances must hold that population's working
+// set under the knee, decode instances its served share's KV; neither may fall under what the
+// live sessions hold now.
+//
+// # The policy
+//
+// Policy asks for all the need at once when it rises (after a short cool-down against noise), and
+// asks for less only when a smaller size would have kept the working set well under the knee for a
+// while, never below a floor or above a ceiling. The daemon and the simulator's harness run it
+// through remediate.Loop, whose executor audits each ask before applying it and applies nothing
+// in a dry run. The policy reads no clock: Inputs.At is now.
 //
 // # Backends
 //
