@@ -1,6 +1,8 @@
 package remediate
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -103,4 +105,24 @@ func secondsDuration(s float64) time.Duration {
 		return 0
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// BackendScaling is a scaler backend behind the executor's Scaling interface: each change of the
+// plan is one level-triggered request, in the plan's order; a failed one does not stop the next
+// (a role's instances do not depend on the other's), and the errors are joined.
+type BackendScaling struct {
+	Backend    scaler.Backend
+	Deployment string
+}
+
+// ApplyScale implements Scaling.
+func (b BackendScaling) ApplyScale(ctx context.Context, seq uint64, p ScalePlan, reason string) error {
+	var errs []error
+	for _, c := range p.Changes {
+		r := scaler.Request{Deployment: b.Deployment, Role: c.Role, Replicas: c.To, Reason: reason, Seq: seq}
+		if err := b.Backend.Apply(ctx, r); err != nil {
+			errs = append(errs, fmt.Errorf("%s to %d: %w", c.Role, c.To, err))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,156 @@
+package remediate
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/basin-dev/basin/collector"
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/scaler"
+)
+
+// scaleSnapshot is a deployment of one 560K prefill and one 800K decode instance, 60 sessions of
+// 20K live, 0.15 arriving a second.
+func scaleSnapshot() collector.Snapshot {
+	s := snapshotOf(map[collector.Signal]float64{collector.CacheCapacity: 560_000, collector.DecodeCapacity: 800_000,
+		collector.WorkingSet: 1.2e6, collector.LiveSessions: 60, collector.SessionsInCall: 30,
+		collector.ArrivalRate: 0.15, collector.DecodeReserved: 500_000})
+	s.Prefill = []collector.PrefillInstance{{Name: "prefill-0", At: t0, State: collector.OK, Complete: true, CacheTokens: 560_000}}
+	s.Decode = []collector.DecodeInstance{{Name: "decode-0", At: t0, State: collector.OK, Complete: true, CapacityTokens: 800_000}}
+	return s
+}
+
+func scaleAssessment(now time.Time) detector.Assessment {
+	a := assess(now, detector.Healthy, 0.95)
+	a.Knee.Ratio, a.SessionLifetime = 1.25, 400
+	return a
+}
+
+func TestNeedInputsFrom(t *testing.T) {
+	a := scaleAssessment(t0)
+	a.Lambda = 0.2
+	in, err := NeedInputsFrom(scaleSnapshot(), a)
+	require.NoError(t, err)
+	assert.Equal(t, scaler.NeedInputs{Arrivals: 0.2, Lifetime: 400 * time.Second, LiveSessions: 60, WorkingSet: 1.2e6,
+		ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000, DecodeReserved: 500_000,
+		Prefill: 1, Decode: 1}, in, "λ above the windowed rate is the rate to serve")
+
+	s := scaleSnapshot()
+	s.Prefill[0].State = collector.Stale
+	s.Signals[collector.DecodeReserved] = collector.Value{State: collector.Missing}
+	_, err = NeedInputsFrom(s, a)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "decode_reserved_tokens missing")
+	assert.Contains(t, err.Error(), "no prefill instance read")
+}
+
+// scaleRecorder is a scaler backend that records what it is asked.
+type scaleRecorder struct {
+	got  []scaler.Request
+	fail error
+}
+
+func (r *scaleRecorder) Name() string { return "recorder" }
+func (r *scaleRecorder) Apply(_ context.Context, q scaler.Request) error {
+	r.got = append(r.got, q)
+	return r.fail
+}
+func (r *scaleRecorder) Current(context.Context, scaler.Role) (scaler.Count, bool, error) {
+	return scaler.Count{}, false, nil
+}
+
+// TestLoopScales: with a Scaler the loop's step sizes the deployment, plans the scale-out, audits
+// it (intent, then outcome) and applies it through the backend; in a dry run it audits and
+// applies nothing; without a Scaler it only sizes.
+func TestLoopScales(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		scale      bool
+		dryRun     bool
+		fail       error
+		applied    []scaler.Request
+		phases     []Phase
+		planScaled bool
+	}{
+		{name: "scales out through the backend", scale: true,
+			applied: []scaler.Request{{Deployment: "d", Role: scaler.RolePrefill, Replicas: 3, Seq: 1}, {Deployment: "d", Role: scaler.RoleDecode, Replicas: 2, Seq: 1}},
+			phases:  []Phase{PhaseIntent, PhaseDone}, planScaled: true},
+		{name: "dry run: audited, not applied", scale: true, dryRun: true, phases: []Phase{PhaseDryRun}, planScaled: true},
+		{name: "a failed apply is recorded failed", scale: true, fail: errors.New("quota exceeded"),
+			applied: []scaler.Request{{Deployment: "d", Role: scaler.RolePrefill, Replicas: 3, Seq: 1}, {Deployment: "d", Role: scaler.RoleDecode, Replicas: 2, Seq: 1}},
+			phases:  []Phase{PhaseIntent, PhaseFailed}, planScaled: true},
+		{name: "no scaler: sized, not scaled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			audit := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
+			rec := &scaleRecorder{fail: tc.fail}
+			ex, err := NewExecutor(ExecutorOptions{Audit: audit, DryRun: tc.dryRun, Scaling: BackendScaling{Backend: rec, Deployment: "d"}})
+			require.NoError(t, err)
+			loop, err := NewLoop(newPolicy(t, Options{}), nil, ex)
+			require.NoError(t, err)
+			if tc.scale {
+				loop.Scaler, err = scaler.New(scaler.Options{Roles: scaler.Roles(), Ceiling: map[scaler.Role]int{scaler.RolePrefill: 8, scaler.RoleDecode: 8}})
+				require.NoError(t, err)
+			}
+			res := loop.Step(context.Background(), StepInputs{Inputs: Inputs{At: t0, Assessment: scaleAssessment(t0), DryRun: tc.dryRun},
+				Snapshot: scaleSnapshot()}, nil)
+			// 0.15/s × 400 s = 60 sessions, 90 with the spike: 1.8M ÷ 700K → 3 prefill; 900K ÷ 720K → 2 decode.
+			require.NoError(t, res.NeedErr)
+			assert.Equal(t, 3, res.Need.Prefill)
+			assert.Equal(t, 2, res.Need.Decode)
+			assert.Equal(t, tc.planScaled, res.Plan.Scale != nil, "%q", res.Plan.Reasons)
+			assert.Equal(t, tc.scale, res.Scale != nil)
+			for i := range rec.got {
+				assert.Contains(t, rec.got[i].Reason, "basin plan 1")
+				rec.got[i].Reason = ""
+			}
+			assert.Equal(t, tc.applied, rec.got)
+			var phases []Phase
+			for _, r := range audit.Records(0) {
+				if r.Kind == "scale" {
+					phases = append(phases, r.Phase)
+					assert.Equal(t, "scale prefill 1 → 3, decode 1 → 2", r.Change())
+				}
+			}
+			assert.Equal(t, tc.phases, phases)
+		})
+	}
+}
+
+// TestLoopNeedBlind: a step without a reading the sizing needs says so and sizes nothing.
+func TestLoopNeedBlind(t *testing.T) {
+	ex, err := NewExecutor(ExecutorOptions{Audit: NewMemoryAudit()})
+	require.NoError(t, err)
+	loop, err := NewLoop(newPolicy(t, Options{}), nil, ex)
+	require.NoError(t, err)
+	s := scaleSnapshot()
+	s.Decode = nil
+	res := loop.Step(context.Background(), StepInputs{Inputs: Inputs{At: t0, Assessment: scaleAssessment(t0)}, Snapshot: s}, nil)
+	require.Error(t, res.NeedErr)
+	assert.Contains(t, res.NeedErr.Error(), "no decode instance read")
+	assert.Zero(t, res.Need)
+}
+
+// TestReconcileAppliesScaleAgain: a scale intent a crash left without its outcome is applied again
+// on restart (the backends are level-triggered) and recorded done, reconciled.
+func TestReconcileAppliesScaleAgain(t *testing.T) {
+	audit := NewMemoryAudit()
+	plan := ScalePlan{Changes: []scaler.Change{{Role: scaler.RoleDecode, From: 1, To: 2}}}
+	require.NoError(t, audit.Append(context.Background(), Record{Seq: 7, At: t0, Kind: "scale", Phase: PhaseIntent, Scale: &plan}))
+	rec := &scaleRecorder{}
+	ex, err := NewExecutor(ExecutorOptions{Audit: audit, Scaling: BackendScaling{Backend: rec, Deployment: "d"}})
+	require.NoError(t, err)
+	require.NoError(t, ex.Reconcile(context.Background(), t0.Add(time.Minute), Observed{}))
+	require.Len(t, rec.got, 1)
+	assert.Equal(t, 2, rec.got[0].Replicas)
+	assert.EqualValues(t, 7, rec.got[0].Seq)
+	assert.Empty(t, audit.Pending())
+	recs := audit.Records(0)
+	assert.True(t, recs[len(recs)-1].Reconciled)
+}
