@@ -46,6 +46,16 @@ func (p *Policy) Scale(plan Plan, s *scaler.Policy, in scaler.Inputs) (Plan, sca
 	return plan, d
 }
 
+// SizeFrom is what the deployment needs now, from a step's snapshot and assessment (Size on
+// NeedInputsFrom): the daemon exports it for autoscalers every step, acting or not.
+func SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions) (scaler.Need, error) {
+	in, err := NeedInputsFrom(s, a)
+	if err != nil {
+		return scaler.Need{}, err
+	}
+	return scaler.Size(in, o)
+}
+
 // NeedInputsFrom reads the sizing's inputs off a step's snapshot and assessment, the one way the
 // daemon and the simulator's harness both do: the arrival rate to serve is the larger of the
 // collector's windowed rate and the detector's smoothed λ (a deployment is sized for what comes

@@ -85,7 +85,7 @@ func TestLoopScales(t *testing.T) {
 		{name: "a failed apply is recorded failed", scale: true, fail: errors.New("quota exceeded"),
 			applied: []scaler.Request{{Deployment: "d", Role: scaler.RolePrefill, Replicas: 3, Seq: 1}, {Deployment: "d", Role: scaler.RoleDecode, Replicas: 2, Seq: 1}},
 			phases:  []Phase{PhaseIntent, PhaseFailed}, planScaled: true},
-		{name: "no scaler: sized, not scaled"},
+		{name: "no scaler: not scaled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			audit := openAudit(t, filepath.Join(t.TempDir(), "audit.jsonl"))
@@ -100,12 +100,14 @@ func TestLoopScales(t *testing.T) {
 			}
 			res := loop.Step(context.Background(), StepInputs{Inputs: Inputs{At: t0, Assessment: scaleAssessment(t0), DryRun: tc.dryRun},
 				Snapshot: scaleSnapshot()}, nil)
-			// 0.15/s × 400 s = 60 sessions, 90 with the spike: 1.8M ÷ 700K → 3 prefill; 900K ÷ 720K → 2 decode.
-			require.NoError(t, res.NeedErr)
-			assert.Equal(t, 3, res.Need.Prefill)
-			assert.Equal(t, 2, res.Need.Decode)
+			require.NoError(t, res.ScaleErr)
 			assert.Equal(t, tc.planScaled, res.Plan.Scale != nil, "%q", res.Plan.Reasons)
-			assert.Equal(t, tc.scale, res.Scale != nil)
+			require.Equal(t, tc.scale, res.Scale != nil)
+			if res.Scale != nil {
+				// 0.15/s × 400 s = 60 sessions, 90 with the spike: 1.8M ÷ 700K → 3 prefill; 900K ÷ 720K → 2 decode.
+				assert.Equal(t, 3, res.Scale.Need.Prefill)
+				assert.Equal(t, 2, res.Scale.Need.Decode)
+			}
 			for i := range rec.got {
 				assert.Contains(t, rec.got[i].Reason, "basin plan 1")
 				rec.got[i].Reason = ""
@@ -123,18 +125,33 @@ func TestLoopScales(t *testing.T) {
 	}
 }
 
-// TestLoopNeedBlind: a step without a reading the sizing needs says so and sizes nothing.
-func TestLoopNeedBlind(t *testing.T) {
-	ex, err := NewExecutor(ExecutorOptions{Audit: NewMemoryAudit()})
+// TestLoopScaleBlind: a step without a reading the sizing needs says so and scales nothing.
+func TestLoopScaleBlind(t *testing.T) {
+	rec := &scaleRecorder{}
+	ex, err := NewExecutor(ExecutorOptions{Audit: NewMemoryAudit(), Scaling: BackendScaling{Backend: rec}})
 	require.NoError(t, err)
 	loop, err := NewLoop(newPolicy(t, Options{}), nil, ex)
+	require.NoError(t, err)
+	loop.Scaler, err = scaler.New(scaler.Options{Roles: scaler.Roles(), Ceiling: map[scaler.Role]int{scaler.RolePrefill: 8, scaler.RoleDecode: 8}})
 	require.NoError(t, err)
 	s := scaleSnapshot()
 	s.Decode = nil
 	res := loop.Step(context.Background(), StepInputs{Inputs: Inputs{At: t0, Assessment: scaleAssessment(t0)}, Snapshot: s}, nil)
-	require.Error(t, res.NeedErr)
-	assert.Contains(t, res.NeedErr.Error(), "no decode instance read")
-	assert.Zero(t, res.Need)
+	require.Error(t, res.ScaleErr)
+	assert.Contains(t, res.ScaleErr.Error(), "no decode instance read")
+	assert.Nil(t, res.Scale)
+	assert.Empty(t, rec.got)
+}
+
+// TestSizeFrom: the sizing the daemon exports is Size on the step's readings.
+func TestSizeFrom(t *testing.T) {
+	n, err := SizeFrom(scaleSnapshot(), scaleAssessment(t0), scaler.NeedOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 3, n.Prefill)
+	assert.Equal(t, 2, n.Decode)
+	assert.Equal(t, detector.CacheFirst, n.Binding)
+	_, err = SizeFrom(collector.Snapshot{}, scaleAssessment(t0), scaler.NeedOptions{})
+	assert.Error(t, err)
 }
 
 // TestReconcileAppliesScaleAgain: a scale intent a crash left without its outcome is applied again

@@ -21,10 +21,8 @@ type Loop struct {
 	Policy   *Policy
 	Lender   *lender.Lender
 	Executor *Executor
-	// Scaler asks for instances; nil: no scaling (the need is still sized, with Need).
+	// Scaler asks for instances; nil: no scaling.
 	Scaler *scaler.Policy
-	// Need configures the sizing when Scaler is nil (the Scaler's own options are used with one).
-	Need scaler.NeedOptions
 }
 
 // StepInputs are one step's readings: the policy's inputs, and the lender's (the collector's
@@ -44,11 +42,10 @@ type StepResult struct {
 	IncidentStarted bool
 	// Err is the executor's error, or the persist function's when the plan was empty.
 	Err error
-	// Need is what the deployment needs in instances of each role (NeedErr says why not, then).
-	Need    scaler.Need
-	NeedErr error
-	// Scale is the scaling policy's decision (nil without a Scaler, or when it could not size).
-	Scale *scaler.Decision
+	// Scale is the scaling policy's decision (nil without a Scaler, or when a reading it needs is
+	// missing: ScaleErr says which).
+	Scale    *scaler.Decision
+	ScaleErr error
 }
 
 // NewLoop checks that the loop has what it needs to decide and act.
@@ -86,23 +83,22 @@ func (l *Loop) Step(ctx context.Context, in StepInputs, persist func() error) St
 	return res
 }
 
-// scale sizes the deployment and, with a Scaler, lets it add its change to the plan. Sizing
-// needs every reading: when one is missing the need is not known and nothing is scaled.
+// scale lets the Scaler, if any, add its change to the plan. Sizing needs every reading: when one
+// is missing nothing is scaled.
 func (l *Loop) scale(plan Plan, in StepInputs, res *StepResult) Plan {
-	need, err := NeedInputsFrom(in.Snapshot, in.Assessment)
-	if err != nil {
-		res.NeedErr = err
+	if l.Scaler == nil {
 		return plan
 	}
-	if l.Scaler == nil {
-		res.Need, res.NeedErr = scaler.Size(need, l.Need)
+	need, err := NeedInputsFrom(in.Snapshot, in.Assessment)
+	if err != nil {
+		res.ScaleErr = err
 		return plan
 	}
 	plan, d := l.Policy.Scale(plan, l.Scaler, scaler.Inputs{At: in.At, NeedInputs: need})
 	if !d.Sized {
-		res.NeedErr = errors.New(strings.Join(d.Reasons, "; "))
+		res.ScaleErr = errors.New(strings.Join(d.Reasons, "; "))
 		return plan
 	}
-	res.Need, res.Scale = d.Need, &d
+	res.Scale = &d
 	return plan
 }
