@@ -18,6 +18,7 @@ import (
 	"github.com/basin-dev/basin/internal/httpjson"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
+	"github.com/basin-dev/basin/scaler"
 )
 
 // maxPauseBody bounds POST /api/v1/pause bodies.
@@ -113,6 +114,7 @@ type Status struct {
 	LastPlan        *remediate.Plan    `json:"last_plan,omitempty"`
 	Paused          *PauseView         `json:"paused,omitempty"`
 	Lending         LendingView        `json:"lending"`
+	Capacity        CapacityView       `json:"capacity"`
 	Alerts          alerts.Incident    `json:"alerts"`
 	Gateway         *GatewayStatus     `json:"gateway,omitempty"`
 	StepError       string             `json:"step_error,omitempty"`
@@ -126,6 +128,31 @@ type Status struct {
 	Instance   string    `json:"instance,omitempty"`
 	RoleSince  time.Time `json:"role_since,omitzero"`
 	RoleReason string    `json:"role_reason,omitempty"`
+}
+
+// CapacityView is the sizing of the last step and, with scaling, what basin asked for.
+type CapacityView struct {
+	// Need is what the deployment needs in instances of each role (nil while it cannot be
+	// sized: Error says why).
+	Need  *CapacityNeed `json:"need,omitempty"`
+	Error string        `json:"error,omitempty"`
+	// Scaling is configured: Asked is what it last asked for, per role.
+	Scaling bool                `json:"scaling"`
+	Asked   map[scaler.Role]int `json:"asked,omitempty"`
+	// DecidedOnly marks asks a dry run decided and never applied.
+	DecidedOnly bool `json:"decided_only,omitempty"`
+}
+
+// CapacityNeed is scaler.Need as the status shows it.
+type CapacityNeed struct {
+	Prefill        int      `json:"prefill"`
+	Decode         int      `json:"decode"`
+	ServingPrefill int      `json:"serving_prefill"`
+	ServingDecode  int      `json:"serving_decode"`
+	ForArrivals    bool     `json:"for_arrivals"`
+	Population     float64  `json:"population_sessions,omitempty"`
+	Binding        string   `json:"binding,omitempty"`
+	Reasons        []string `json:"reasons"`
 }
 
 // PauseView is an active pause.
@@ -166,6 +193,11 @@ func (d *Daemon) StatusNow() Status {
 		p := d.mu.lastPlan
 		s.LastPlan = &p
 	}
+	if n := d.mu.need; d.mu.ready && d.mu.needErr == "" {
+		s.Capacity.Need = &CapacityNeed{Prefill: n.Prefill, Decode: n.Decode, ServingPrefill: n.ServingPrefill,
+			ServingDecode: n.ServingDecode, ForArrivals: n.ForArrivals, Population: n.Population, Binding: n.Binding, Reasons: n.Reasons}
+	}
+	s.Capacity.Error = d.mu.needErr
 	if v := d.mu.gateway; v != nil {
 		s.Gateway = &GatewayStatus{Budget: v.Budget, ReferenceBudget: v.ReferenceBudget, Reserved: v.Reserved, Live: v.Live,
 			Queued: len(v.Queue), CountOnly: v.CountOnly}
@@ -179,6 +211,17 @@ func (d *Daemon) StatusNow() Status {
 	}
 	en, since := d.lend.State()
 	s.Lending = LendingView{Configured: d.lendBE != nil, Enabled: en, Since: since, DecidedOnly: d.cfg.DryRun && d.lendBE != nil}
+	if d.scale != nil {
+		s.Capacity.Scaling, s.Capacity.DecidedOnly = true, d.cfg.DryRun
+		for r, st := range d.scale.State() {
+			if st.Asked > 0 {
+				if s.Capacity.Asked == nil {
+					s.Capacity.Asked = map[scaler.Role]int{}
+				}
+				s.Capacity.Asked[r] = st.Asked
+			}
+		}
+	}
 	s.Alerts = d.rcv.Incident()
 	s.Pending = d.audit.Pending()
 	s.Unseen = d.unseenNow()

@@ -20,6 +20,7 @@ import (
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
+	"github.com/basin-dev/basin/scaler"
 )
 
 // Defaults of the daemon's own settings.
@@ -87,6 +88,11 @@ type Config struct {
 	Remediate remediate.Options `yaml:"remediate"`
 	// Lending switches KV lending; off unless a backend is configured.
 	Lending LendingConfig `yaml:"lending"`
+	// Capacity sizes the deployment in instances of each role, exported for autoscalers as
+	// basin_capacity_needed_instances (zero: the defaults of package scaler).
+	Capacity CapacityConfig `yaml:"capacity"`
+	// Scaling asks for instances itself; off unless a backend is configured.
+	Scaling ScalingConfig `yaml:"scaling"`
 	// Alerts configures the Alertmanager webhook at /api/v1/alerts.
 	Alerts AlertsConfig `yaml:"alerts"`
 	// Slack is where transitions and actions are posted; empty: nowhere.
@@ -147,6 +153,64 @@ type LendingConfig struct {
 	MinDwell Duration `yaml:"min_dwell"`
 }
 
+// CapacityConfig sizes the deployment (scaler.NeedOptions; zero fields take its defaults).
+type CapacityConfig struct {
+	// SpikeSize is the spike the deployment is sized to absorb, as a fraction of its arrival rate
+	// (0.5: +50%), held for SpikeDuration.
+	SpikeSize     float64  `yaml:"spike_size"`
+	SpikeDuration Duration `yaml:"spike_duration"`
+	// KneeShare is the share of the knee the steady population's working set may reach.
+	KneeShare float64 `yaml:"knee_share"`
+	// DecodeHeadroom is the share of each decode instance's KV kept free.
+	DecodeHeadroom float64 `yaml:"decode_headroom"`
+}
+
+// Need is the sizing's options.
+func (c CapacityConfig) Need() scaler.NeedOptions {
+	return scaler.NeedOptions{SpikeSize: c.SpikeSize, SpikeDuration: time.Duration(c.SpikeDuration), KneeShare: c.KneeShare,
+		DecodeHeadroom: c.DecodeHeadroom}
+}
+
+// ScalingConfig is basin's own scaling: the backend that asks for instances and the policy's
+// bounds and pacing (zero durations and shares take package scaler's defaults).
+type ScalingConfig struct {
+	// Backend is where the asks go; an empty kind disables scaling.
+	Backend scaler.BackendConfig `yaml:"backend"`
+	// Floor and Ceiling bound each scaled role's instances; a role is scaled when it has a
+	// ceiling (floor default 1).
+	Floor   map[scaler.Role]int `yaml:"floor"`
+	Ceiling map[scaler.Role]int `yaml:"ceiling"`
+	// UpCoolDown is the least time between two scale-outs of a role, DownCoolDown between any
+	// change of a role and its scale-in.
+	UpCoolDown   Duration `yaml:"up_cool_down"`
+	DownCoolDown Duration `yaml:"down_cool_down"`
+	// ScaleInBelow is how far under the limits (share of the knee, of decode KV) what runs now
+	// must sit after a scale-in; ScaleInHold how long a smaller size must have been enough.
+	ScaleInBelow float64  `yaml:"scale_in_below"`
+	ScaleInHold  Duration `yaml:"scale_in_hold"`
+}
+
+// Enabled reports whether a scaling backend is configured.
+func (c ScalingConfig) Enabled() bool { return c.Backend.Kind != "" }
+
+// Options is the scaling policy's options, the roles scaled being those with a ceiling.
+func (c ScalingConfig) Options(need scaler.NeedOptions) scaler.Options {
+	roles := make([]scaler.Role, 0, len(c.Ceiling))
+	for _, r := range scaler.Roles() {
+		if _, ok := c.Ceiling[r]; ok {
+			roles = append(roles, r)
+		}
+	}
+	for r := range c.Ceiling {
+		if !slices.Contains(roles, r) {
+			roles = append(roles, r) // an unknown role, for Validate to name
+		}
+	}
+	return scaler.Options{Need: need, Roles: roles, Floor: c.Floor, Ceiling: c.Ceiling,
+		UpCoolDown: time.Duration(c.UpCoolDown), DownCoolDown: time.Duration(c.DownCoolDown),
+		ScaleInBelow: c.ScaleInBelow, ScaleInHold: time.Duration(c.ScaleInHold)}
+}
+
 // AlertsConfig is the webhook receiver.
 type AlertsConfig struct {
 	// Matchers are the alerts that put basin in incident mode (default: BasinMetastableDrift,
@@ -192,7 +256,8 @@ type CronConfig struct {
 func LoadConfig(path string) (*Config, error) {
 	return yamlconf.Load(path, "daemon config", ParseConfig, func(c *Config) []*string {
 		return []*string{&c.TokenFile, &c.WebConfigFile, &c.DataDir, &c.Calibration, &c.Collector.TargetFile, &c.Gateway.TokenFile,
-			&c.Lending.Backend.TokenFile, &c.Alerts.BasicPasswordFile, &c.Slack.BotTokenFile, &c.Slack.WebhookURLFile}
+			&c.Lending.Backend.TokenFile, &c.Scaling.Backend.TokenFile, &c.Scaling.Backend.Kubernetes.TokenFile,
+			&c.Scaling.Backend.Kubernetes.CAFile, &c.Alerts.BasicPasswordFile, &c.Slack.BotTokenFile, &c.Slack.WebhookURLFile}
 	})
 }
 
@@ -281,6 +346,16 @@ func (c *Config) validate(root *yaml.Node) error {
 	}
 	if !(c.Lending.MaxFraction >= 0 && c.Lending.MaxFraction <= 1) { // NaN too
 		bad([]string{"lending", "max_fraction"}, "%v outside [0, 1]", c.Lending.MaxFraction)
+	}
+	if err := c.Capacity.Need().Validate(); err != nil {
+		bad([]string{"capacity"}, "%v", err)
+	}
+	if c.Scaling.Enabled() {
+		if _, err := scaler.New(c.Scaling.Options(c.Capacity.Need())); err != nil {
+			bad([]string{"scaling"}, "%v", err)
+		}
+	} else if len(c.Scaling.Ceiling) > 0 || len(c.Scaling.Floor) > 0 {
+		bad([]string{"scaling", "backend", "kind"}, "required with scaling.ceiling or scaling.floor: where to ask for instances")
 	}
 	s := c.Slack
 	switch {

@@ -31,6 +31,7 @@ import (
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
 	"github.com/basin-dev/basin/remediate/notify"
+	"github.com/basin-dev/basin/scaler"
 )
 
 // GatewayAPI is what the daemon needs of the gateway's admin API (gateway/client implements it):
@@ -103,8 +104,11 @@ type Daemon struct {
 	audit  *remediate.Audit
 	lend   *lender.Lender
 	lendBE lender.Backend
+	// scale asks for instances through scaleBE; both nil unless scaling is configured.
+	scale   *scaler.Policy
+	scaleBE scaler.Backend
 	// rem is the remediation step the simulator's harness runs too: pol, lend (when lendBE is
-	// set) and exec.
+	// set), scale and exec.
 	rem   *remediate.Loop
 	rcv   *alerts.Receiver
 	slack *notify.Notifier
@@ -153,6 +157,10 @@ type Daemon struct {
 		history     []HistoryPoint
 		// unseen is what the last step could not see (see unseenOf); empty when it saw everything.
 		unseen []string
+		// need is what the deployment needs in instances of each role as of the last step, needErr
+		// why it could not be sized ("" when it was).
+		need    scaler.Need
+		needErr string
 		// policy is the policy's state as of the last step. Readers on other goroutines (status,
 		// metrics) take it with shown, never with last: between the assessment and the end of
 		// the step they would pair a new assessment with the previous step's policy (on the
@@ -185,6 +193,8 @@ type persisted struct {
 	Alerts      alerts.State `json:"alerts"`
 	PausedUntil time.Time    `json:"paused_until,omitzero"`
 	PauseReason string       `json:"pause_reason,omitempty"`
+	// Scaling is the scaling policy's state per role: what it last asked and when.
+	Scaling map[scaler.Role]scaler.RoleState `json:"scaling,omitempty"`
 }
 
 const stateVersion = 1
@@ -215,6 +225,9 @@ func New(cfg *Config, o Options) (*Daemon, error) {
 		return nil, err
 	}
 	if err := d.joinStore(o.Instance, reg); err != nil {
+		return nil, err
+	}
+	if err := d.newScaling(); err != nil {
 		return nil, err
 	}
 	if err := d.newLending(); err != nil {
@@ -368,6 +381,22 @@ func (d *Daemon) newLending() error {
 	return nil
 }
 
+// newScaling builds the scaling policy and its backend when one is configured.
+func (d *Daemon) newScaling() error {
+	cfg := d.cfg.Scaling
+	if !cfg.Enabled() {
+		return nil
+	}
+	var err error
+	if d.scale, err = scaler.New(cfg.Options(d.cfg.Capacity.Need())); err != nil {
+		return fmt.Errorf("scaling: %w", err)
+	}
+	if d.scaleBE, err = scaler.NewBackend(cfg.Backend, scaler.Wiring{}); err != nil {
+		return fmt.Errorf("scaling.backend: %w", err)
+	}
+	return nil
+}
+
 // openDataDir creates and locks the data directory, opens the audit log and the history in it,
 // builds what acts (metrics, executor, remediation loop) and restores the state saved there. On
 // failure it releases the lock and the store's client it holds, so that a New that failed leaves
@@ -444,6 +473,12 @@ func (d *Daemon) newActing(reg prometheus.Registerer) error {
 			ex.Lending = termLending{Lending: ex.Lending, d: d}
 		}
 	}
+	if d.scaleBE != nil {
+		ex.Scaling = remediate.BackendScaling{Backend: d.scaleBE, Deployment: d.cfg.Deployment}
+		if d.ha != nil {
+			ex.Scaling = termScaling{Scaling: ex.Scaling, d: d}
+		}
+	}
 	var err error
 	if d.exec, err = remediate.NewExecutor(ex); err != nil {
 		return err
@@ -452,8 +487,11 @@ func (d *Daemon) newActing(reg prometheus.Registerer) error {
 	if d.lendBE != nil {
 		lend = d.lend
 	}
-	d.rem, err = remediate.NewLoop(d.pol, lend, d.exec)
-	return err
+	if d.rem, err = remediate.NewLoop(d.pol, lend, d.exec); err != nil {
+		return err
+	}
+	d.rem.Scaler = d.scale
+	return nil
 }
 
 // initLoop sets the loop's starting bookkeeping: the rate limits of its logs, and a summary
@@ -563,14 +601,14 @@ func (d *Daemon) restore() error {
 		d.mu.shown = d.mu.last
 		d.mu.Unlock()
 	}
-	ps, lending, lendingAt := p.Policy, p.Lending, p.LendingAt
+	ps, lending, lendingAt, scaling := p.Policy, p.Lending, p.LendingAt, p.Scaling
 	if p.DryRun && !d.cfg.DryRun {
 		// What a dry run decided was never applied: the gateway still has its own budget and
 		// lending switch. Keep the observations (the arrival rate, the plan numbers) and drop the
 		// decisions, so the first step takes the gateway's budget as it is and the lender switches
 		// for real instead of believing it already did.
 		ps = remediate.PolicyState{Mode: remediate.Normal, Seq: ps.Seq, ArrivalEWMA: ps.ArrivalEWMA, ArrivalAt: ps.ArrivalAt}
-		lending, lendingAt = false, time.Time{}
+		lending, lendingAt, scaling = false, time.Time{}, nil
 		d.log.Info("dry run ended: the dry run's budget, mode and lending decisions were never applied; "+
 			"starting from what the gateway has", "dry_run_target_tokens", p.Policy.Target, "dry_run_mode", p.Policy.Mode,
 			"dry_run_lending", p.Lending)
@@ -581,6 +619,9 @@ func (d *Daemon) restore() error {
 	d.pol.Replay(d.audit.Records(0))
 	d.publishPolicy()
 	d.lend.Restore(lending, lendingAt)
+	if d.scale != nil {
+		d.scale.Restore(scaling)
+	}
 	if err := d.rcv.Restore(p.Alerts); err != nil {
 		return fmt.Errorf("state file: alerts: %w", err)
 	}
@@ -612,6 +653,9 @@ func (d *Daemon) save() error {
 	}
 	p := persisted{Version: stateVersion, SavedAt: now, PolicyAt: d.savedAt, DryRun: d.cfg.DryRun, State: last.State, Since: last.Since, Policy: d.pol.State(),
 		Lending: enabled, LendingAt: since, Alerts: d.rcv.State(), PausedUntil: until, PauseReason: why}
+	if d.scale != nil {
+		p.Scaling = d.scale.State()
+	}
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
@@ -758,6 +802,8 @@ func (d *Daemon) Step(ctx context.Context) {
 	snap := d.col.SnapshotAt(d.clock.Now())
 	now := snap.At
 	a := d.det.Step(snap)
+	// The need is a signal for autoscalers: sized every step, standby, paused or dry run alike.
+	need, needErr := remediate.SizeFrom(snap, a, d.cfg.Capacity.Need())
 	if tr := a.Transition; tr != nil && acting { // the standby watches too; one daemon posts
 		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
 		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,
@@ -788,6 +834,10 @@ func (d *Daemon) Step(ctx context.Context) {
 		d.mu.timeInState[d.mu.last.State] += now.Sub(d.mu.lastStep)
 	}
 	d.mu.last, d.mu.gateway, d.mu.gatewayErr, d.mu.lastStep, d.mu.unseen = a, view, gwErr, now, unseen
+	d.mu.need, d.mu.needErr = need, ""
+	if needErr != nil {
+		d.mu.need, d.mu.needErr = scaler.Need{}, needErr.Error()
+	}
 	var budget, reserved int64
 	if view != nil {
 		budget, reserved = view.Budget, view.Reserved

@@ -481,6 +481,19 @@ func (g termGateway) SetAffinity(ctx context.Context, enabled bool, reason strin
 	return g.stale(term, g.GatewayAPI.SetAffinity(ctx, enabled, reason))
 }
 
+// termScaling asks for instances only under the acting term (the backends know of no term).
+type termScaling struct {
+	remediate.Scaling
+	d *Daemon
+}
+
+func (s termScaling) ApplyScale(ctx context.Context, seq uint64, p remediate.ScalePlan, reason string) error {
+	if _, err := (termGateway{d: s.d}).guard(ctx); err != nil {
+		return err
+	}
+	return s.Scaling.ApplyScale(ctx, seq, p, reason)
+}
+
 // termLending applies a lending plan only under the acting term (backends other than the
 // gateway's affinity switch know of no term).
 type termLending struct {

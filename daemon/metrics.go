@@ -5,6 +5,7 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/scaler"
 )
 
 // metrics exports the daemon's view as basin_* series, read from the last assessment and plan at
@@ -15,6 +16,7 @@ type metrics struct {
 	ttt, edge, budget, reference, paused, lending, ready, lambda *prometheus.Desc
 	peak, dryRun, blind, gatewayUp, tolRatio, tolSessions, tolAt *prometheus.Desc
 	leader, term, wouldBudget                                    *prometheus.Desc
+	needed, instances, binding, scaleAsked                       *prometheus.Desc
 	cronRuns, cronPanics                                         *prometheus.CounterVec
 }
 
@@ -53,6 +55,14 @@ func newMetrics(d *Daemon) *metrics {
 		gatewayUp: g("gateway_admin_up", "1 when the last read of the gateway's admin API succeeded (absent without a gateway)."),
 		leader:    g("daemon_leader", "With a store: 1 while this daemon acts (holds the lease and took over), 0 while standby (absent without a store)."),
 		term:      g("daemon_term", "With a store: the lease's term this daemon acts under, or while standby the last it held or saw won (absent without a store)."),
+		needed: g("capacity_needed_instances", "Instances of the role the deployment needs now: its arrivals over a session's "+
+			"lifetime under the knee with the headroom of capacity.spike_size, or what the live sessions hold if more "+
+			"(absent while it cannot be sized; basin_capacity_instances says how many serve). An autoscaler's target.", "role"),
+		instances: g("capacity_instances", "Instances of the role serving: engine targets read fresh and whole.", "role"),
+		binding: g("capacity_binding", "1 on the limit the deployment reaches first at its instances now (cache: the prefill "+
+			"pool's knee; decode: decode KV), 0 on the other; absent while unknown.", "limit"),
+		scaleAsked: g("scale_desired_instances", "The instances of the role basin's scaling last asked for (absent without "+
+			"scaling, or before its first step with the role read).", "role"),
 		cronRuns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_runs_total",
 			Help: "Cron job runs by job.", ConstLabels: prometheus.Labels{"deployment": d.cfg.Deployment}}, []string{"job"}),
 		cronPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basin_cron_panics_total",
@@ -66,6 +76,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	d := m.d
 	d.mu.Lock()
 	a, ready, ps, unseen, gwErr := d.mu.shown, d.mu.ready, d.mu.policy, len(d.mu.unseen), d.mu.gatewayErr
+	need, needErr := d.mu.need, d.mu.needErr
 	d.mu.Unlock()
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
@@ -88,6 +99,24 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	if !ready {
 		return
+	}
+	if needErr == "" {
+		for _, r := range scaler.Roles() {
+			gauge(m.needed, float64(need.Of(r)), string(r))
+			gauge(m.instances, float64(need.Serving(r)), string(r))
+		}
+		if need.Binding != "" {
+			gauge(m.binding, b2f(need.Binding == detector.CacheFirst), "cache")
+			gauge(m.binding, b2f(need.Binding == detector.DecodeFirst), "decode")
+		}
+	}
+	if d.scale != nil {
+		st := d.scale.State()
+		for _, r := range scaler.Roles() {
+			if s, ok := st[r]; ok && s.Asked > 0 {
+				gauge(m.scaleAsked, float64(s.Asked), string(r))
+			}
+		}
 	}
 	gauge(m.blind, b2f(unseen > 0))
 	if d.gw != nil {

@@ -113,15 +113,25 @@ type Need struct {
 	// Binding is the limit reached first at today's instances: detector.CacheFirst or
 	// detector.DecodeFirst ("" when the risk rule could not be applied).
 	Binding string
-	Reasons []string
+	// ServingPrefill and ServingDecode are the instances serving when it was sized.
+	ServingPrefill, ServingDecode int
+	Reasons                       []string
 }
 
-// Of returns n for role r.
+// Of returns the instances of role r needed.
 func (n Need) Of(r Role) int {
 	if r == RoleDecode {
 		return n.Decode
 	}
 	return n.Prefill
+}
+
+// Serving returns the instances of role r serving when it was sized.
+func (n Need) Serving(r Role) int {
+	if r == RoleDecode {
+		return n.ServingDecode
+	}
+	return n.ServingPrefill
 }
 
 // Size computes what the deployment needs now. By Little's law the arrivals keep λ × T sessions
@@ -160,7 +170,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	// What the live sessions hold now.
 	liveP := ceilPos(in.WorkingSet / kneePerPrefill)
 	liveD := ceilPos(in.DecodeReserved / decodePer)
-	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD)}
+	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD), ServingPrefill: in.Prefill, ServingDecode: in.Decode}
 	n.Reasons = append(n.Reasons, fmt.Sprintf("live: working set %s under the knee needs %d prefill; %s reserved decode KV needs %d decode",
 		tok(in.WorkingSet), liveP, tok(in.DecodeReserved), liveD))
 

@@ -52,7 +52,9 @@ func TestSize(t *testing.T) {
 			prefill: 3, dec: 5, forArrivals: true, binding: detector.CacheFirst, population: 90},
 		{name: "no lifetime: only the live sessions", in: func(in *NeedInputs) { in.Lifetime = 0 },
 			prefill: 2, dec: 1, forArrivals: false, binding: detector.CacheFirst, reasonContain: "not sized yet"},
-		{name: "idle: one of each", in: func(in *NeedInputs) { *in = NeedInputs{KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000, Prefill: 1, Decode: 1} },
+		{name: "idle: one of each", in: func(in *NeedInputs) {
+			*in = NeedInputs{KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000, Prefill: 1, Decode: 1}
+		},
 			prefill: 1, dec: 1},
 		// Large contexts all in calls: decode fills first (risk rule), and decode needs more.
 		{name: "decode-first", in: func(in *NeedInputs) { in.ServedFraction = 1; in.PrefillCache = 4_000_000 },
