@@ -3,7 +3,10 @@
 // make them a store-backed pair on two hosts (systemd/), and Kubernetes manifests for the single
 // mode (one gateway, one daemon) and the replicated mode (a Redis/Valkey store, three gateways,
 // two daemons) with their Prometheus Operator ServiceMonitors and PrometheusRule (kubernetes/),
-// and the Alertmanager route that notifies both replicated daemons (alertmanager/).
+// the Alertmanager route that notifies both replicated daemons (alertmanager/), and examples that
+// size the engines' prefill and decode pools to the instances basin says the deployment needs:
+// KEDA ScaledObjects, or HorizontalPodAutoscalers on an External metric with the
+// prometheus-adapter rule that serves it (kubernetes/autoscaling/, prometheus-adapter/).
 //
 // The package has no code. Its tests parse every manifest strictly, per mode, run the embedded
 // gateway and daemon configurations through the binaries' own config parsers, check that the
@@ -13,5 +16,8 @@
 // rules/basin.rules.yml, that the replicated daemons read the gateway's admission series from
 // one address any replica answers and that Alertmanager notifies each daemon pod by name (amtool
 // where it is installed), and that the units start the right subcommand (and pass
-// systemd-analyze verify where it is installed). When to run which mode is docs/scaling.md.
+// systemd-analyze verify where it is installed). The autoscaling examples are checked against
+// KEDA's own ScaledObject schema (testdata/keda/) and k8s.io/api's autoscaling/v2 types, and their
+// PromQL parsed and run with promtool against basin's rules. When to run which mode is
+// docs/scaling.md.
 package deploy
