@@ -1003,6 +1003,8 @@ func (d *Daemon) notifyAction(r remediate.Record) {
 		ev.After = r.Hold.Summary()
 	case r.Lending != nil:
 		ev.After = fmt.Sprintf("lending enabled=%t", r.Lending.Enabled)
+	case r.Scale != nil:
+		ev.After = r.Scale.Summary()
 	}
 	if r.Phase == remediate.PhaseFailed {
 		ev.Reasons = append(ev.Reasons, "FAILED: "+r.Error)

@@ -459,6 +459,7 @@ var daemonMetrics = []string{
 	"basin_remediation_actions_total", "basin_slack_messages_total", "basin_cron_runs_total", "basin_cron_panics_total",
 	"basin_blind", "basin_gateway_admin_up", "basin_dry_run", "basin_daemon_ready",
 	"basin_spike_tolerance_ratio", "basin_spike_tolerance_sessions", "basin_spike_tolerance_alert_ratio",
+	"basin_capacity_needed_instances", "basin_capacity_instances", "basin_capacity_binding", "basin_scale_desired_instances",
 }
 
 func TestDaemonMetricsDocumented(t *testing.T) {
