@@ -599,7 +599,7 @@ func TestLiveRiskWithoutTheGateway(t *testing.T) {
 	cal := filepath.Join(t.TempDir(), "calibration.json")
 	code, _, stderr = basin(t, "calibrate", "--scenario", "paper-1p1d-h100", "-o", cal, "--max-sessions", "90")
 	require.Equal(t, 0, code, stderr)
-	code, stdout, _ = runQuick(t, 30*time.Second, "risk", "--metrics", metrics, "--window", "10m", "--json",
+	code, stdout, stderr = runQuick(t, 30*time.Second, "risk", "--metrics", metrics, "--window", "10m", "--json",
 		"--calibration", cal)
 	assert.Equal(t, 1, code)
 	var rep map[string]any
@@ -611,7 +611,9 @@ func TestLiveRiskWithoutTheGateway(t *testing.T) {
 	assert.NotEqual(t, 1.9, knee, "the calibration's knee")
 	assert.Equal(t, "calibration", rep["knee_from"])
 	assert.InDelta(t, knee*c, rep["knee_working_set_tokens"], 1)
-	assert.Positive(t, rep["decode_capacity_tokens"])
+	dec, ok := rep["decode_capacity_tokens"].(float64)
+	require.True(t, ok, "decode capacity read: %s\nstderr: %s", stdout, stderr)
+	assert.Positive(t, dec)
 	assert.NotContains(t, rep, "binding")
 	assert.NotContains(t, rep, "cache_limit_sessions")
 
