@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/basin
 # Packages whose tests are cheap enough to run under the race detector on every `make test`.
-RACE_PKGS := ./internal/... ./daemon/... ./loadgen/... ./lab/... ./test/... ./cmd/... ./sim/harness/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/...
+RACE_PKGS := ./internal/... ./daemon/... ./loadgen/... ./lab/... ./test/... ./cmd/... ./sim/harness/... ./remediate/... ./lender/... ./gateway/... ./collector/... ./detector/... ./sim/scenario/... ./sim/enginemetrics/... ./sim/serve/... ./scaler/...
 
 .PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
 
