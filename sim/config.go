@@ -9,14 +9,36 @@ import (
 )
 
 // Deployment describes the simulated serving deployment: the prefill pool with its prefix cache,
-// the decode pool with its KV memory, the link between them and KV lending. Every field is a model
-// parameter; docs/simulator.md gives each default and where it comes from.
+// the decode pool with its KV memory, the link between them, KV lending and how instances are
+// added. Every field is a model parameter; docs/simulator.md gives each default and where it comes
+// from.
 type Deployment struct {
 	Prefill  PrefillPool  `yaml:"prefill"`
 	Decode   DecodePool   `yaml:"decode"`
 	Transfer Transfer     `yaml:"transfer"`
 	Lending  LendingState `yaml:"lending"`
+	Scaling  Scaling      `yaml:"scaling"`
 }
+
+// Scaling describes what adding an engine instance costs (Control.SetInstances): the instances
+// named in Prefill and Decode are up when the run starts; one asked for later holds its GPU from
+// the moment it is asked for and serves only after StartupDelay, with an empty cache.
+type Scaling struct {
+	// StartupDelay is from asking for an instance to its serving: pod start, weight loading,
+	// compilation, CUDA-graph capture, warm-up. Zero (unset) means DefaultStartupDelay.
+	StartupDelay time.Duration `yaml:"startup_delay"`
+}
+
+// DefaultStartupDelay is a cold start of the presets' engine, Qwen3.6-35B-A3B with FP8 weights
+// (≈ 35 GB) on one H100, with the container image and the weights already on the node. Summed from
+// phases measured in public vLLM reports: container start 16 s, weights 18 s for 21.8 GiB (≈ 27 s
+// for 35 GB) and a first torch.compile of 43 s for this very model (vLLM issue #44881, whose
+// 210 s of warm-up came from FP4 kernels its GPU lacks and does not carry over to FP8 on an H100),
+// and ≈ 60 s of CUDA-graph capture for an FP8 model on H100s (vLLM issue #19824): ≈ 2.5 minutes,
+// rounded up to 3 for the readiness probe and the router picking the instance up. Pulling the
+// image, downloading the weights or provisioning a node would add minutes; docs/simulator.md has
+// the arithmetic.
+const DefaultStartupDelay = 3 * time.Minute
 
 // PrefillPool is the prefill side: instances, their GPU prefix cache, the optional host tier and
 // the cost of a prefill.
@@ -149,6 +171,10 @@ func (d Deployment) Validate() error {
 	pos("deployment.transfer.tokens_per_sec", d.Transfer.TokensPerSec)
 	if f := d.Lending.MaxFraction; !(f >= 0 && f <= 1) {
 		errs = append(errs, fmt.Errorf("deployment.lending.max_fraction: must be in [0, 1], got %v", f))
+	}
+	if d.Scaling.StartupDelay < 0 {
+		errs = append(errs, fmt.Errorf("deployment.scaling.startup_delay: must be ≥ 0 (0: the default, %v), got %v",
+			DefaultStartupDelay, d.Scaling.StartupDelay))
 	}
 	return errors.Join(errs...)
 }

@@ -35,6 +35,9 @@ func (s *Sim) continuumPin(ss *session, gap time.Duration) {
 		return
 	}
 	p := s.prefill[ss.prefill]
+	if p.state != instRunning {
+		return // the next call goes to another instance
+	}
 	until := s.now + ttl
 	p.cache.pin(e, until)
 	s.push(event{at: until, kind: evUnpin, id: ss.id, ver: uint64(until)})
@@ -46,6 +49,9 @@ func (s *Sim) unpin(ss *session, until time.Duration) {
 		return
 	}
 	p := s.prefill[ss.prefill]
+	if p.state == instGone {
+		return // the cache the pin was in is gone
+	}
 	p.cache.unpin(e)
 	if p.waitingMem {
 		s.tryPrefill(p)

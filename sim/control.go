@@ -8,10 +8,14 @@ func (s *Sim) Observe() Observation {
 		CacheCapacity: s.cacheCapacity(), CallsCompleted: s.calls, Lending: s.lending}
 }
 
-// Stats implements Control: a copy of every instance's counters and gauges now.
+// Stats implements Control: a copy of the counters and gauges now of every instance that serves
+// metrics: running and draining ones, not those still starting or gone.
 func (s *Sim) Stats() []InstanceStats {
 	out := make([]InstanceStats, 0, len(s.prefill)+len(s.decode))
 	for _, p := range s.prefill {
+		if p.state == instStarting || p.state == instGone {
+			continue
+		}
 		st := p.st
 		st.Running = 0
 		if p.busy != nil {
@@ -36,6 +40,9 @@ func (s *Sim) Stats() []InstanceStats {
 		out = append(out, st)
 	}
 	for _, d := range s.decode {
+		if d.state == instStarting || d.state == instGone {
+			continue
+		}
 		s.advance(d)
 		st := d.st
 		st.Running = len(d.running)

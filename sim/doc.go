@@ -31,8 +31,11 @@
 // Engine baselines are Policy values: SGLang's default, HiCache's host tier, and a Continuum-like
 // scheduler that pins sessions' KV across tool calls. basin's own policies are not here: a Gate
 // decides when sessions start, a Controller runs every few seconds with a Control to read the
-// engines' stats and switch lending. The simulator offers the mechanism; the policy code that
-// ships plugs into it, so a comparison measures the real thing.
+// engines' stats, switch lending and add or remove engine instances (an added instance starts
+// after Deployment.Scaling.StartupDelay with an empty cache; a removed one drains first). The
+// simulator offers the mechanism; the policy code that ships plugs into it, so a comparison
+// measures the real thing. UtilisationAutoscaler is the scaling baseline: the Kubernetes HPA on
+// engine metrics, as the peers run it.
 //
 // # Clocks
 //

@@ -72,7 +72,7 @@ func (s *Sim) Submit(c ExternalCall) error {
 		ss = &session{id: s.nextID, class: "external", stream: -2, spec: spec, arrival: s.now, started: -1,
 			extKey: c.Session}
 		s.nextID++
-		ss.prefill = int(ss.id % int64(len(s.prefill)))
+		ss.prefill = s.pickPrefill(ss.id)
 		s.sessions = append(s.sessions, ss)
 		s.byID[ss.id] = ss
 		s.ext[c.Session] = ss

@@ -80,6 +80,9 @@ func (s *Sim) checkInvariants() error {
 			}
 		}
 	}
+	if err := s.checkFleet(); err != nil {
+		return err
+	}
 	for _, d := range s.decode {
 		reserved := 0
 		for _, ss := range s.sessions {
@@ -105,6 +108,88 @@ func (s *Sim) checkInvariants() error {
 		}
 		if d.reserved+d.lent.tokens > d.kv {
 			return fmt.Errorf("%s: reserved %d + lent %d over KV %d", d.st.Name, d.reserved, d.lent.tokens, d.kv)
+		}
+	}
+	return nil
+}
+
+// checkFleet checks the instances: the counts charged to the timeline, the running lists routing
+// chooses from, what draining and gone instances may still hold, and the requests routed to each
+// prefill instance.
+func (s *Sim) checkFleet() error {
+	counts := func(states []instState) (alloc, serving, running int) {
+		for _, st := range states {
+			if st != instGone {
+				alloc++
+			}
+			if st == instRunning || st == instDraining {
+				serving++
+			}
+			if st == instRunning {
+				running++
+			}
+		}
+		return alloc, serving, running
+	}
+	for i, role := range []Role{RolePrefill, RoleDecode} {
+		alloc, serving, running := counts(s.states(role))
+		f := s.fleet[i]
+		if alloc != f.allocated || serving != f.serving {
+			return fmt.Errorf("%s fleet: counted %d allocated, %d serving; tracked %d, %d", role, alloc, serving,
+				f.allocated, f.serving)
+		}
+		if running < 1 {
+			return fmt.Errorf("%s: no running instance", role)
+		}
+		up := len(s.prefillUp)
+		if role == RoleDecode {
+			up = len(s.decodeUp)
+		}
+		if up != running {
+			return fmt.Errorf("%s: %d running, %d in the routing list", role, running, up)
+		}
+	}
+	for _, p := range s.prefillUp {
+		if p.state != instRunning {
+			return fmt.Errorf("%s: routed to but not running", p.st.Name)
+		}
+	}
+	for _, d := range s.decodeUp {
+		if d.state != instRunning {
+			return fmt.Errorf("%s: routed to but not running", d.st.Name)
+		}
+	}
+	pending := make([]int, len(s.prefill))
+	for _, ss := range s.sessions {
+		r := ss.inFlight
+		if r == nil {
+			continue
+		}
+		if (r.stage == stagePrealloc || r.stage == stagePrefillQueue) && !r.killed || r.stage == stagePrefill && r.p.busy == r {
+			pending[r.p.idx]++
+		}
+		if le := ss.lent; le != nil && le.d.state != instRunning {
+			return fmt.Errorf("session %d: lent KV on %s, which is not running", ss.id, le.d.st.Name)
+		}
+	}
+	for _, p := range s.prefill {
+		if pending[p.idx] != p.pending {
+			return fmt.Errorf("%s: %d requests routed here, tracked %d", p.st.Name, pending[p.idx], p.pending)
+		}
+		switch p.state {
+		case instStarting, instGone:
+			if p.pending != 0 || p.busy != nil || p.queue.Len() != 0 || p.cache.used != 0 {
+				return fmt.Errorf("%s (%d): holds work or cache", p.st.Name, p.state)
+			}
+		}
+	}
+	for _, d := range s.decode {
+		if d.state != instRunning && d.lent.tokens != 0 {
+			return fmt.Errorf("%s (%d): lends %d tokens", d.st.Name, d.state, d.lent.tokens)
+		}
+		if (d.state == instStarting || d.state == instGone) &&
+			(d.reserved != 0 || d.prealloc.Len() != 0 || len(d.running) != 0 || d.transferring != 0) {
+			return fmt.Errorf("%s (%d): holds work", d.st.Name, d.state)
 		}
 	}
 	return nil

@@ -122,6 +122,11 @@ type Control interface {
 	Stats() []InstanceStats
 	Observe() Observation
 	SetLending(enabled bool, maxFraction float64)
+	// SetInstances makes n (at least 1) the role's running plus starting instances; see
+	// Sim.SetInstances for what adding and removing an instance does.
+	SetInstances(role Role, n int)
+	// Instances reports the role's running instances and those still starting.
+	Instances(role Role) (running, starting int)
 }
 
 // Controller runs every Every of simulated time, as a daemon's loop would.

@@ -55,10 +55,15 @@ type Result struct {
 	WorkingSetEnd     int64    `json:"working_set_tokens_end"`
 	CacheCapacityEnd  int64    `json:"cache_capacity_tokens_end"`
 	PrefillBusyWindow *float64 `json:"prefill_busy_window"`
-	CallsCompleted    int64    `json:"calls_completed"`
-	MeasureFromMin    float64  `json:"measure_from_min"`
-	MeasureToMin      float64  `json:"measure_to_min"`
-	DurationMin       float64  `json:"duration_min"`
+	// PrefillInstanceMinutesWindow and DecodeInstanceMinutesWindow are the GPU time each role
+	// held over the window's minutes: instances starting, running or draining, integrated
+	// (instances × window minutes when the run never scales).
+	PrefillInstanceMinutesWindow float64 `json:"prefill_instance_minutes_window"`
+	DecodeInstanceMinutesWindow  float64 `json:"decode_instance_minutes_window"`
+	CallsCompleted               int64   `json:"calls_completed"`
+	MeasureFromMin               float64 `json:"measure_from_min"`
+	MeasureToMin                 float64 `json:"measure_to_min"`
+	DurationMin                  float64 `json:"duration_min"`
 
 	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
 	// shape; see sim/harness). UtilisationAlertFirstMin is the first minute a conventional
@@ -93,12 +98,17 @@ func (s *Sim) result() *Result {
 	from, to := int(o.MeasureFrom/time.Minute), int(o.MeasureTo/time.Minute)
 	var prompt, hit, busy float64
 	var ttft []float64
+	var prefillTime, decodeTime time.Duration
 	for i := from; i < to && i < len(full); i++ {
 		prompt += full[i].PromptTokens
 		hit += full[i].HitTokens
 		busy += full[i].PrefillBusy
 		ttft = append(ttft, full[i].ttftSamples...)
+		prefillTime += full[i].instTime[rolePrefill]
+		decodeTime += full[i].instTime[roleDecode]
 	}
+	r.PrefillInstanceMinutesWindow = float64(prefillTime) / float64(time.Minute)
+	r.DecodeInstanceMinutesWindow = float64(decodeTime) / float64(time.Minute)
 	if prompt > 0 {
 		r.HitRateMeanWindow = ptr(hit / prompt)
 	}

@@ -17,6 +17,8 @@ const (
 	evUnpin
 	evMinute
 	evControl
+	evPrefillReady
+	evDecodeReady
 )
 
 // event is one thing that happens at a simulated instant. Ties break by insertion order, which
@@ -163,6 +165,10 @@ func (s *Sim) step() {
 	case evControl:
 		s.o.Controller.Tick(s.now, s)
 		s.push(event{at: s.now + s.o.Controller.Every, kind: evControl})
+	case evPrefillReady:
+		s.prefillReady(s.prefill[e.a])
+	case evDecodeReady:
+		s.decodeReady(s.decode[e.a])
 	}
 	if s.o.Gate != nil && (s.held > 0 || s.heldCalls > 0) && e.kind != evMinute {
 		s.pollGate()

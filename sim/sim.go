@@ -82,7 +82,15 @@ type request struct {
 }
 
 type prefillInst struct {
-	idx        int
+	idx   int
+	state instState
+	asked time.Duration // when a scaled-out instance was asked for
+	// cold: the instance was added during the run and starts with nothing cached, not even the
+	// shared prefix (see tryPrefill).
+	cold bool
+	// pending counts the requests routed here that have not finished their prefill (in decode's
+	// pre-allocation queue, in the queue, prefilling): a draining instance goes when it is zero.
+	pending    int
 	cache      prefixCache
 	host       prefixCache
 	queue      indexheap.Heap[*request]
@@ -94,6 +102,8 @@ type prefillInst struct {
 
 type decodeInst struct {
 	idx          int
+	state        instState
+	asked        time.Duration // when a scaled-out instance was asked for
 	kv           int
 	reserved     int
 	lent         lentList
@@ -115,9 +125,15 @@ type Sim struct {
 	evq eventHeap
 	seq uint64
 
-	prefill []*prefillInst
-	decode  []*decodeInst
-	lending LendingState
+	// prefill and decode are every instance the run has had, by index (an instance keeps its
+	// index for life: sessions and events name it); prefillUp and decodeUp the running ones, in
+	// the order they came up, which routing chooses among.
+	prefill   []*prefillInst
+	decode    []*decodeInst
+	prefillUp []*prefillInst
+	decodeUp  []*decodeInst
+	fleet     [2]fleet // instance counts by role (rolePrefill, roleDecode)
+	lending   LendingState
 
 	sessions   []*session
 	byID       map[int64]*session
@@ -165,20 +181,19 @@ func New(o Options) (*Sim, error) {
 		// SGLang's --hicache-ratio default of 2: the host pool is twice the GPU pool.
 		s.dep.Prefill.HostCacheTokens = 2 * s.dep.Prefill.CacheTokens
 	}
+	if s.dep.Scaling.StartupDelay == 0 {
+		s.dep.Scaling.StartupDelay = DefaultStartupDelay
+	}
 	for i := range s.dep.Prefill.Instances {
-		p := &prefillInst{idx: i}
-		p.cache.capacity = s.dep.Prefill.CacheTokens
-		p.host.capacity = s.dep.Prefill.HostCacheTokens
-		p.st = InstanceStats{Role: RolePrefill, Index: i, Name: fmt.Sprintf("prefill-%d", i),
-			TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
-		s.prefill = append(s.prefill, p)
+		s.prefill = append(s.prefill, s.newPrefill(i))
 	}
 	for i := range s.dep.Decode.Instances {
-		d := &decodeInst{idx: i, kv: s.dep.Decode.KVTokens}
-		d.st = InstanceStats{Role: RoleDecode, Index: i, Name: fmt.Sprintf("decode-%d", i),
-			TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
-		s.decode = append(s.decode, d)
+		s.decode = append(s.decode, s.newDecode(i))
 	}
+	s.prefillUp = slices.Clone(s.prefill)
+	s.decodeUp = slices.Clone(s.decode)
+	s.fleet[rolePrefill] = fleet{allocated: len(s.prefill), serving: len(s.prefill)}
+	s.fleet[roleDecode] = fleet{allocated: len(s.decode), serving: len(s.decode)}
 	s.thinRNG = thinRNG(o.Seed)
 	for i := range o.Streams {
 		s.streamRNG = append(s.streamRNG, streamRNG(o.Seed, i))
@@ -197,6 +212,23 @@ func New(o Options) (*Sim, error) {
 		s.closedArrival()
 	}
 	return s, nil
+}
+
+// newPrefill and newDecode make instance i of the deployment's pools, empty and running.
+func (s *Sim) newPrefill(i int) *prefillInst {
+	p := &prefillInst{idx: i}
+	p.cache.capacity = s.dep.Prefill.CacheTokens
+	p.host.capacity = s.dep.Prefill.HostCacheTokens
+	p.st = InstanceStats{Role: RolePrefill, Index: i, Name: fmt.Sprintf("prefill-%d", i),
+		TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
+	return p
+}
+
+func (s *Sim) newDecode(i int) *decodeInst {
+	d := &decodeInst{idx: i, kv: s.dep.Decode.KVTokens}
+	d.st = InstanceStats{Role: RoleDecode, Index: i, Name: fmt.Sprintf("decode-%d", i),
+		TTFT: newHistogram(ttftBuckets), ITL: newHistogram(itlBuckets), E2E: newHistogram(e2eBuckets)}
+	return d
 }
 
 // sessionRNG is the random stream of one session (see SessionRNG).
@@ -221,7 +253,7 @@ func (s *Sim) closedArrival() {
 func (s *Sim) arrive(spec SessionSpec, class string, stream int) *session {
 	ss := &session{id: s.nextID, class: class, stream: stream, spec: spec, arrival: s.now, started: -1}
 	s.nextID++
-	ss.prefill = int(ss.id % int64(len(s.prefill)))
+	ss.prefill = s.pickPrefill(ss.id)
 	ss.unloaded = s.dep.UnloadedTime(spec)
 	ss.measured = s.now >= s.o.MeasureFrom && s.now < s.o.MeasureTo && s.o.ClosedLoop == 0 && !s.o.Forget
 	s.sessions = append(s.sessions, ss)
@@ -295,20 +327,25 @@ func (s *Sim) dispatch(ss *session) {
 	}
 	ss.inFlight = r
 	r.p = s.prefill[ss.prefill]
+	if r.p.state != instRunning {
+		r.p = s.reroute(ss)
+	}
+	r.p.pending++
 	r.d = s.routeDecode(ss, c)
 	r.stage = stagePrealloc
 	r.d.prealloc.Push(r)
 	s.tryPrealloc(r.d)
 }
 
-// routeDecode sends a call to the decode instance holding the session's lent KV, else to the one
-// with the most free memory (reclaimable lent KV counts as free).
+// routeDecode sends a call to the decode instance holding the session's lent KV, else to the
+// running one with the most free memory (reclaimable lent KV counts as free). Lent KV is only ever
+// on a running instance: draining returns it.
 func (s *Sim) routeDecode(ss *session, c CallSpec) *decodeInst {
 	if ss.lent != nil {
 		return ss.lent.d
 	}
-	best := s.decode[0]
-	for _, d := range s.decode[1:] {
+	best := s.decodeUp[0]
+	for _, d := range s.decodeUp[1:] {
 		if d.kv-d.reserved > best.kv-best.reserved {
 			best = d
 		}
@@ -355,6 +392,13 @@ func (s *Sim) tryPrefill(p *prefillInst) {
 	r := p.queue.Peek()
 	ss, c := r.s, r.spec
 	shared := min(ss.spec.Shared, c.Prompt)
+	// A deployment's own instances count the shared prefix as resident from the first request (it
+	// is in every prompt); one added during the run starts empty, so what it misses of the shared
+	// prefix, and everything after it, is computed.
+	sharedHit := shared
+	if p.cold {
+		sharedHit = min(shared, p.cache.shared)
+	}
 	p.cache.growShared(shared)
 	if p.host.capacity > 0 {
 		p.host.growShared(shared)
@@ -369,12 +413,15 @@ func (s *Sim) tryPrefill(p *prefillInst) {
 		p.cache.setTokens(e, valid)
 	}
 	device := min(c.Prompt, shared+e.tokens)
+	if sharedHit < shared {
+		device = sharedHit
+	}
 	lentHit := 0
 	if r.lentHave > 0 {
 		lentHit = max(0, min(r.lentHave, c.Reused)-device)
 	}
 	hostHit := 0
-	if p.host.capacity > 0 && ss.host != nil {
+	if p.host.capacity > 0 && ss.host != nil && sharedHit == shared {
 		if ss.host.tokens > valid {
 			p.host.setTokens(ss.host, valid)
 		}
@@ -442,6 +489,7 @@ func (s *Sim) prefillDone(r *request) {
 	p := r.p
 	s.addBusy(p, s.now)
 	p.busy = nil
+	p.pending--
 	p.cache.release(r.s.gpu, s.now)
 	p.st.Requests++
 	if r.killed {
@@ -452,6 +500,7 @@ func (s *Sim) prefillDone(r *request) {
 		s.push(event{at: s.now + s.dep.transferTime(r.spec.Prompt), kind: evTransferDone, r: r})
 	}
 	s.tryPrefill(p)
+	s.retirePrefill(p)
 }
 
 // addBusy charges prefill busy time to the minutes it spans.
@@ -556,12 +605,14 @@ func (s *Sim) decodeDone(d *decodeInst) {
 	}
 	s.reschedule(d)
 	s.tryPrealloc(d)
+	s.retireDecode(d)
 }
 
 func (s *Sim) releaseDecode(r *request) {
 	r.d.reserved -= r.reserved
 	r.reserved = 0
 	s.tryPrealloc(r.d)
+	s.retireDecode(r.d)
 }
 
 // finishCall ends a call: decode frees (or lends) its KV and the session runs its tool.
@@ -584,7 +635,7 @@ func (s *Sim) finishCall(r *request) {
 	}
 	if ss.extKey != "" {
 		// External sessions end when their client says so (EndSession), not after a known count.
-		if s.lending.Enabled {
+		if s.lending.Enabled && d.state == instRunning {
 			s.lend(d, ss, ctx)
 		}
 		return
@@ -593,7 +644,7 @@ func (s *Sim) finishCall(r *request) {
 		s.endSession(ss, stDone)
 		return
 	}
-	if s.lending.Enabled {
+	if s.lending.Enabled && d.state == instRunning {
 		s.lend(d, ss, ctx)
 	}
 	gap := ss.spec.Calls[ss.next].GapBefore
@@ -619,7 +670,7 @@ func (s *Sim) endSession(ss *session, st sessionState) {
 		e.d.lent.remove(e)
 		ss.lent = nil
 	}
-	if e := ss.gpu; e != nil && e.pinUntil != 0 {
+	if e := ss.gpu; e != nil && e.pinUntil != 0 && s.prefill[ss.prefill].state != instGone {
 		p := s.prefill[ss.prefill]
 		p.cache.unpin(e)
 		if p.waitingMem {
@@ -661,13 +712,18 @@ func (s *Sim) kill(ss *session) {
 		switch r.stage {
 		case stagePrealloc:
 			r.d.prealloc.Remove(r)
+			r.p.pending--
 			s.tryPrealloc(r.d)
+			s.retireDecode(r.d)
+			s.retirePrefill(r.p)
 		case stagePrefillQueue:
 			r.p.queue.Remove(r)
+			r.p.pending--
 			s.releaseDecode(r)
 			if r.p.waitingMem {
 				s.tryPrefill(r.p)
 			}
+			s.retirePrefill(r.p)
 		case stageDecode:
 			d := r.d
 			s.advance(d)
@@ -700,6 +756,7 @@ func (s *Sim) missed(ss *session) (late, slow bool) {
 func (s *Sim) minute() *Minute { return &s.minutes[len(s.minutes)-1] }
 
 func (s *Sim) closeMinute() {
+	s.charge()
 	m := s.minute()
 	m.Minute = s.minuteBase + len(s.minutes) - 1
 	m.LiveSessions = s.live
@@ -719,7 +776,13 @@ func (s *Sim) closeMinute() {
 			s.addBusy(p, s.now)
 		}
 	}
-	m.PrefillBusy = m.busy.Seconds() / 60 / float64(len(s.prefill))
+	// Busy time over the time prefill instances could compute (running or draining): exactly
+	// busy ÷ 60 s ÷ instances while the pool does not change.
+	m.PrefillBusy = m.busy.Seconds() / 60 / (float64(m.servingTime[rolePrefill]) / float64(time.Minute))
+	m.PrefillInstances = s.fleet[rolePrefill].allocated
+	m.DecodeInstances = s.fleet[roleDecode].allocated
+	m.PrefillInstanceMinutes = float64(m.instTime[rolePrefill]) / float64(time.Minute)
+	m.DecodeInstanceMinutes = float64(m.instTime[roleDecode]) / float64(time.Minute)
 	s.minutes = append(s.minutes, Minute{})
 	if s.o.Forget {
 		s.forget()
@@ -737,10 +800,11 @@ func (s *Sim) forget() {
 	})
 }
 
-// cacheCapacity is what can hold prefixes: prefill GPU and host tiers, plus KV lent by decode.
+// cacheCapacity is what can hold prefixes for the calls to come: the running prefill instances'
+// GPU and host tiers, plus KV lent by decode.
 func (s *Sim) cacheCapacity() int64 {
 	var c int64
-	for _, p := range s.prefill {
+	for _, p := range s.prefillUp {
 		c += int64(p.cache.capacity + p.host.capacity)
 	}
 	for _, d := range s.decode {

@@ -113,7 +113,18 @@ type Minute struct {
 	// so windows can be token-weighted.
 	PromptTokens float64 `json:"prompt_tokens"`
 	HitTokens    float64 `json:"hit_tokens"`
+	// PrefillInstances and DecodeInstances are the instances holding a GPU at the minute's end
+	// (starting, running or draining); the InstanceMinutes fields integrate that count over the
+	// minute (Control.SetInstances).
+	PrefillInstances       int     `json:"prefill_instances"`
+	DecodeInstances        int     `json:"decode_instances"`
+	PrefillInstanceMinutes float64 `json:"prefill_instance_minutes"`
+	DecodeInstanceMinutes  float64 `json:"decode_instance_minutes"`
 
 	ttftSamples []float64
 	busy        time.Duration
+	// instTime and servingTime are instance time by role (rolePrefill, roleDecode): allocated
+	// instances, and those that can compute (running or draining).
+	instTime    [2]time.Duration
+	servingTime [2]time.Duration
 }
