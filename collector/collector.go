@@ -437,6 +437,22 @@ func (c *Collector) ingest(now time.Time, t Target, fams map[string]*dto.MetricF
 	return nil
 }
 
+// Forget drops a target first seen by Ingest, its state and its series: the caller knows it is
+// gone (the simulator's harness, when a simulated instance is removed), where a target that only
+// stops answering keeps its last reading and turns the signals it feeds stale, so that a dead
+// engine never silently leaves the sums. Configured and file targets are not the caller's to
+// drop; it reports whether the target was dropped.
+func (c *Collector) Forget(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.mu.pushed[name]; !ok {
+		return false
+	}
+	delete(c.mu.pushed, name)
+	c.setTargetsLocked()
+	return true
+}
+
 // recordLocked stores a reading and advances the target's windows.
 func (c *Collector) recordLocked(ts *targetState, r *reading) {
 	w := c.opts.Window

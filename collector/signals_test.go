@@ -493,3 +493,24 @@ func TestPrefillInstances(t *testing.T) {
 	never, _, _ := newTest(t, Options{Targets: []Target{{Name: "prefill-9", URL: "http://127.0.0.1:1/metrics", Role: RolePrefill}}})
 	assert.Equal(t, []PrefillInstance{{Name: "prefill-9"}}, never.Snapshot().Prefill)
 }
+
+// TestForget: a pushed target the caller drops leaves the sums at once (the pool's capacity
+// without it, fresh); a configured target is not dropped.
+func TestForget(t *testing.T) {
+	c, _, _ := newTest(t, Options{Interval: 10 * time.Second, StaleAfter: 2, Targets: []Target{{Name: "prefill-9", URL: "http://127.0.0.1:1/metrics", Role: RolePrefill}}})
+	f := fixture(t, "sglang_pd_prefill")
+	p0, p1 := Target{Name: "prefill-0", Role: RolePrefill}, Target{Name: "prefill-1", Role: RolePrefill}
+	require.NoError(t, c.Ingest(t0, p0, f))
+	require.NoError(t, c.Ingest(t0, p1, f))
+	two, ok := c.SnapshotAt(t0).Get(CacheCapacity)
+	require.True(t, ok)
+
+	assert.True(t, c.Forget("prefill-1"))
+	require.NoError(t, c.Ingest(t0.Add(30*time.Second), p0, f))
+	one, ok := c.SnapshotAt(t0.Add(30 * time.Second)).Get(CacheCapacity)
+	require.True(t, ok, "fresh: the forgotten target's old reading no longer ages the sum")
+	assert.InDelta(t, two/2, one, 1e-9)
+	assert.Len(t, c.SnapshotAt(t0.Add(30*time.Second)).Prefill, 2, "prefill-0 and the configured prefill-9")
+	assert.False(t, c.Forget("prefill-9"), "a configured target stays")
+	assert.False(t, c.Forget("nobody"))
+}
