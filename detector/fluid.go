@@ -513,12 +513,16 @@ func ptr[T any](v T) *T { return &v }
 // cache; the lifetime read there is the one a deployment kept under the knee sees.
 const lifetimeKneeShare = 0.8
 
-// Lifetime is how long a session lives on the healthy side of the curve, by Little's law on each
-// learnt bin: N ÷ (X(N) ÷ K), the median over the bins whose population is at most
-// lifetimeKneeShare × kneeSessions (≤ 0: unknown, then every bin counts). Unlike the peak
+// Lifetime is how long a session lives when the deployment is not congested, by Little's law on
+// each learnt bin: N ÷ (X(N) ÷ K), the lower quartile over the bins whose population is at most
+// lifetimeKneeShare × kneeSessions (≤ 0: unknown, then every bin counts). A bin's lifetime rises
+// with whatever congestion it was observed in — calls queueing for decode in a decode-first
+// deployment, a new instance's cold cache, a ramp whose windowed call rate lags its population —
+// and never falls below the uncongested one, so the low side of the bins is the workload's own
+// pace; the quartile rather than the minimum keeps one noisy bin from setting it. Unlike the peak
 // completion rate, it does not move when instances are added or removed: more cache moves the knee
-// and the peak to a larger population, but a session under the knee calls and runs its tools at
-// the same pace. ok is false while K is unknown or no healthy bin has enough samples.
+// and the peak to a larger population, but an uncongested session calls and runs its tools at the
+// same pace. ok is false while K is unknown or no healthy bin has enough samples.
 func (f *Fluid) Lifetime(kneeSessions float64) (time.Duration, bool) {
 	k, known := f.K()
 	if !known {
@@ -538,9 +542,15 @@ func (f *Fluid) Lifetime(kneeSessions float64) (time.Duration, bool) {
 		return 0, false
 	}
 	slices.Sort(ts)
-	m := ts[len(ts)/2]
-	if len(ts)%2 == 0 {
-		m = (ts[len(ts)/2-1] + m) / 2
+	return time.Duration(lowerQuartile(ts) * float64(time.Second)), true
+}
+
+// lowerQuartile is the 25th percentile of sorted (not empty), interpolated between ranks.
+func lowerQuartile(sorted []float64) float64 {
+	pos := 0.25 * float64(len(sorted)-1)
+	i := int(pos)
+	if i+1 >= len(sorted) {
+		return sorted[i]
 	}
-	return time.Duration(m * float64(time.Second)), true
+	return sorted[i] + (pos-float64(i))*(sorted[i+1]-sorted[i])
 }

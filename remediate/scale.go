@@ -57,9 +57,11 @@ func SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions)
 }
 
 // NeedInputsFrom reads the sizing's inputs off a step's snapshot and assessment, the one way the
-// daemon and the simulator's harness both do: the arrival rate to serve is the larger of the
-// collector's windowed rate and the detector's smoothed λ (a deployment is sized for what comes
-// now), the lifetime the detector's, each role's instance size the mean over the instances read
+// daemon and the simulator's harness both do: the arrival rate to serve is the detector's λ,
+// smoothed over ten minutes — the collector's windowed rate carries a minute's Poisson noise (at 8
+// sessions a minute it read 14–18 for minutes at a time in the simulator), and since a scale-out
+// asks for all of the need at once while a scale-in waits, noise would ratchet the pools up; what λ
+// lags behind a real rise, the spike headroom covers. The lifetime is the detector's, each role's instance size the mean over the instances read
 // fresh and whole, and the served fraction the gateway's (0, unknown, without one). An error names
 // what is missing.
 func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInputs, error) {
@@ -72,8 +74,8 @@ func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInp
 		}
 		return v
 	}
-	arrivals := get(collector.ArrivalRate)
-	in.Arrivals = max(arrivals, a.Lambda)
+	get(collector.ArrivalRate) // λ is smoothed from it: a stale rate is a stale λ
+	in.Arrivals = a.Lambda
 	in.LiveSessions, in.WorkingSet = get(collector.LiveSessions), get(collector.WorkingSet)
 	in.DecodeReserved = get(collector.DecodeReserved)
 	if f, err := detector.ServedFractionOf(s); err == nil && f >= 0 && f <= 1 {

@@ -28,7 +28,7 @@ func scaleSnapshot() collector.Snapshot {
 
 func scaleAssessment(now time.Time) detector.Assessment {
 	a := assess(now, detector.Healthy, 0.95)
-	a.Knee.Ratio, a.SessionLifetime = 1.25, 400
+	a.Knee.Ratio, a.SessionLifetime, a.Lambda = 1.25, 400, 0.15
 	return a
 }
 
@@ -39,7 +39,7 @@ func TestNeedInputsFrom(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, scaler.NeedInputs{Arrivals: 0.2, Lifetime: 400 * time.Second, LiveSessions: 60, WorkingSet: 1.2e6,
 		ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000, DecodeReserved: 500_000,
-		Prefill: 1, Decode: 1}, in, "λ above the windowed rate is the rate to serve")
+		Prefill: 1, Decode: 1}, in, "λ, not the windowed rate, is the rate to serve")
 
 	s := scaleSnapshot()
 	s.Prefill[0].State = collector.Stale

@@ -78,8 +78,8 @@ func (o NeedOptions) Validate() error {
 
 // NeedInputs are one step's readings for the sizing.
 type NeedInputs struct {
-	// Arrivals is the arrival rate to serve, sessions per second (the larger of the windowed and
-	// the smoothed rate: a deployment is sized for what comes now).
+	// Arrivals is the arrival rate to serve, sessions per second (the detector's smoothed λ:
+	// remediate.NeedInputsFrom says why).
 	Arrivals float64
 	// Lifetime is how long a session lives under the knee (detector.Assessment.SessionLifetime);
 	// 0 when unknown.

@@ -155,8 +155,10 @@ type RoleState struct {
 	Asked int `json:"asked"`
 	// ChangedAt is when Asked last changed.
 	ChangedAt time.Time `json:"changed_at,omitzero"`
-	// SmallerSince is when a smaller size first became enough, continuously (zero: it is not).
+	// SmallerSince is when a smaller size first became enough, continuously (zero: it is not);
+	// SmallerMost is the largest of those smaller sizes since then, where a scale-in goes.
 	SmallerSince time.Time `json:"smaller_since,omitzero"`
+	SmallerMost  int       `json:"smaller_most,omitempty"`
 }
 
 // Policy decides how many instances of each role to ask for: all the need at once when it rises
@@ -206,7 +208,7 @@ func (p *Policy) Decide(in Inputs) Decision {
 	if err != nil {
 		return Decision{Reasons: []string{"no scaling: " + err.Error()}}
 	}
-	d := Decision{Need: need, Sized: true}
+	d := Decision{Need: need, Sized: true, Reasons: slices.Clone(need.Reasons)}
 	for _, r := range p.o.Roles {
 		c, why := p.decideRole(r, in, need)
 		d.Reasons = append(d.Reasons, why)
@@ -237,7 +239,7 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 	why := fmt.Sprintf("%s: need %d, asked %d (floor %d, ceiling %d)", r, need.Of(r), st.Asked, floor, ceiling)
 	switch {
 	case want > st.Asked:
-		st.SmallerSince = time.Time{}
+		st.SmallerSince, st.SmallerMost = time.Time{}, 0
 		if !st.ChangedAt.IsZero() && since < p.o.UpCoolDown {
 			why += fmt.Sprintf("; scale-out to %d waits for the cool-down (%s of %s)", want, since.Round(time.Second), p.o.UpCoolDown)
 			break
@@ -252,13 +254,17 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 		in2 := p.inSize(r, in)
 		target := max(want, in2)
 		if target >= st.Asked {
-			st.SmallerSince = time.Time{}
+			st.SmallerSince, st.SmallerMost = time.Time{}, 0
 			why += fmt.Sprintf("; no scale-in: the live sessions need %d at %.0f%% of the limit", in2, 100*p.o.ScaleInBelow)
 			break
 		}
 		if st.SmallerSince.IsZero() {
-			st.SmallerSince = in.At
+			st.SmallerSince, st.SmallerMost = in.At, 0
 		}
+		// A scale-in goes to the largest size needed over the hold, not this step's: the HPA's
+		// scale-down stabilisation, against a need that dips between bursts.
+		st.SmallerMost = max(st.SmallerMost, target)
+		target = st.SmallerMost
 		held := in.At.Sub(st.SmallerSince)
 		switch {
 		case held < p.o.ScaleInHold:
@@ -270,11 +276,11 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 			why += fmt.Sprintf("; scaling in %d → %d: %d has been enough for %s", st.Asked, target, target, held.Round(time.Second))
 		}
 	default:
-		st.SmallerSince = time.Time{}
+		st.SmallerSince, st.SmallerMost = time.Time{}, 0
 		why += "; no change"
 	}
 	if ch != nil {
-		st.Asked, st.ChangedAt, st.SmallerSince = ch.To, in.At, time.Time{}
+		st.Asked, st.ChangedAt, st.SmallerSince, st.SmallerMost = ch.To, in.At, time.Time{}, 0
 	}
 	p.st[r] = st
 	return ch, why

@@ -125,7 +125,7 @@ func runLate(sc *scenario.Scenario, cal *detector.Calibration, lo LateOptions) (
 	g := harness.NewGate(core, func(s sim.SessionInfo) int64 { return int64(s.FirstPrompt) })
 	o.Gate = g
 	o.Deployment.Lending.MaxFraction = max(o.Deployment.Lending.MaxFraction, 0.5)
-	if _, err := harness.AttachRemediationFrom(&o, g, detector.Options{Calibration: cal}, lo.Remediate, lo.ActAt); err != nil {
+	if _, err := harness.AttachRemediationFrom(&o, g, detector.Options{Calibration: cal}, lo.Remediate, lo.ActAt, nil); err != nil {
 		return nil, err
 	}
 	bound := lo.HoldBound

@@ -155,7 +155,7 @@ func rerun(name string, seed uint64, cal *detector.Calibration, iv Intervention,
 	case ActDaemon:
 		// Lending stays off until the daemon switches it on; it may lend up to basin's default.
 		o.Deployment.Lending.MaxFraction = max(o.Deployment.Lending.MaxFraction, 0.5)
-		if _, err := harness.AttachRemediationFrom(&o, g, do, remediate.Options{}, start); err != nil {
+		if _, err := harness.AttachRemediationFrom(&o, g, do, remediate.Options{}, start, nil); err != nil {
 			return nil, err
 		}
 	case CutBudget:

@@ -16,6 +16,7 @@ import (
 	"github.com/basin-dev/basin/gateway/admission"
 	"github.com/basin-dev/basin/gateway/predictor"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/scaler"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/scenario"
 )
@@ -62,6 +63,12 @@ type Policies struct {
 	Remediate remediate.Options
 	// Static turns the remediation loop off: admission at the fixed reference budget.
 	Static bool
+	// Scale, when set, lets the remediation loop scale the deployment, as a daemon with a scaling
+	// backend does.
+	Scale *scaler.Options
+	// Autoscaler, when set, runs the peers' utilisation-based autoscaler beside basin's
+	// admission: the baseline basin's own scaling is measured against. Not with Scale.
+	Autoscaler *sim.AutoscalerParams
 }
 
 // CalibrateOnce returns a Calibrate function that measures the scenario's deployment without its
@@ -120,7 +127,20 @@ func (p Policies) Apply(name string, o *sim.Options) (bool, error) {
 		}
 		do.Calibration = cal
 	}
-	if _, err := attachRemediation(o, g, do, p.Remediate); err != nil {
+	if p.Autoscaler != nil {
+		if p.Scale != nil {
+			return true, fmt.Errorf("%s: basin's scaling and the utilisation autoscaler would both size the pools", name)
+		}
+		if o.Controller != nil {
+			return true, fmt.Errorf("%s: the run has a controller already", name)
+		}
+		a, err := sim.NewUtilisationAutoscaler(*p.Autoscaler)
+		if err != nil {
+			return true, err
+		}
+		o.Controller = a.Controller() // the observation loop runs it at its ticks
+	}
+	if _, err := AttachRemediationFrom(o, g, do, p.Remediate, 0, p.Scale); err != nil {
 		return true, err
 	}
 	return true, nil

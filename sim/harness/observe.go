@@ -141,7 +141,7 @@ func ObserveEach(o *sim.Options, do detector.Options, after func(Tick)) error {
 		return err
 	}
 	gwTarget := collector.Target{Name: "gateway", Role: collector.RoleGateway, Dialect: collector.DialectGateway}
-	var regs map[string]*prometheus.Registry
+	regs := map[string]*prometheus.Registry{}
 	var targets []collector.Target
 
 	obs := &Observation{Utilisation: map[string]*float64{}}
@@ -161,15 +161,7 @@ func ObserveEach(o *sim.Options, do detector.Options, after func(Tick)) error {
 		now = Epoch.Add(t)
 		stats = c.Stats()
 		lending = c.Observe().Lending.Enabled
-		if regs == nil {
-			names := make([]string, len(stats))
-			for i, st := range stats {
-				names[i] = st.Name
-				targets = append(targets, collector.Target{Name: st.Name, Role: collector.Role(st.Role),
-					Dialect: collector.DialectSGLang})
-			}
-			regs, _ = enginemetrics.Registries(func() []sim.InstanceStats { return stats }, names, enginemetrics.Options{})
-		}
+		targets = followInstances(stats, targets, regs, col, func() []sim.InstanceStats { return stats })
 		for _, tg := range targets {
 			if fams, err := regs[tg.Name].Gather(); err == nil {
 				_ = col.IngestGathered(now, tg, fams)
@@ -242,4 +234,39 @@ func ObserveEach(o *sim.Options, do detector.Options, after func(Tick)) error {
 		}
 	}
 	return nil
+}
+
+// followInstances keeps one scrape target per simulated instance, as a deployment's service
+// discovery does: an instance the simulator lists for the first time (the run's own, or one a
+// scale-out started) gets a registry and a target; one it no longer lists (removed by a scale-in)
+// loses both, and the collector forgets it, so its last reading leaves the sums. Targets stay in
+// the simulator's order.
+func followInstances(stats []sim.InstanceStats, targets []collector.Target, regs map[string]*prometheus.Registry,
+	col *collector.Collector, src enginemetrics.Source) []collector.Target {
+	listed := make(map[string]bool, len(stats))
+	out := targets[:0]
+	for _, st := range stats {
+		listed[st.Name] = true
+	}
+	for _, tg := range targets {
+		if listed[tg.Name] {
+			out = append(out, tg)
+			continue
+		}
+		delete(regs, tg.Name)
+		col.Forget(tg.Name)
+	}
+	for _, st := range stats {
+		if _, ok := regs[st.Name]; ok {
+			continue
+		}
+		name := st.Name
+		r, err := enginemetrics.Registries(src, []string{name}, enginemetrics.Options{})
+		if err != nil {
+			panic(fmt.Sprintf("observe: %v", err)) // one fresh name, the simulator's own: cannot fail
+		}
+		regs[name] = r[name]
+		out = append(out, collector.Target{Name: name, Role: collector.Role(st.Role), Dialect: collector.DialectSGLang})
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/basin-dev/basin/gateway/admission/inproc"
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
+	"github.com/basin-dev/basin/scaler"
 	"github.com/basin-dev/basin/sim"
 )
 
@@ -24,21 +25,24 @@ type RemediationSummary struct {
 	LendingToggles int `json:"lending_toggles"`
 	// MinBudgetTokens is the lowest budget set.
 	MinBudgetTokens int64 `json:"min_budget_tokens"`
+	// ScaleOuts and ScaleIns count the scaling policy's asks for more and for fewer instances of
+	// a role; FirstScaleOutMin is when it first asked for more (null: never).
+	ScaleOuts        int      `json:"scale_outs,omitempty"`
+	ScaleIns         int      `json:"scale_ins,omitempty"`
+	FirstScaleOutMin *float64 `json:"first_scale_out_min,omitempty"`
 	// Plans are the non-empty plans, in order (omitted from JSON: long).
 	Plans []remediate.Plan `json:"-"`
 }
 
-// attachRemediation runs basin's remediation loop in a run: on every observation step the
+// AttachRemediationFrom runs basin's remediation loop in a run: on every observation step the
 // detector's assessment and the admission core's state go through remediate.Loop.Step — the step
-// `basin daemon` runs — acting on the core instead of the gateway's admin API.
-func attachRemediation(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options) (*RemediationSummary, error) {
-	return AttachRemediationFrom(o, g, do, ro, 0)
-}
-
-// AttachRemediationFrom is attachRemediation with the loop acting only from simulated time start
-// on: before it the detector watches and the loop neither decides nor acts, as a daemon switched
-// from watching to acting at start. The last rescue time is searched with it.
-func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options, start time.Duration) (*RemediationSummary, error) {
+// `basin daemon` runs — acting on the core instead of the gateway's admin API. The loop acts only
+// from simulated time start on: before it the detector watches and the loop neither decides nor
+// acts, as a daemon switched from watching to acting at start. The last rescue time is searched with it. With scale, the loop
+// scales the simulated deployment too, through the simulator's instance switch (the scaler's sim
+// backend), as a daemon with a scaling backend does.
+func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro remediate.Options, start time.Duration,
+	scale *scaler.Options) (*RemediationSummary, error) {
 	pol, err := remediate.NewPolicy(ro)
 	if err != nil {
 		return nil, err
@@ -61,14 +65,24 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 	if err != nil {
 		return nil, err
 	}
+	scaleBE, err := scaler.NewBackend(scaler.BackendConfig{Kind: scaler.KindSim},
+		scaler.Wiring{Sim: func(r scaler.Role, n int) { control.SetInstances(sim.Role(r), n) }})
+	if err != nil {
+		return nil, err
+	}
 	exec, err := remediate.NewExecutor(remediate.ExecutorOptions{Audit: remediate.NewMemoryAudit(), Gateway: gw,
-		Lending: remediate.BackendLending{Backend: backend}})
+		Lending: remediate.BackendLending{Backend: backend}, Scaling: remediate.BackendScaling{Backend: scaleBE}})
 	if err != nil {
 		return nil, err
 	}
 	loop, err := remediate.NewLoop(pol, lend, exec)
 	if err != nil {
 		return nil, err
+	}
+	if scale != nil {
+		if loop.Scaler, err = scaler.New(*scale); err != nil {
+			return nil, err
+		}
 	}
 	sum := &RemediationSummary{}
 	err = ObserveEach(o, do, func(t Tick) {
@@ -108,6 +122,19 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 		}
 		if plan.Shed != nil {
 			sum.Sheds += len(plan.Shed.IDs)
+		}
+		if plan.Scale != nil {
+			for _, c := range plan.Scale.Changes {
+				if c.To > c.From {
+					sum.ScaleOuts++
+					if sum.FirstScaleOutMin == nil {
+						m := t.T.Minutes()
+						sum.FirstScaleOutMin = &m
+					}
+				} else {
+					sum.ScaleIns++
+				}
+			}
 		}
 	})
 	if err != nil {

@@ -1,0 +1,256 @@
+package experiment
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/basin-dev/basin/detector"
+	"github.com/basin-dev/basin/scaler"
+	"github.com/basin-dev/basin/sim"
+	"github.com/basin-dev/basin/sim/harness"
+	"github.com/basin-dev/basin/sim/scenario"
+)
+
+// Scaling: arrivals past what the deployment completes turn users away whatever basin's
+// admission does; a team with spare GPUs would rather add instances. Three arms run the same rows
+// (the matrix's geometry: base load from minute 0, the spike over minutes 15–25, goodput over the
+// sessions that arrive in minutes 25–85) on the same seeds:
+//
+//   - ArmBasin: basin's admission and remediation, the pools as provisioned;
+//   - ArmAutoscaler: the same, with the peers' utilisation-based autoscaler (sim.DefaultAutoscaler:
+//     decode on KV usage, prefill on queued requests, the HPA's algorithm) sizing the pools;
+//   - ArmScaling: the same, with basin's own scaling (package scaler) sizing them.
+//
+// Both scaling arms start from the provisioned pools (their floor) and may grow to the same
+// ceiling; each added instance starts after the simulator's start-up delay, cold.
+
+// Scaling arms.
+const (
+	ArmBasin      = "basin"
+	ArmAutoscaler = "basin+utilisation-autoscaler"
+	ArmScaling    = "basin+scaling"
+)
+
+// ScalingArms lists the arms in table order.
+var ScalingArms = []string{ArmBasin, ArmAutoscaler, ArmScaling}
+
+// ScalingSpec is the sweep.
+type ScalingSpec struct {
+	Deployments []string
+	Workload    string
+	// Loads are base arrival rates over the deployment's calibrated peak completion rate; Spikes
+	// the extra arrivals over minutes 15–25 as a fraction of the base rate.
+	Loads, Spikes []float64
+	Seeds         []uint64
+	// Ceiling bounds each role's instances in both scaling arms.
+	Ceiling int
+	Workers int
+}
+
+// DefaultScaling is the issue's sweep: 1.2 and 1.5 × peak with and without a +100% spike on both
+// deployments, and the quiet row (0.5 × peak) that no arm may scale up; three seeds; a ceiling of
+// 8 instances a role (NVIDIA Dynamo planner's default GPU budget, as the autoscaler baseline's).
+func DefaultScaling() ScalingSpec {
+	return ScalingSpec{Deployments: []string{"1p1d", "1p3d"}, Workload: "terminal-bench",
+		Loads: []float64{0.5, 1.2, 1.5}, Spikes: []float64{0, 1}, Seeds: []uint64{1, 2, 3}, Ceiling: 8, Workers: 2}
+}
+
+// Validate names every problem.
+func (s ScalingSpec) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for _, d := range s.Deployments {
+		if _, ok := matrixDeployment(d); !ok {
+			add("deployments: %q, want one of %v", d, matrixDeploymentNames())
+		}
+	}
+	if len(s.Deployments) == 0 {
+		add("deployments: empty")
+	}
+	if _, err := sim.SyntheticWorkload(s.Workload); err != nil {
+		add("workload: %w", err)
+	}
+	if len(s.Loads) == 0 || len(s.Spikes) == 0 || len(s.Seeds) == 0 {
+		add("loads, spikes and seeds: each needs at least one value")
+	}
+	if s.Ceiling < 2 {
+		add("ceiling: %d, want ≥ 2", s.Ceiling)
+	}
+	if s.Workers < 1 {
+		add("workers: %d, want ≥ 1", s.Workers)
+	}
+	return errors.Join(errs...)
+}
+
+// ScalingRun is one arm's run of a row on one seed.
+type ScalingRun struct {
+	Seed           uint64   `json:"seed"`
+	GoodputPerHour float64  `json:"goodput_per_hour"`
+	FirstWaitP50   *float64 `json:"first_call_wait_p50_s"`
+	// InstanceMinutes are prefill plus decode instance-minutes over the goodput window (an
+	// instance counts from when it is asked for until it is gone).
+	InstanceMinutes float64 `json:"instance_minutes"`
+	// MaxPrefill and MaxDecode are the most instances of each role at a minute's end.
+	MaxPrefill int `json:"max_prefill"`
+	MaxDecode  int `json:"max_decode"`
+	// FirstScaleOutMin is when the arm first asked for more instances; FirstUtilAlertMin when a
+	// conventional utilisation alert first held (null: never).
+	FirstScaleOutMin  *float64 `json:"first_scale_out_min"`
+	FirstUtilAlertMin *float64 `json:"first_utilisation_alert_min"`
+	// ServesAllMin is the first minute that starts ServesAllWindow minutes with nobody waiting
+	// at the gateway: the deployment serves every arrival (null: never).
+	ServesAllMin *float64 `json:"serves_all_min"`
+}
+
+// GoodputPerInstanceHour is good sessions per instance-hour over the window.
+func (r ScalingRun) GoodputPerInstanceHour(windowMin float64) float64 {
+	if r.InstanceMinutes <= 0 {
+		return 0
+	}
+	return r.GoodputPerHour * windowMin / 60 / (r.InstanceMinutes / 60)
+}
+
+// ServesAllWindow is how many minutes in a row nobody may wait at the gateway for the deployment
+// to count as serving every arrival.
+const ServesAllWindow = 5
+
+// ScalingRow is a deployment × load × spike with each arm's runs.
+type ScalingRow struct {
+	Deployment     string                  `json:"deployment"`
+	CacheFirst     bool                    `json:"cache_first"`
+	Load           float64                 `json:"load"`
+	Spike          float64                 `json:"spike"`
+	ArrivalsPerMin float64                 `json:"arrivals_per_min"`
+	Provisioned    [2]int                  `json:"provisioned"` // prefill, decode
+	Runs           map[string][]ScalingRun `json:"runs"`
+}
+
+// ScalingResult is the sweep's rows.
+type ScalingResult struct {
+	Spec         ScalingSpec   `json:"spec"`
+	StartupDelay time.Duration `json:"-"`
+	WindowMin    float64       `json:"window_min"`
+	Rows         []ScalingRow  `json:"rows"`
+}
+
+// RunScaling runs the sweep: each deployment calibrated once (as the matrix does), then every row
+// × arm × seed on a worker pool; the result does not depend on the number of workers.
+func RunScaling(spec ScalingSpec, progress func(done, total int)) (*ScalingResult, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	res := &ScalingResult{Spec: spec, StartupDelay: sim.DefaultStartupDelay, WindowMin: (matrixMeasureTo - matrixMeasureFrom).Minutes()}
+	cals := map[string]*detector.Calibration{}
+	for _, d := range spec.Deployments {
+		g := MatrixGroup{Deployment: d, Tier: TierGPU, Workload: spec.Workload}
+		sc, err := matrixScenario(g, 1, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		cal, err := harness.Calibrate(sc, harness.Epoch)
+		if err != nil {
+			return nil, fmt.Errorf("calibrate %s: %w", g, err)
+		}
+		cals[d] = cal
+		md, _ := matrixDeployment(d)
+		dep, err := sim.DeploymentPreset(md.Preset)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range spec.Loads {
+			for _, sp := range spec.Spikes {
+				res.Rows = append(res.Rows, ScalingRow{Deployment: d, CacheFirst: md.CacheFirst, Load: l, Spike: sp,
+					ArrivalsPerMin: l * cal.PeakCompletionRatePerS * 60, Provisioned: [2]int{dep.Prefill.Instances, dep.Decode.Instances},
+					Runs: map[string][]ScalingRun{}})
+			}
+		}
+	}
+	type job struct{ row, arm, seed int }
+	var jobs []job
+	for r := range res.Rows {
+		for a := range ScalingArms {
+			for s := range spec.Seeds {
+				jobs = append(jobs, job{r, a, s})
+			}
+		}
+	}
+	out := make([]ScalingRun, len(jobs))
+	err := parallel(len(jobs), spec.Workers, func(i int) error {
+		j := jobs[i]
+		row := res.Rows[j.row]
+		run, err := runScalingCell(row, ScalingArms[j.arm], spec.Seeds[j.seed], cals[row.Deployment], spec)
+		if err != nil {
+			return fmt.Errorf("%s load %.2f spike +%.0f%% %s seed %d: %w", row.Deployment, row.Load, 100*row.Spike,
+				ScalingArms[j.arm], spec.Seeds[j.seed], err)
+		}
+		out[i] = run
+		return nil
+	}, progress)
+	if err != nil {
+		return nil, err
+	}
+	for i, j := range jobs {
+		arm := ScalingArms[j.arm]
+		res.Rows[j.row].Runs[arm] = append(res.Rows[j.row].Runs[arm], out[i])
+	}
+	return res, nil
+}
+
+// runScalingCell runs one arm of a row on one seed.
+func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calibration, spec ScalingSpec) (ScalingRun, error) {
+	g := MatrixGroup{Deployment: row.Deployment, Tier: TierGPU, Workload: spec.Workload}
+	sc, err := matrixScenario(g, row.ArrivalsPerMin, row.Spike, 0)
+	if err != nil {
+		return ScalingRun{}, err
+	}
+	sc.Seed = seed
+	pol := harness.Policies{Calibrate: func() (*detector.Calibration, error) { return cal, nil }}
+	floor := map[scaler.Role]int{scaler.RolePrefill: row.Provisioned[0], scaler.RoleDecode: row.Provisioned[1]}
+	ceiling := map[scaler.Role]int{scaler.RolePrefill: spec.Ceiling, scaler.RoleDecode: spec.Ceiling}
+	switch arm {
+	case ArmAutoscaler:
+		p := sim.DefaultAutoscaler()
+		p.Prefill = sim.ScaleBounds{Min: row.Provisioned[0], Max: spec.Ceiling}
+		p.Decode = sim.ScaleBounds{Min: row.Provisioned[1], Max: spec.Ceiling}
+		pol.Autoscaler = &p
+	case ArmScaling:
+		pol.Scale = &scaler.Options{Roles: scaler.Roles(), Floor: floor, Ceiling: ceiling}
+	}
+	o, err := scenario.Wiring{Policies: pol}.Options(sc, harness.Basin)
+	if err != nil {
+		return ScalingRun{}, err
+	}
+	s, err := sim.New(o)
+	if err != nil {
+		return ScalingRun{}, err
+	}
+	r := s.Run()
+	run := ScalingRun{Seed: seed, GoodputPerHour: r.GoodputPerHour, FirstWaitP50: r.FirstCallWaitP50,
+		InstanceMinutes: r.PrefillInstanceMinutesWindow + r.DecodeInstanceMinutesWindow, FirstUtilAlertMin: r.UtilisationAlertFirstMin}
+	quiet := 0
+	for i, m := range r.Timeline {
+		run.MaxPrefill, run.MaxDecode = max(run.MaxPrefill, m.PrefillInstances), max(run.MaxDecode, m.DecodeInstances)
+		if m.QueuedSessions == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet == ServesAllWindow && run.ServesAllMin == nil {
+			v := float64(i + 1 - ServesAllWindow)
+			run.ServesAllMin = &v
+		}
+		prevP, prevD := row.Provisioned[0], row.Provisioned[1]
+		if i > 0 {
+			prevP, prevD = r.Timeline[i-1].PrefillInstances, r.Timeline[i-1].DecodeInstances
+		}
+		if run.FirstScaleOutMin == nil && (m.PrefillInstances > prevP || m.DecodeInstances > prevD) {
+			v := float64(i)
+			run.FirstScaleOutMin = &v
+		}
+	}
+	if obs, ok := r.Detector.(*harness.Observation); ok && obs.Remediation != nil && obs.Remediation.FirstScaleOutMin != nil {
+		run.FirstScaleOutMin = obs.Remediation.FirstScaleOutMin
+	}
+	return run, nil
+}
