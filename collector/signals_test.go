@@ -489,7 +489,7 @@ func TestPrefillInstances(t *testing.T) {
 	assert.Positive(t, p.CacheTokens)
 	assert.InDelta(t, capacity, p.CacheTokens+p.HostTokens, 1e-9, "one prefill instance and no lending: the pool's capacity")
 
-	assert.Equal(t, Stale, c.SnapshotAt(t0.Add(25*time.Second)).Prefill[0].State)
+	assert.Equal(t, Stale, c.SnapshotAt(t0.Add(25 * time.Second)).Prefill[0].State)
 	never, _, _ := newTest(t, Options{Targets: []Target{{Name: "prefill-9", URL: "http://127.0.0.1:1/metrics", Role: RolePrefill}}})
 	assert.Equal(t, []PrefillInstance{{Name: "prefill-9"}}, never.Snapshot().Prefill)
 }
