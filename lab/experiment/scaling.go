@@ -98,8 +98,9 @@ type ScalingRun struct {
 	// conventional utilisation alert first held (null: never).
 	FirstScaleOutMin  *float64 `json:"first_scale_out_min"`
 	FirstUtilAlertMin *float64 `json:"first_utilisation_alert_min"`
-	// ServesAllMin is the first minute that starts ServesAllWindow minutes with nobody waiting
-	// at the gateway: the deployment serves every arrival (null: never).
+	// ServesAllMin is the first minute from which nobody waits at the gateway until the goodput
+	// window ends: the deployment serves every arrival from then on (0: nobody ever waited;
+	// null: somebody still waits at the window's end).
 	ServesAllMin *float64 `json:"serves_all_min"`
 }
 
@@ -110,10 +111,6 @@ func (r ScalingRun) GoodputPerInstanceHour(windowMin float64) float64 {
 	}
 	return r.GoodputPerHour * windowMin / 60 / (r.InstanceMinutes / 60)
 }
-
-// ServesAllWindow is how many minutes in a row nobody may wait at the gateway for the deployment
-// to count as serving every arrival.
-const ServesAllWindow = 5
 
 // ScalingRow is a deployment × load × spike with each arm's runs.
 type ScalingRow struct {
@@ -228,17 +225,11 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 	r := s.Run()
 	run := ScalingRun{Seed: seed, GoodputPerHour: r.GoodputPerHour, FirstWaitP50: r.FirstCallWaitP50,
 		InstanceMinutes: r.PrefillInstanceMinutesWindow + r.DecodeInstanceMinutesWindow, FirstUtilAlertMin: r.UtilisationAlertFirstMin}
-	quiet := 0
+	lastWait := -1 // the last minute of the window somebody waited at the gateway
 	for i, m := range r.Timeline {
 		run.MaxPrefill, run.MaxDecode = max(run.MaxPrefill, m.PrefillInstances), max(run.MaxDecode, m.DecodeInstances)
-		if m.QueuedSessions == 0 {
-			quiet++
-		} else {
-			quiet = 0
-		}
-		if quiet == ServesAllWindow && run.ServesAllMin == nil {
-			v := float64(i + 1 - ServesAllWindow)
-			run.ServesAllMin = &v
+		if m.QueuedSessions > 0 && float64(i) < r.MeasureToMin {
+			lastWait = i
 		}
 		prevP, prevD := row.Provisioned[0], row.Provisioned[1]
 		if i > 0 {
@@ -248,6 +239,10 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 			v := float64(i)
 			run.FirstScaleOutMin = &v
 		}
+	}
+	if float64(lastWait+1) < r.MeasureToMin {
+		v := float64(lastWait + 1)
+		run.ServesAllMin = &v
 	}
 	if obs, ok := r.Detector.(*harness.Observation); ok && obs.Remediation != nil && obs.Remediation.FirstScaleOutMin != nil {
 		run.FirstScaleOutMin = obs.Remediation.FirstScaleOutMin

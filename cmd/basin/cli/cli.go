@@ -199,6 +199,15 @@ func simCommands() command {
 				"against the no-spike twin and the first-call wait after acting.",
 			examples: []string{"basin sim late", "basin sim late --markdown --also-hold-bound 8m", "basin sim late --scenarios paper-1p3d-h200-spike --act-at 40 --seeds 2"},
 		}, run: leaf(simLate)},
+		"scaling": {help: help{
+			summary: "basin's scaling against the pools as provisioned and the peers' utilisation autoscaler, past the peak",
+			usage:   "[flags]",
+			detail: "Each row (deployment × load × spike) runs basin's admission three ways on the same seeds: the pools as\n" +
+				"provisioned, with a utilisation autoscaler (the HPA's algorithm on decode KV usage and prefill queue), and\n" +
+				"with basin's own scaling. The table gives goodput, first-call wait, instance-minutes and goodput per\n" +
+				"instance-hour, and whether each arm scaled.",
+			examples: []string{"basin sim scaling --markdown --plot docs/results-scaling.svg", "basin sim scaling --deployments 1p1d --loads 1.5 --spikes 0 --seeds 1"},
+		}, run: leaf(simScaling)},
 		"matrix": {help: help{
 			summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",
 			usage:   "[flags]",

@@ -19,7 +19,7 @@ func TestCommandGroups(t *testing.T) {
 		group func() command
 		subs  []string
 	}{
-		{"sim", simCommands, []string{"compare", "curve", "detect", "fidelity", "late", "matrix", "riskgrid", "run", "serve", "tolerance"}},
+		{"sim", simCommands, []string{"compare", "curve", "detect", "fidelity", "late", "matrix", "riskgrid", "run", "scaling", "serve", "tolerance"}},
 		{"trace", traceCommands, []string{"import"}},
 		{"predictor", predictorCommands, []string{"train"}},
 	}

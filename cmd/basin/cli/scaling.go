@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/basin-dev/basin/lab/experiment"
+)
+
+// simScaling is `basin sim scaling`: the table of docs/results.md's "Scaling" section.
+func simScaling(env Env, args []string) error {
+	def := experiment.DefaultScaling()
+	fs := newFlags(env)
+	seeds := seedsFlag(fs, len(def.Seeds))
+	deps := fs.String("deployments", strings.Join(def.Deployments, ","), "comma-separated deployments (1p1d, 1p3d)")
+	workload := fs.String("workload", def.Workload, "synthetic workload")
+	loads := fs.String("loads", joinFloats(def.Loads, 1), "comma-separated base loads, fractions of the calibrated peak")
+	spikes := fs.String("spikes", joinFloats(def.Spikes, 100), "comma-separated spikes over minutes 15–25, per cent of the base rate")
+	ceiling := fs.Int("ceiling", def.Ceiling, "most instances of a role either scaling arm may run")
+	workers := fs.Int("workers", def.Workers, "runs at once (results do not depend on it)")
+	markdown := fs.Bool("markdown", false, "print the docs/results.md section")
+	plotTo := fs.String("plot", "", "also write the SVG plot of goodput per instance-hour to this file")
+	asJSON := fs.Bool("json", false, "print every run as JSON")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	spec := def
+	var err error
+	if spec.Seeds, err = seeds(); err != nil {
+		return err
+	}
+	if spec.Loads, err = parseFloats("loads", *loads, 1); err != nil {
+		return err
+	}
+	if spec.Spikes, err = parseFloats("spikes", *spikes, 0.01); err != nil {
+		return err
+	}
+	spec.Deployments, spec.Workload, spec.Ceiling, spec.Workers = splitList(*deps), *workload, *ceiling, *workers
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	b := bar(env, *asJSON || *markdown, "scaling")
+	start := time.Now()
+	res, err := experiment.RunScaling(spec, func(done, total int) { b.Set(float64(done) / float64(total)) })
+	b.Done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stderr, "basin sim scaling: %d rows in %v\n", len(res.Rows), time.Since(start).Round(time.Second))
+	if *plotTo != "" {
+		if err := writeFile(*plotTo, func(w io.Writer) error { return experiment.ScalingPlot(w, res) }); err != nil {
+			return err
+		}
+	}
+	switch {
+	case *asJSON:
+		return writeJSON(env.Stdout, res)
+	case *markdown:
+		return experiment.WriteScalingMarkdown(env.Stdout, res)
+	}
+	return writeScalingText(env.Stdout, res)
+}
+
+func writeScalingText(w io.Writer, r *experiment.ScalingResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "deployment\tload\tspike %\tarm\tscaled\tmax P/D\tgoodput/h\tfirst wait p50 s\tinstance-min\tper instance-h\t")
+	for _, row := range r.Rows {
+		for _, arm := range experiment.ScalingArms {
+			a := row.Summary(arm, r.WindowMin)
+			fmt.Fprintf(tw, "%s\t%g\t%g\t%s\t%d/%d\t%d/%d\t%.0f\t%.0f\t%.0f\t%.1f\t\n", row.Deployment, row.Load, 100*row.Spike, arm,
+				a.ScaledOut, a.Seeds, a.MaxPrefill, a.MaxDecode, a.Goodput, a.FirstWait, a.InstanceMinutes, a.PerInstanceHour)
+		}
+	}
+	return tw.Flush()
+}
