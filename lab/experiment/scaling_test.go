@@ -1,0 +1,55 @@
+package experiment
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestScalingOutrunsTheAlerts runs the sweep's 1P1D row at 1.5 × its peak and its quiet row (0.5 ×)
+// on one seed: basin's scaling asks for instances before the first utilisation alert holds on the
+// pools as provisioned, and before the utilisation autoscaler moves; it serves every arrival, which
+// the provisioned pools do not; and on the quiet row neither scaling arm adds an instance.
+func TestScalingOutrunsTheAlerts(t *testing.T) {
+	spec := DefaultScaling()
+	spec.Deployments, spec.Loads, spec.Spikes, spec.Seeds = []string{"1p1d"}, []float64{0.5, 1.5}, []float64{0}, []uint64{1}
+	res, err := RunScaling(spec, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Rows, 2)
+	quiet, busy := res.Rows[0], res.Rows[1]
+
+	base, auto, sc := busy.Runs[ArmBasin][0], busy.Runs[ArmAutoscaler][0], busy.Runs[ArmScaling][0]
+	require.NotNil(t, base.FirstUtilAlertMin, "the provisioned pools at 1.5 × peak raise a utilisation alert")
+	require.NotNil(t, sc.FirstScaleOutMin, "basin scaled out")
+	assert.Less(t, *sc.FirstScaleOutMin, *base.FirstUtilAlertMin, "before the first utilisation alert")
+	require.NotNil(t, auto.FirstScaleOutMin)
+	assert.Less(t, *sc.FirstScaleOutMin, *auto.FirstScaleOutMin, "before the utilisation autoscaler")
+	assert.Greater(t, sc.GoodputPerHour, 1.2*base.GoodputPerHour, "more good sessions than the pools as provisioned")
+	assert.Nil(t, base.ServesAllMin, "sessions still wait at the end on the provisioned pools")
+	assert.NotNil(t, sc.ServesAllMin)
+
+	for _, arm := range []string{ArmAutoscaler, ArmScaling} {
+		r := quiet.Runs[arm][0]
+		assert.Equal(t, quiet.Provisioned, [2]int{r.MaxPrefill, r.MaxDecode}, "%s scaled a quiet deployment up", arm)
+		assert.Nil(t, r.FirstScaleOutMin, arm)
+	}
+
+	var md bytes.Buffer
+	require.NoError(t, WriteScalingMarkdown(&md, res))
+	assert.Contains(t, md.String(), "| no scale-out on a quiet deployment (load under 1, no spike) | 1 of 1 rows |")
+	var svg bytes.Buffer
+	require.NoError(t, ScalingPlot(&svg, res))
+	assert.Contains(t, svg.String(), "<svg")
+}
+
+func TestScalingSpecValidate(t *testing.T) {
+	s := DefaultScaling()
+	s.Deployments, s.Workload, s.Ceiling, s.Workers, s.Seeds = []string{"2p2d"}, "nope", 1, 0, nil
+	err := s.Validate()
+	require.Error(t, err)
+	for _, want := range []string{`deployments: "2p2d"`, "workload:", "seeds", "ceiling: 1", "workers: 0"} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
