@@ -103,8 +103,14 @@ type NeedInputs struct {
 // Need is what the deployment needs now, in instances of each role.
 type Need struct {
 	// Prefill and Decode are the instances needed: the larger of what the arrivals need (with the
-	// spike) and what the live sessions hold now.
+	// spike) and what the live sessions hold now — what an autoscaler may scale to both ways
+	// without evicting what runs.
 	Prefill, Decode int
+	// ArrivalsPrefill and ArrivalsDecode are what the arrivals need (0 unless ForArrivals);
+	// LivePrefill and LiveDecode what the live sessions hold now: their working set under the
+	// knee, their reserved decode KV.
+	ArrivalsPrefill, ArrivalsDecode int
+	LivePrefill, LiveDecode         int
 	// ForArrivals is false when the arrivals' part could not be computed (no lifetime or mean
 	// context yet): the need is then only what the live sessions hold.
 	ForArrivals bool
@@ -124,6 +130,22 @@ func (n Need) Of(r Role) int {
 		return n.Decode
 	}
 	return n.Prefill
+}
+
+// ForNewArrivals is what basin's own scaling scales out to: what the arrivals need once they can
+// be sized (the live sessions' part alone would ask for an instance whenever a steady population
+// brushes the knee; the policy keeps it as the floor of a scale-in instead), else what the live
+// sessions hold; at least 1.
+func (n Need) ForNewArrivals(r Role) int {
+	switch {
+	case !n.ForArrivals && r == RoleDecode:
+		return max(1, n.LiveDecode)
+	case !n.ForArrivals:
+		return max(1, n.LivePrefill)
+	case r == RoleDecode:
+		return max(1, n.ArrivalsDecode)
+	}
+	return max(1, n.ArrivalsPrefill)
 }
 
 // Serving returns the instances of role r serving when it was sized.
@@ -170,7 +192,8 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	// What the live sessions hold now.
 	liveP := ceilPos(in.WorkingSet / kneePerPrefill)
 	liveD := ceilPos(in.DecodeReserved / decodePer)
-	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD), ServingPrefill: in.Prefill, ServingDecode: in.Decode}
+	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD), LivePrefill: liveP, LiveDecode: liveD,
+		ServingPrefill: in.Prefill, ServingDecode: in.Decode}
 	n.Reasons = append(n.Reasons, fmt.Sprintf("live: working set %s under the knee needs %d prefill; %s reserved decode KV needs %d decode",
 		tok(in.WorkingSet), liveP, tok(in.DecodeReserved), liveD))
 
@@ -189,7 +212,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			n.ForArrivals, n.Population = true, spike
 			arrP := ceilPos(max(steady*m/o.KneeShare, spike*m) / kneePerPrefill)
 			arrD := ceilPos(spike * m * served / decodePer)
-			n.Prefill, n.Decode = max(n.Prefill, arrP), max(n.Decode, arrD)
+			n.Prefill, n.Decode, n.ArrivalsPrefill, n.ArrivalsDecode = max(n.Prefill, arrP), max(n.Decode, arrD), arrP, arrD
 			n.Reasons = append(n.Reasons, fmt.Sprintf(
 				"arrivals: %.2f/min × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",
 				in.Arrivals*60, in.Lifetime.Round(time.Second), steady, spike, 100*o.SpikeSize, o.SpikeDuration,

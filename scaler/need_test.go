@@ -108,3 +108,23 @@ func TestSizeRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestSizeParts: the need is the larger of its two parts, and basin's own scale-out follows the
+// arrivals' part once it is known.
+func TestSizeParts(t *testing.T) {
+	in := base()
+	in.WorkingSet, in.LiveSessions = 8_000_000, 400 // trapped: 8M live
+	n, err := Size(in, NeedOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 12, n.Prefill)
+	assert.Equal(t, 12, n.LivePrefill)
+	assert.Equal(t, 3, n.ArrivalsPrefill)
+	assert.Equal(t, 3, n.ForNewArrivals(RolePrefill))
+
+	in.Lifetime = 0
+	n, err = Size(in, NeedOptions{})
+	require.NoError(t, err)
+	assert.False(t, n.ForArrivals)
+	assert.Equal(t, 12, n.ForNewArrivals(RolePrefill), "without the arrivals' part, the live sessions'")
+	assert.Equal(t, 1, n.ForNewArrivals(RoleDecode), "at least one")
+}

@@ -233,10 +233,10 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 		st.Asked = serving
 	}
 	floor, ceiling := p.o.Floor[r], p.o.Ceiling[r]
-	want := min(ceiling, max(floor, need.Of(r)))
+	want := min(ceiling, max(floor, need.ForNewArrivals(r)))
 	since := in.At.Sub(st.ChangedAt)
 	var ch *Change
-	why := fmt.Sprintf("%s: need %d, asked %d (floor %d, ceiling %d)", r, need.Of(r), st.Asked, floor, ceiling)
+	why := fmt.Sprintf("%s: need %d, asked %d (floor %d, ceiling %d)", r, need.ForNewArrivals(r), st.Asked, floor, ceiling)
 	switch {
 	case want > st.Asked:
 		st.SmallerSince, st.SmallerMost = time.Time{}, 0
@@ -246,8 +246,8 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 		}
 		ch = &Change{Role: r, From: st.Asked, To: want}
 		why += fmt.Sprintf("; scaling out %d → %d", st.Asked, want)
-		if need.Of(r) > ceiling {
-			why += fmt.Sprintf(" (the ceiling; %d would be needed)", need.Of(r))
+		if need.ForNewArrivals(r) > ceiling {
+			why += fmt.Sprintf(" (the ceiling; %d would be needed)", need.ForNewArrivals(r))
 		}
 	case want < st.Asked:
 		// Scale in only to a size where what runs now sits well under the limits.

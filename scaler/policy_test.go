@@ -85,6 +85,15 @@ func TestPolicySteps(t *testing.T) {
 			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
 			{time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 3}}, "floor 3"},
 		}},
+		// 30 sessions of 25K (750K) brush the knee of one instance (700K), but the arrivals, 8
+		// sessions (12 with the spike), need one: a steady population at the knee is no reason to
+		// scale out (the exported need says 2, so that an autoscaler does not scale in under it).
+		{"the live sessions at the knee do not scale out", Options{}, []step{
+			{0, func(in *NeedInputs) {
+				*in = base()
+				in.Arrivals, in.LiveSessions, in.WorkingSet, in.Prefill, in.DecodeReserved = 0.02, 30, 750_000, 1, 100_000
+			}, nil, "prefill: need 1, asked 1"},
+		}},
 		{"one role scaled", Options{Roles: []Role{RoleDecode}, Ceiling: map[Role]int{RoleDecode: 10}}, []step{
 			{0, busy, []Change{{RoleDecode, 2, 3}}, ""},
 		}},

@@ -45,6 +45,8 @@ type ScalingSpec struct {
 	Seeds         []uint64
 	// Ceiling bounds each role's instances in both scaling arms.
 	Ceiling int
+	// Need sizes basin's scaling (zero: package scaler's defaults).
+	Need    scaler.NeedOptions
 	Workers int
 }
 
@@ -212,7 +214,7 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 		p.Decode = sim.ScaleBounds{Min: row.Provisioned[1], Max: spec.Ceiling}
 		pol.Autoscaler = &p
 	case ArmScaling:
-		pol.Scale = &scaler.Options{Roles: scaler.Roles(), Floor: floor, Ceiling: ceiling}
+		pol.Scale = &scaler.Options{Roles: scaler.Roles(), Floor: floor, Ceiling: ceiling, Need: spec.Need}
 	}
 	o, err := scenario.Wiring{Policies: pol}.Options(sc, harness.Basin)
 	if err != nil {

@@ -20,6 +20,8 @@ func simScaling(env Env, args []string) error {
 	loads := fs.String("loads", joinFloats(def.Loads, 1), "comma-separated base loads, fractions of the calibrated peak")
 	spikes := fs.String("spikes", joinFloats(def.Spikes, 100), "comma-separated spikes over minutes 15–25, per cent of the base rate")
 	ceiling := fs.Int("ceiling", def.Ceiling, "most instances of a role either scaling arm may run")
+	spikeSize := fs.Float64("spike-size", 0, "basin's sizing: the spike absorbed, a fraction of the arrival rate (0: the default)")
+	kneeShare := fs.Float64("knee-share", 0, "basin's sizing: the share of the knee the steady working set may reach (0: the default)")
 	workers := fs.Int("workers", def.Workers, "runs at once (results do not depend on it)")
 	markdown := fs.Bool("markdown", false, "print the docs/results.md section")
 	plotTo := fs.String("plot", "", "also write the SVG plot of goodput per instance-hour to this file")
@@ -39,6 +41,7 @@ func simScaling(env Env, args []string) error {
 		return err
 	}
 	spec.Deployments, spec.Workload, spec.Ceiling, spec.Workers = splitList(*deps), *workload, *ceiling, *workers
+	spec.Need.SpikeSize, spec.Need.KneeShare = *spikeSize, *kneeShare
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
