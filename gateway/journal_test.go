@@ -172,11 +172,14 @@ func journalConfig(t *testing.T, upstream string) (*Config, string) {
 }
 
 // abandon leaves a gateway as a crash would: no shutdown, no final save. The test servers are
-// closed so that nothing more reaches it; its journal file stays open until the process exits.
+// closed so that nothing more reaches it. Its Run loop is stopped only when the test ends, after
+// the gateways started later (their cleanups run first), so that no goroutine outlives the test.
 func (h *harness) abandon() {
 	h.ts.Close()
 	h.admin.Close()
+	stop := h.stop
 	h.stop = func() error { return nil }
+	h.t.Cleanup(func() { _ = stop() }) // its late shutdown's save is of no interest
 }
 
 func TestJournalKeepsEachChangeUntilTheNextSave(t *testing.T) {
