@@ -155,11 +155,7 @@ state_file: state.json
 	nctx, ncancel := context.WithCancel(context.Background())
 	newcomer := make(chan int, 1)
 	go func() { c, _ := call(nctx, "newcomer"); newcomer <- c }()
-	deadline := time.Now().Add(5 * time.Second)
-	for state().Queued != 1 {
-		require.False(t, time.Now().After(deadline), "the newcomer did not queue")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the newcomer queued", func() bool { return state().Queued == 1 })
 	ncancel()
 	<-newcomer
 }
