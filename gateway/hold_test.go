@@ -101,7 +101,8 @@ func (h *holdHarness) heldCall(ctx context.Context) <-chan response {
 	return ch
 }
 
-// notAnswered fails if the call is answered within a moment.
+// notAnswered fails if the call is answered within a moment of wall time: for the replicated
+// tests, on loopback; in a bubble, pendingNow says it exactly.
 func notAnswered(t *testing.T, ch <-chan response, what string) {
 	t.Helper()
 	select {
@@ -111,7 +112,7 @@ func notAnswered(t *testing.T, ch <-chan response, what string) {
 	}
 }
 
-// answered waits for a call's answer.
+// answered waits for a call's answer (on loopback; in a bubble, answeredNow).
 func answered(t *testing.T, ch <-chan response) response {
 	t.Helper()
 	select {
