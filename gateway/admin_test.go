@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -114,62 +115,79 @@ func TestAdminRejectsBadBodiesNamingTheField(t *testing.T) {
 	assert.False(t, s.Affinity.Enabled)
 }
 
+// TestMetricsAfterAFewCalls runs in a bubble, where a queue wait of 10 minutes and an upstream
+// that takes 2 s to answer cost nothing, and every wait is known to the second.
 func TestMetricsAfterAFewCalls(t *testing.T) {
-	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
-		c.Admission.BudgetTokens = 1
-		c.MaxQueueWait = Duration(100 * time.Millisecond)
-		c.TenantHeader = "x-tenant-id"
-		c.Admission.TenantQuota = 1
-	}), nil)
-	decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1"}))
-	decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1"}))
-	r := h.chat("b", 5, map[string]string{"x-tenant-id": "t2"}) // queued, times out
-	require.Equal(t, http.StatusServiceUnavailable, r.status)
-	r = h.chat("c", 5, map[string]string{"x-tenant-id": "t1"}) // over quota
-	require.Equal(t, http.StatusTooManyRequests, r.status)
-	d := h.chatAsync(context.Background(), "d", 5, map[string]string{"x-tenant-id": "t3"})
-	h.waitQueued(1)
-	decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1", "x-session-end": "true"}))
-	decodeCompletion(t, <-d)
-	h.settle()
-	s := h.state()
+	synctest.Test(t, func(t *testing.T) {
+		const modelTime = 2 * time.Second
+		n := newMemNet()
+		ok := okJSON(100, 10)
+		up := newMemUpstream(t, n, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(modelTime)
+			ok(w, r)
+		})
+		h := startInBubble(t, n, baseConfig(t, []string{up.URL}, func(c *Config) {
+			c.Admission.BudgetTokens = 1
+			c.MaxQueueWait = Duration(10 * time.Minute)
+			c.IdleTimeout = Duration(time.Hour) // a stays live while b waits
+			c.TenantHeader = "x-tenant-id"
+			c.Admission.TenantQuota = 1
+		}))
+		decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1"}))
+		decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1"}))
+		r := h.chat("b", 5, map[string]string{"x-tenant-id": "t2"}) // queued, times out
+		require.Equal(t, http.StatusServiceUnavailable, r.status)
+		r = h.chat("c", 5, map[string]string{"x-tenant-id": "t1"}) // over quota
+		require.Equal(t, http.StatusTooManyRequests, r.status)
+		d := h.chatAsync(context.Background(), "d", 5, map[string]string{"x-tenant-id": "t3"})
+		h.waitQueued(1)
+		advance(time.Minute)
+		decodeCompletion(t, h.chat("a", 5, map[string]string{"x-tenant-id": "t1", "x-session-end": "true"}))
+		advance(modelTime) // d's first call, admitted as a ended
+		decodeCompletion(t, answeredNow(t, d))
+		h.settle()
+		s := h.state()
 
-	got, _ := gather(t, h)
-	for series, want := range map[string]float64{
-		`basin_gateway_admissions_total{result="immediate"}`:              1, // a
-		`basin_gateway_admissions_total{result="queued"}`:                 1, // d
-		`basin_gateway_session_arrivals_total`:                            4, // a, b, c, d
-		`basin_gateway_session_completions_total`:                         1, // a
-		`basin_gateway_refusals_total{code="503",reason="queue_timeout"}`: 1, // b
-		`basin_gateway_refusals_total{code="429",reason="tenant_quota"}`:  1, // c
-		`basin_gateway_refusals_total{code="529",reason="shed"}`:          0,
-		`basin_gateway_refusals_total{code="503",reason="shutting_down"}`: 0,
-		`basin_gateway_sessions_live`:                                     1, // d
-		`basin_gateway_sessions_queued`:                                   0,
-		`basin_gateway_budget_tokens`:                                     1,
-		`basin_gateway_reference_budget_tokens`:                           1,
-		`basin_gateway_affinity_enabled`:                                  0,
-		`basin_gateway_admission_count_only`:                              0,
-		`basin_gateway_working_set_tokens`:                                float64(s.WorkingSet),
-		`basin_gateway_reserved_tokens`:                                   float64(s.Reserved),
-		`basin_gateway_queue_wait_seconds_count`:                          1, // d waited in the queue
-		`basin_gateway_first_call_wait_seconds_count`:                     2, // a's and d's first calls
-		`basin_gateway_session_peak_tokens_count`:                         1, // a ended
-	} {
-		v, ok := got[series]
-		if assert.True(t, ok, "%s is exported", series) {
-			assert.Equal(t, want, v, series)
+		got, _ := gather(t, h)
+		for series, want := range map[string]float64{
+			`basin_gateway_admissions_total{result="immediate"}`:              1, // a
+			`basin_gateway_admissions_total{result="queued"}`:                 1, // d
+			`basin_gateway_session_arrivals_total`:                            4, // a, b, c, d
+			`basin_gateway_session_completions_total`:                         1, // a
+			`basin_gateway_refusals_total{code="503",reason="queue_timeout"}`: 1, // b
+			`basin_gateway_refusals_total{code="429",reason="tenant_quota"}`:  1, // c
+			`basin_gateway_refusals_total{code="529",reason="shed"}`:          0,
+			`basin_gateway_refusals_total{code="503",reason="shutting_down"}`: 0,
+			`basin_gateway_sessions_live`:                                     1, // d
+			`basin_gateway_sessions_queued`:                                   0,
+			`basin_gateway_budget_tokens`:                                     1,
+			`basin_gateway_reference_budget_tokens`:                           1,
+			`basin_gateway_affinity_enabled`:                                  0,
+			`basin_gateway_admission_count_only`:                              0,
+			`basin_gateway_working_set_tokens`:                                float64(s.WorkingSet),
+			`basin_gateway_reserved_tokens`:                                   float64(s.Reserved),
+			`basin_gateway_queue_wait_seconds_count`:                          1, // d waited in the queue
+			`basin_gateway_first_call_wait_seconds_count`:                     2, // a's and d's first calls
+			`basin_gateway_session_peak_tokens_count`:                         1, // a ended
+		} {
+			v, ok := got[series]
+			if assert.True(t, ok, "%s is exported", series) {
+				assert.Equal(t, want, v, series)
+			}
 		}
-	}
-	assert.Positive(t, got["basin_gateway_working_set_tokens"])
-	assert.Greater(t, got["basin_gateway_first_call_wait_seconds_sum"], got["basin_gateway_queue_wait_seconds_sum"],
-		"d's first-call wait includes its queueing")
-	assert.Positive(t, got["basin_gateway_session_peak_tokens_sum"])
+		assert.Positive(t, got["basin_gateway_working_set_tokens"])
+		// d queued for a minute and a's last call; its first call then took the model's time, as a's did.
+		queued := time.Minute + modelTime
+		assert.Equal(t, queued.Seconds(), got["basin_gateway_queue_wait_seconds_sum"])
+		assert.Equal(t, (modelTime + queued + modelTime).Seconds(), got["basin_gateway_first_call_wait_seconds_sum"],
+			"d's first-call wait includes its queueing")
+		assert.Positive(t, got["basin_gateway_session_peak_tokens_sum"])
 
-	// The same over HTTP, for Prometheus.
-	r = h.adminDo(http.MethodGet, "/metrics", "", "")
-	require.Equal(t, http.StatusOK, r.status)
-	assert.Contains(t, string(r.body), "basin_gateway_working_set_tokens ")
+		// The same over HTTP, for Prometheus.
+		r = h.adminDo(http.MethodGet, "/metrics", "", "")
+		require.Equal(t, http.StatusOK, r.status)
+		assert.Contains(t, string(r.body), "basin_gateway_working_set_tokens ")
+	})
 }
 
 func TestStateFileRestoresLiveSessionsAcrossARestart(t *testing.T) {

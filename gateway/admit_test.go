@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -24,38 +25,45 @@ func queueB(t *testing.T, g *Gateway) *waiter {
 	return wt
 }
 
+// TestAWaiterGivingUpAsItIsAdmittedGetsTheAdmission runs in a bubble: leave waits for an
+// admission on its way, however long its delivery takes short of lostEventWait.
 func TestAWaiterGivingUpAsItIsAdmittedGetsTheAdmission(t *testing.T) {
-	h := start(t, baseConfig(t, []string{"http://127.0.0.1:1"}, func(c *Config) { c.Admission.BudgetTokens = 1 }), nil)
-	g := h.g
-	wt := queueB(t, g)
+	synctest.Test(t, func(t *testing.T) {
+		h := startInBubble(t, newMemNet(), baseConfig(t, []string{"http://upstream.test"}, func(c *Config) { c.Admission.BudgetTokens = 1 }))
+		g := h.g
+		wt := queueB(t, g)
 
-	// a ends: the core admits b, but the event is not delivered yet when b's wait runs out.
-	evs := g.core.End(g.now(), "a")
-	require.True(t, g.core.Live("b"))
-	type result struct {
-		msg waitMsg
-		got bool
-	}
-	left := make(chan result, 1)
-	go func() {
-		m, got, _ := g.leave("b", wt)
-		left <- result{m, got}
-	}()
-	select {
-	case r := <-left:
-		t.Fatalf("leave returned before the admission was delivered: %+v", r)
-	case <-time.After(50 * time.Millisecond):
-	}
-	g.deliver(evs)
-	select {
-	case r := <-left:
-		assert.True(t, r.got)
-		assert.Equal(t, admission.EventAdmitted, r.msg.ev.Kind)
-		assert.True(t, r.msg.owner)
-	case <-time.After(3 * time.Second):
-		t.Fatal("the admission was lost")
-	}
-	assert.True(t, g.core.Live("b"))
+		// a ends: the core admits b, but the event is not delivered yet when b's wait runs out.
+		evs := g.core.End(g.now(), "a")
+		require.True(t, g.core.Live("b"))
+		type result struct {
+			msg waitMsg
+			got bool
+		}
+		left := make(chan result, 1)
+		go func() {
+			m, got, _ := g.leave("b", wt)
+			left <- result{m, got}
+		}()
+		time.Sleep(lostEventWait - time.Second)
+		synctest.Wait()
+		select {
+		case r := <-left:
+			t.Fatalf("leave returned before the admission was delivered: %+v", r)
+		default:
+		}
+		g.deliver(evs)
+		synctest.Wait()
+		select {
+		case r := <-left:
+			assert.True(t, r.got)
+			assert.Equal(t, admission.EventAdmitted, r.msg.ev.Kind)
+			assert.True(t, r.msg.owner)
+		default:
+			t.Fatal("the admission was lost")
+		}
+		assert.True(t, g.core.Live("b"))
+	})
 }
 
 func TestAnAdmissionWithNobodyWaitingGivesTheBudgetBack(t *testing.T) {

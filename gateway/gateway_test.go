@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/basin-dev/basin/gateway/adminapi"
-	"github.com/basin-dev/basin/test/testclock"
 )
 
 // completion is the part of a chat completion the tests read.
@@ -76,66 +76,86 @@ func TestSessionsUnderReferenceAreAdmittedAndTracked(t *testing.T) {
 }
 
 func TestQueuedSessionIsAdmittedWhenTheLiveOneEnds(t *testing.T) {
-	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.Admission.BudgetTokens = 1 }), nil)
-	decodeCompletion(t, h.chat("first", 5, nil))
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		up := newMemUpstream(t, n, okJSON(100, 10))
+		h := startInBubble(t, n, baseConfig(t, []string{up.URL}, func(c *Config) { c.Admission.BudgetTokens = 1 }))
+		decodeCompletion(t, h.chat("first", 5, nil))
 
-	second := h.chatAsync(context.Background(), "second", 5, nil)
-	s := h.waitQueued(1)
-	assert.Equal(t, "second", s.Queue[0].ID)
-	select {
-	case r := <-second:
-		t.Fatalf("the queued call was answered before the live session ended: %s", r)
-	case <-time.After(100 * time.Millisecond):
-	}
+		second := h.chatAsync(context.Background(), "second", 5, nil)
+		s := h.waitQueued(1)
+		assert.Equal(t, "second", s.Queue[0].ID)
+		advance(DefaultMaxQueueWait - time.Second)
+		pendingNow(t, second, "before the live session ended")
 
-	decodeCompletion(t, h.chat("first", 5, map[string]string{"x-session-end": "true"}))
-	select {
-	case r := <-second:
-		decodeCompletion(t, r)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the queued session was not admitted after the live one ended")
-	}
-	s = h.state()
-	assert.Empty(t, s.Queue)
-	assert.Equal(t, 1, s.Live)
-	assert.Equal(t, uint64(1), s.Counters.AdmittedFromQueue)
-	assert.False(t, h.g.core.Live("first"))
-	assert.True(t, h.g.core.Live("second"))
+		decodeCompletion(t, h.chat("first", 5, map[string]string{"x-session-end": "true"}))
+		decodeCompletion(t, answeredNow(t, second))
+		s = h.state()
+		assert.Empty(t, s.Queue)
+		assert.Equal(t, 1, s.Live)
+		assert.Equal(t, uint64(1), s.Counters.AdmittedFromQueue)
+		assert.False(t, h.g.core.Live("first"))
+		assert.True(t, h.g.core.Live("second"))
+	})
 }
 
+// TestQueueTimeoutIs503AndARetryKeepsItsArrival runs in a bubble: the queued call is answered at
+// max_queue_wait, not a second before, and a retry a minute later keeps the first arrival.
 func TestQueueTimeoutIs503AndARetryKeepsItsArrival(t *testing.T) {
-	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
-		c.Admission.BudgetTokens = 1
-		c.MaxQueueWait = Duration(200 * time.Millisecond)
-	}), nil)
-	decodeCompletion(t, h.chat("live", 5, nil))
+	synctest.Test(t, func(t *testing.T) {
+		const wait = 10 * time.Minute
+		n := newMemNet()
+		up := newMemUpstream(t, n, okJSON(100, 10))
+		h := startInBubble(t, n, baseConfig(t, []string{up.URL}, func(c *Config) {
+			c.Admission.BudgetTokens = 1
+			c.MaxQueueWait = Duration(wait)
+			c.IdleTimeout = Duration(time.Hour) // the live session stays live while the other waits
+		}))
+		decodeCompletion(t, h.chat("live", 5, nil))
 
-	first := h.chatAsync(context.Background(), "waiting", 5, nil)
-	q := h.waitQueued(1).Queue[0]
-	arrival, priority := q.Arrival, q.Priority
-	var r response
-	select {
-	case r = <-first:
-	case <-time.After(3 * time.Second):
-		t.Fatal("no answer after max_queue_wait")
-	}
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
-	assert.Equal(t, "queue_timeout", r.header.Get("x-basin-reason"))
-	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
-	require.NoError(t, err, "Retry-After must be whole seconds, got %q", r.header.Get("Retry-After"))
-	assert.GreaterOrEqual(t, ra, 1)
-	e := errorOf(t, r)
-	assert.Equal(t, "queue_timeout", e.Code)
-	assert.Equal(t, "server_error", e.Type)
-	assert.Empty(t, h.state().Queue, "a timed-out session leaves the queue")
+		first := h.chatAsync(context.Background(), "waiting", 5, nil)
+		synctest.Wait()
+		st := h.state()
+		require.Len(t, st.Queue, 1)
+		q := st.Queue[0]
+		arrival, priority := q.Arrival, q.Priority
+		time.Sleep(wait - time.Second)
+		synctest.Wait()
+		select {
+		case r := <-first:
+			t.Fatalf("answered a second before max_queue_wait: %s", r)
+		default:
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		var r response
+		select {
+		case r = <-first:
+		default:
+			t.Fatal("no answer at max_queue_wait")
+		}
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+		assert.Equal(t, "queue_timeout", r.header.Get("x-basin-reason"))
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		require.NoError(t, err, "Retry-After must be whole seconds, got %q", r.header.Get("Retry-After"))
+		assert.GreaterOrEqual(t, ra, 1)
+		e := errorOf(t, r)
+		assert.Equal(t, "queue_timeout", e.Code)
+		assert.Equal(t, "server_error", e.Type)
+		assert.Empty(t, h.state().Queue, "a timed-out session leaves the queue")
 
-	time.Sleep(20 * time.Millisecond)
-	retry := h.chatAsync(context.Background(), "waiting", 5, nil)
-	s := h.waitQueued(1)
-	assert.True(t, s.Queue[0].Arrival.Equal(arrival), "retry arrival %v, want the original %v", s.Queue[0].Arrival, arrival)
-	assert.True(t, s.Queue[0].Priority.Equal(priority), "retry priority %v, want the original %v", s.Queue[0].Priority, priority)
-	assert.GreaterOrEqual(t, s.Queue[0].WaitedSeconds, 0.2, "its wait counts from the first arrival")
-	<-retry
+		time.Sleep(time.Minute)
+		ctx, cancel := context.WithCancel(context.Background())
+		retry := h.chatAsync(ctx, "waiting", 5, nil)
+		synctest.Wait()
+		st = h.state()
+		require.Len(t, st.Queue, 1)
+		assert.True(t, st.Queue[0].Arrival.Equal(arrival), "retry arrival %v, want the original %v", st.Queue[0].Arrival, arrival)
+		assert.True(t, st.Queue[0].Priority.Equal(priority), "retry priority %v, want the original %v", st.Queue[0].Priority, priority)
+		assert.Equal(t, (wait + time.Minute).Seconds(), st.Queue[0].WaitedSeconds, "its wait counts from the first arrival")
+		cancel()
+		<-retry
+	})
 }
 
 func TestTenantOverQuotaIs429(t *testing.T) {
@@ -254,20 +274,25 @@ func TestSessionEnds(t *testing.T) {
 	})
 }
 
+// TestIdleSessionsExpire: the Run loop ends a session idle past the idle timeout, within the
+// second, and no other.
 func TestIdleSessionsExpire(t *testing.T) {
-	clock := testclock.New(time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC))
-	// 600 minutes of the simulator's time at 600×: a minute of the gateway's clock.
-	h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) { c.IdleTimeout = simIdleTimeout / 10 }), clock.Now)
-	decodeCompletion(t, h.chat("idle", 5, nil))
-	h.settle()
-	clock.Advance(30 * time.Second)
-	decodeCompletion(t, h.chat("busy", 5, nil))
-	h.settle()
-	clock.Advance(40 * time.Second)
-	h.g.expire()
-	assert.False(t, h.g.core.Live("idle"), "idle for 70 s > 1 min")
-	assert.True(t, h.g.core.Live("busy"), "idle for 40 s")
-	assert.Equal(t, 1, h.state().Live)
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		up := newMemUpstream(t, n, okJSON(100, 10))
+		h := startInBubble(t, n, baseConfig(t, []string{up.URL}, func(c *Config) { c.IdleTimeout = Duration(time.Minute) }))
+		decodeCompletion(t, h.chat("idle", 5, nil))
+		advance(30 * time.Second)
+		decodeCompletion(t, h.chat("busy", 5, nil))
+		advance(30*time.Second - time.Second)
+		assert.True(t, h.g.core.Live("idle"), "idle for 59 s < 1 min")
+		advance(2 * time.Second)
+		assert.False(t, h.g.core.Live("idle"), "idle for 61 s > 1 min")
+		assert.True(t, h.g.core.Live("busy"), "idle for 31 s")
+		assert.Equal(t, 1, h.state().Live)
+		advance(30 * time.Second)
+		assert.False(t, h.g.core.Live("busy"), "idle for 61 s > 1 min")
+	})
 }
 
 func TestAnonymousCalls(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,16 +54,27 @@ func startSim(t testing.TB) string { return servetest.Start(t, 600).URL }
 // 600×: the gateway keeps the idle timeout in the deployment's time.
 const simIdleTimeout = Duration(100 * time.Hour)
 
-// harness is a gateway on loopback test servers, its Run loop going.
+// harness is a gateway on loopback test servers (start), or on an in-memory network in a
+// testing/synctest bubble (startInBubble), its Run loop going.
 type harness struct {
-	t     testing.TB
-	g     *Gateway
-	cfg   *Config
+	t   testing.TB
+	g   *Gateway
+	cfg *Config
+	// ts and admin are the loopback servers (nil in a bubble): the tests of real clients use them.
 	ts    *httptest.Server
 	admin *httptest.Server
-	reg   *prometheus.Registry
-	log   *syncBuffer
-	stop  func() error // cancels Run and waits for it
+	// url and adminURL are the listeners' base URLs, which client and adminClient reach.
+	url, adminURL       string
+	client, adminClient *http.Client
+	// bubble: the harness runs in a testing/synctest bubble (startInBubble), where await checks
+	// its condition once every goroutine is blocked instead of polling.
+	bubble bool
+	// callTimeout bounds a call sent by do (0: none). In a bubble a call may wait as long as the
+	// test makes the fake clock run, and a call that never ends is a deadlock the bubble reports.
+	callTimeout time.Duration
+	reg         *prometheus.Registry
+	log         *syncBuffer
+	stop        func() error // cancels Run and waits for it
 }
 
 // baseConfig is a valid configuration in front of the given upstreams; tweak edits it.
@@ -102,6 +114,42 @@ func startOn(t testing.TB, cfg *Config, now func() time.Time, admin *httptest.Se
 // put a fault between the gateway and what it depends on.
 func startPrepared(t testing.TB, cfg *Config, now func() time.Time, admin *httptest.Server, prepare func(*Gateway)) *harness {
 	t.Helper()
+	h := newHarness(t, cfg, now, prepare)
+	h.ts = httptest.NewServer(h.g.Handler())
+	admin.Config.Handler = h.g.AdminHandler()
+	admin.Start()
+	h.admin = admin
+	h.url, h.client, h.callTimeout = h.ts.URL, h.ts.Client(), 10*time.Second
+	h.adminURL, h.adminClient = admin.URL, admin.Client()
+	h.run()
+	t.Cleanup(func() {
+		assert.NoError(t, h.stop())
+		h.ts.Close()
+		h.admin.Close()
+	})
+	return h
+}
+
+// startInBubble builds a gateway from cfg on the clock of the testing/synctest bubble it is
+// called in, serves it on n (gateway.test, admin.test) and runs it. Its upstreams must be served
+// on n too: the gateway dials them there.
+func startInBubble(t *testing.T, n *memNet, cfg *Config) *harness {
+	t.Helper()
+	h := newHarness(t, cfg, nil, func(g *Gateway) { g.transport.DialContext = n.dial })
+	h.url = n.serve(t, "gateway.test", h.g.Handler())
+	h.adminURL = n.serve(t, "admin.test", h.g.AdminHandler())
+	h.client, h.adminClient = n.client(t), n.client(t)
+	h.bubble = true
+	h.run()
+	// Registered after the listeners' cleanups, so run before them: the gateway's shutdown
+	// answers the calls it still holds while the listeners are up, as start's cleanup does.
+	t.Cleanup(func() { assert.NoError(t, h.stop()) })
+	return h
+}
+
+// newHarness builds the gateway, prepare run on it first (nil: nothing).
+func newHarness(t testing.TB, cfg *Config, now func() time.Time, prepare func(*Gateway)) *harness {
+	t.Helper()
 	h := &harness{t: t, cfg: cfg, reg: prometheus.NewRegistry(), log: &syncBuffer{}}
 	g, err := New(Options{Config: cfg, Now: now, Registerer: h.reg,
 		Logger:          slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -111,13 +159,14 @@ func startPrepared(t testing.TB, cfg *Config, now func() time.Time, admin *httpt
 		prepare(g)
 	}
 	h.g = g
-	h.ts = httptest.NewServer(g.Handler())
-	admin.Config.Handler = g.AdminHandler()
-	admin.Start()
-	h.admin = admin
+	return h
+}
+
+// run starts the gateway's Run loop; h.stop cancels it and waits for it.
+func (h *harness) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	go func() { done <- h.g.Run(ctx) }()
 	var once sync.Once
 	var runErr error
 	h.stop = func() error {
@@ -131,12 +180,6 @@ func startPrepared(t testing.TB, cfg *Config, now func() time.Time, admin *httpt
 		})
 		return runErr
 	}
-	t.Cleanup(func() {
-		assert.NoError(t, h.stop())
-		h.ts.Close()
-		h.admin.Close()
-	})
-	return h
 }
 
 // response is what a test call got back.
@@ -150,16 +193,19 @@ func (r response) String() string { return fmt.Sprintf("%d %s", r.status, r.body
 
 // do sends a request to the main listener.
 func (h *harness) do(ctx context.Context, method, path string, header map[string]string, body string) (response, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, h.ts.URL+path, strings.NewReader(body))
+	if h.callTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.callTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.url+path, strings.NewReader(body))
 	if err != nil {
 		return response{}, err
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := h.ts.Client().Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		return response{}, err
 	}
@@ -208,12 +254,12 @@ func chatBody(words int) string {
 // adminDo calls the admin listener with the given token ("" for none).
 func (h *harness) adminDo(method, path, token, body string) response {
 	h.t.Helper()
-	req, err := http.NewRequest(method, h.admin.URL+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, h.adminURL+path, strings.NewReader(body))
 	require.NoError(h.t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := h.admin.Client().Do(req)
+	resp, err := h.adminClient.Do(req)
 	require.NoError(h.t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -243,45 +289,111 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// await waits until cond holds: on loopback, polling it for up to 3 s (waitFor); in a bubble,
+// checking it once every goroutine of the bubble is blocked, when whatever the gateway was
+// doing is done and the fake clock has not moved.
+func (h *harness) await(what string, cond func() bool) {
+	h.t.Helper()
+	if !h.bubble {
+		waitFor(h.t, what, cond)
+		return
+	}
+	synctest.Wait()
+	if !cond() {
+		h.t.Fatalf("not so once the bubble is idle: %s", what)
+	}
+}
+
 // settle waits until the gateway has finished accounting for every call (a client has its
 // response a moment before the gateway books the usage). Only for tests with no call held.
 func (h *harness) settle() {
 	h.t.Helper()
-	waitFor(h.t, "calls accounted for", func() bool { return h.g.calls.count() == 0 })
+	h.await("calls accounted for", func() bool { return h.g.calls.count() == 0 })
 }
 
 // waitQueued waits until the queue holds n sessions.
 func (h *harness) waitQueued(n int) adminapi.StateView {
 	h.t.Helper()
 	var v adminapi.StateView
-	waitFor(h.t, fmt.Sprintf("%d queued", n), func() bool {
+	h.await(fmt.Sprintf("%d queued", n), func() bool {
 		v = h.state()
 		return len(v.Queue) == n
 	})
 	return v
 }
 
+// advance moves a bubble's fake clock on by d, then waits until every goroutine is blocked:
+// the gateway's Run loop has swept at each second on the way.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// answeredNow is a call's answer, which must be there once every goroutine of the bubble is
+// blocked.
+func answeredNow(t *testing.T, ch <-chan response) response {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case r := <-ch:
+		return r
+	default:
+		t.Fatal("the call was not answered")
+		return response{}
+	}
+}
+
+// pendingNow fails if the call is answered once every goroutine of the bubble is blocked.
+func pendingNow(t *testing.T, ch <-chan response, what string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s: the call was answered: %s", what, r)
+	default:
+	}
+}
+
 // fakeUpstream is an upstream whose handler the test writes; it records the requests' headers.
 type fakeUpstream struct {
-	*httptest.Server
+	URL     string
+	close   func()
 	mu      sync.Mutex
 	headers []http.Header
 	paths   []string // escaped request paths
 }
 
+// newFakeUpstream serves h on a loopback test server until the test ends.
 func newFakeUpstream(t testing.TB, h http.HandlerFunc) *fakeUpstream {
 	t.Helper()
 	f := &fakeUpstream{}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewServer(f.recording(h))
+	f.URL, f.close = ts.URL, ts.Close
+	t.Cleanup(f.Close)
+	return f
+}
+
+// newMemUpstream serves h as http://upstream.test on n until the test ends.
+func newMemUpstream(t testing.TB, n *memNet, h http.HandlerFunc) *fakeUpstream {
+	t.Helper()
+	f := &fakeUpstream{}
+	f.URL, f.close = n.serveUntil(t, "upstream.test", f.recording(h))
+	return f
+}
+
+// recording is h recording each request's headers and path first.
+func (f *fakeUpstream) recording(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.headers = append(f.headers, r.Header.Clone())
 		f.paths = append(f.paths, r.URL.EscapedPath())
 		f.mu.Unlock()
 		h(w, r)
-	}))
-	t.Cleanup(f.Close)
-	return f
+	})
 }
+
+// Close stops the upstream before the test's end.
+func (f *fakeUpstream) Close() { f.close() }
 
 func (f *fakeUpstream) seenPaths() []string {
 	f.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -18,17 +19,18 @@ import (
 
 	"github.com/basin-dev/basin/gateway/adminapi"
 	"github.com/basin-dev/basin/gateway/admission"
-	"github.com/basin-dev/basin/test/testclock"
 )
 
-// holdHarness is a gateway alone on a settable clock in front of an upstream that counts the
-// model calls it is sent, with session "s" live and idle.
+// holdHarness is a gateway alone in front of an upstream that counts the model calls it is
+// sent, with session "s" live and idle.
 type holdHarness struct {
 	*harness
-	clock *testclock.Clock
-	sent  *atomic.Int64
+	sent *atomic.Int64
 }
 
+// startHold starts a holdHarness in the testing/synctest bubble it is called in: the hold bound
+// and the keep-alive interval are kept by the gateway's Run loop on the bubble's fake clock, which
+// advance moves.
 func startHold(t *testing.T, tweak func(*Config)) *holdHarness {
 	t.Helper()
 	return startHoldOn(t, tweak, nil)
@@ -38,9 +40,26 @@ func startHold(t *testing.T, tweak func(*Config)) *holdHarness {
 // with okJSON).
 func startHoldOn(t *testing.T, tweak func(*Config), streamed http.HandlerFunc) *holdHarness {
 	t.Helper()
+	n := newMemNet()
+	handler, sent := holdUpstream(t, streamed)
+	up := newMemUpstream(t, n, handler)
+	return holdS(t, startInBubble(t, n, baseConfig(t, []string{up.URL}, tweak)), sent)
+}
+
+// startHoldLoopback is startHold outside a bubble, on loopback servers and the wall clock, for
+// the tests that keep no time and run subtests on one gateway (a bubble's test runs none).
+func startHoldLoopback(t *testing.T) *holdHarness {
+	t.Helper()
+	handler, sent := holdUpstream(t, nil)
+	up := newFakeUpstream(t, handler)
+	return holdS(t, start(t, baseConfig(t, []string{up.URL}, nil), nil), sent)
+}
+
+// holdUpstream is the upstream of a holdHarness and its count of model calls.
+func holdUpstream(t *testing.T, streamed http.HandlerFunc) (http.HandlerFunc, *atomic.Int64) {
 	sent := &atomic.Int64{}
 	ok := okJSON(100, 10)
-	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		require.NoError(t, err)
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -52,13 +71,16 @@ func startHoldOn(t *testing.T, tweak func(*Config), streamed http.HandlerFunc) *
 			return
 		}
 		ok(w, r)
-	})
-	clock := testclock.New(time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC))
-	h := &holdHarness{harness: start(t, baseConfig(t, []string{up.URL}, tweak), clock.Now), clock: clock, sent: sent}
+	}, sent
+}
+
+// holdS makes session s live on h with one call.
+func holdS(t *testing.T, h *harness, sent *atomic.Int64) *holdHarness {
+	t.Helper()
 	require.Equal(t, http.StatusOK, h.chat("s", 5, nil).status)
 	h.settle()
 	require.Equal(t, int64(1), sent.Load())
-	return h
+	return &holdHarness{harness: h, sent: sent}
 }
 
 // holds posts a change of the hold list and decodes the answer.
@@ -75,11 +97,12 @@ func (h *holdHarness) holds(body string) adminapi.HoldResult {
 func (h *holdHarness) heldCall(ctx context.Context) <-chan response {
 	h.t.Helper()
 	ch := h.chatAsync(ctx, "s", 5, nil)
-	waitFor(h.t, "the call held", func() bool { return h.state().HeldCalls == 1 })
+	h.await("the call held", func() bool { return h.state().HeldCalls == 1 })
 	return ch
 }
 
-// notAnswered fails if the call is answered within a moment.
+// notAnswered fails if the call is answered within a moment of wall time: for the replicated
+// tests, on loopback; in a bubble, pendingNow says it exactly.
 func notAnswered(t *testing.T, ch <-chan response, what string) {
 	t.Helper()
 	select {
@@ -89,7 +112,7 @@ func notAnswered(t *testing.T, ch <-chan response, what string) {
 	}
 }
 
-// answered waits for a call's answer.
+// answered waits for a call's answer (on loopback; in a bubble, answeredNow).
 func answered(t *testing.T, ch <-chan response) response {
 	t.Helper()
 	select {
@@ -102,157 +125,171 @@ func answered(t *testing.T, ch <-chan response) response {
 }
 
 func TestHeldCallWaitsUntilResumed(t *testing.T) {
-	h := startHold(t, nil)
-	res := h.holds(`{"hold":["s","unknown"],"reason":"test"}`)
-	assert.Equal(t, adminapi.HoldResult{Added: 1, Released: []string{}, HeldSessions: 1, HeldTokens: 110}, res,
-		"s held (its context from the first call's usage); the unknown id skipped")
-	ch := h.heldCall(context.Background())
-	notAnswered(t, ch, "before the resume")
-	assert.Equal(t, int64(1), h.sent.Load(), "the held call did not reach the upstream")
-	st := h.state()
-	assert.Equal(t, 1, st.InCall, "a held call counts in flight")
-	require.Len(t, st.Sessions, 1)
-	assert.True(t, st.Sessions[0].Held)
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, nil)
+		res := h.holds(`{"hold":["s","unknown"],"reason":"test"}`)
+		assert.Equal(t, adminapi.HoldResult{Added: 1, Released: []string{}, HeldSessions: 1, HeldTokens: 110}, res,
+			"s held (its context from the first call's usage); the unknown id skipped")
+		ch := h.heldCall(context.Background())
+		advance(30 * time.Second)
+		pendingNow(t, ch, "30 s on, before the resume")
+		assert.Equal(t, int64(1), h.sent.Load(), "the held call did not reach the upstream")
+		st := h.state()
+		assert.Equal(t, 1, st.InCall, "a held call counts in flight")
+		require.Len(t, st.Sessions, 1)
+		assert.True(t, st.Sessions[0].Held)
 
-	h.clock.Advance(30 * time.Second)
-	res = h.holds(`{"resume":["s"],"reason":"test"}`)
-	assert.Equal(t, adminapi.HoldResult{Resumed: 1, Released: []string{"s"}}, res)
-	r := answered(t, ch)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	decodeCompletion(t, r)
-	h.settle()
-	assert.Equal(t, int64(2), h.sent.Load(), "proxied once released")
-	st = h.state()
-	assert.Zero(t, st.InCall, "counted once: begun by the hold, finished by the proxy")
-	assert.Zero(t, st.Held)
-	assert.Equal(t, uint64(1), st.Counters.CallsHeld)
-	assert.Equal(t, uint64(1), st.Counters.Resumed)
-	assert.True(t, h.g.core.Live("s"))
+		res = h.holds(`{"resume":["s"],"reason":"test"}`)
+		assert.Equal(t, adminapi.HoldResult{Resumed: 1, Released: []string{"s"}}, res)
+		r := answeredNow(t, ch)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		decodeCompletion(t, r)
+		h.settle()
+		assert.Equal(t, int64(2), h.sent.Load(), "proxied once released")
+		st = h.state()
+		assert.Zero(t, st.InCall, "counted once: begun by the hold, finished by the proxy")
+		assert.Zero(t, st.Held)
+		assert.Equal(t, uint64(1), st.Counters.CallsHeld)
+		assert.Equal(t, uint64(1), st.Counters.Resumed)
+		assert.True(t, h.g.core.Live("s"))
 
-	_, hist := gather(t, h.harness)
-	assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="resumed"}`])
+		_, hist := gather(t, h.harness)
+		assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="resumed"}`])
+	})
 }
 
+// TestHeldCallIsReleasedAtTheHoldBound: the Run loop releases a held call at the hold bound, not
+// a second before or after, and the session, whose call waited past the idle timeout, is not idle.
 func TestHeldCallIsReleasedAtTheHoldBound(t *testing.T) {
-	h := startHold(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) })
-	h.holds(`{"hold":["s"],"reason":"test"}`)
-	ch := h.heldCall(context.Background())
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) })
+		h.holds(`{"hold":["s"],"reason":"test"}`)
+		// Held on an odd second of the Run loop's: its sweep comes every second, not every other.
+		advance(time.Second)
+		ch := h.heldCall(context.Background())
 
-	h.clock.Advance(admission.DefaultHoldBound - time.Second)
-	h.g.expire()
-	notAnswered(t, ch, "a second before the bound")
-	assert.True(t, h.g.core.Live("s"), "a session whose call waits is not idle, past the idle timeout")
+		advance(admission.DefaultHoldBound - time.Second)
+		pendingNow(t, ch, "a second before the bound")
+		assert.True(t, h.g.core.Live("s"), "a session whose call waits is not idle, past the idle timeout")
 
-	h.clock.Advance(time.Second)
-	h.g.expire()
-	r := answered(t, ch)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	h.settle()
-	assert.Equal(t, int64(2), h.sent.Load())
-	st := h.state()
-	assert.Equal(t, 1, st.Held, "the session stays held")
-	assert.Zero(t, st.HeldCalls)
-	assert.Equal(t, uint64(1), st.Counters.HoldBoundReleases)
-	_, hist := gather(t, h.harness)
-	assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="hold_bound"}`])
+		advance(time.Second)
+		r := answeredNow(t, ch)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		h.settle()
+		assert.Equal(t, int64(2), h.sent.Load())
+		st := h.state()
+		assert.Equal(t, 1, st.Held, "the session stays held")
+		assert.Zero(t, st.HeldCalls)
+		assert.Equal(t, uint64(1), st.Counters.HoldBoundReleases)
+		_, hist := gather(t, h.harness)
+		assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="hold_bound"}`])
 
-	// Still held: its next call waits again.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ch = h.heldCall(ctx)
-	notAnswered(t, ch, "the next call")
-	cancel()
-	<-ch
+		// Still held: its next call waits again.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch = h.heldCall(ctx)
+		advance(admission.DefaultHoldBound - time.Second)
+		pendingNow(t, ch, "the next call, a second before its own bound")
+		cancel()
+		<-ch
+	})
 }
 
 func TestCancelledHeldCallLeavesNothingInFlight(t *testing.T) {
-	h := startHold(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) })
-	h.holds(`{"hold":["s"],"reason":"test"}`)
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := h.heldCall(ctx)
-	require.Equal(t, 1, h.state().InCall)
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) })
+		h.holds(`{"hold":["s"],"reason":"test"}`)
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := h.heldCall(ctx)
+		require.Equal(t, 1, h.state().InCall)
 
-	cancel()
-	r := answered(t, ch)
-	assert.Equal(t, -1, r.status, "the client gave up: %s", r)
-	waitFor(t, "the held call finished", func() bool { return h.state().InCall == 0 })
-	h.settle()
-	assert.Equal(t, int64(1), h.sent.Load(), "a call given up while held never reaches the upstream")
-	_, hist := gather(t, h.harness)
-	assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="client_gone"}`])
+		cancel()
+		r := answeredNow(t, ch)
+		assert.Equal(t, -1, r.status, "the client gave up: %s", r)
+		h.settle()
+		assert.Zero(t, h.state().InCall, "the held call finished")
+		assert.Equal(t, int64(1), h.sent.Load(), "a call given up while held never reaches the upstream")
+		_, hist := gather(t, h.harness)
+		assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="client_gone"}`])
 
-	// Nothing in flight: the session idles out as any idle one does.
-	h.clock.Advance(2 * time.Minute)
-	h.g.expire()
-	assert.False(t, h.g.core.Live("s"), "idle for 2 min > 1 min")
+		// Nothing in flight: the session idles out as any idle one does, on the Run loop's sweep.
+		advance(time.Minute - time.Second)
+		assert.True(t, h.g.core.Live("s"), "idle for 59 s < 1 min")
+		advance(2 * time.Second)
+		assert.False(t, h.g.core.Live("s"), "idle for 61 s > 1 min")
+	})
 }
 
 func TestARetryOfAnAbandonedHeldCallIsHeldAfresh(t *testing.T) {
-	h := startHold(t, nil)
-	h.holds(`{"hold":["s"],"reason":"test"}`)
-	ctx, cancel := context.WithCancel(context.Background())
-	ch := h.heldCall(ctx)
-	cancel()
-	assert.Equal(t, -1, answered(t, ch).status)
-	waitFor(t, "the held call finished", func() bool { return h.state().InCall == 0 })
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, nil)
+		h.holds(`{"hold":["s"],"reason":"test"}`)
+		ctx, cancel := context.WithCancel(context.Background())
+		ch := h.heldCall(ctx)
+		cancel()
+		assert.Equal(t, -1, answeredNow(t, ch).status)
+		h.await("the held call finished", func() bool { return h.state().InCall == 0 })
 
-	// The client retries a minute later: the retry waits, as the call it repeats did.
-	h.clock.Advance(time.Minute)
-	retry := h.chatAsync(context.Background(), "s", 5, nil)
-	waitFor(t, "the retry begun", func() bool { return h.state().InCall == 1 })
-	notAnswered(t, retry, "the retry of a held call")
-	assert.Equal(t, int64(1), h.sent.Load())
+		// The client retries a minute later: the retry waits, as the call it repeats did.
+		advance(time.Minute)
+		retry := h.chatAsync(context.Background(), "s", 5, nil)
+		h.await("the retry begun", func() bool { return h.state().InCall == 1 })
+		pendingNow(t, retry, "the retry of a held call")
+		assert.Equal(t, int64(1), h.sent.Load())
 
-	assert.Equal(t, 1, h.state().HeldCalls, "the given-up call no longer counts; the retry does")
+		assert.Equal(t, 1, h.state().HeldCalls, "the given-up call no longer counts; the retry does")
 
-	// Released at its own bound: each request waits at most one bound.
-	h.clock.Advance(admission.DefaultHoldBound - time.Second)
-	h.g.expire()
-	notAnswered(t, retry, "the retry before its own bound")
-	h.clock.Advance(time.Second)
-	h.g.expire()
-	r := answered(t, retry)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	h.settle()
-	assert.Equal(t, int64(2), h.sent.Load())
-	st := h.state()
-	assert.Zero(t, st.InCall)
-	assert.Zero(t, st.HeldCalls)
-	assert.Equal(t, 1, st.Held, "still held")
+		// Released at its own bound: each request waits at most one bound.
+		advance(admission.DefaultHoldBound - time.Second)
+		pendingNow(t, retry, "the retry before its own bound")
+		advance(time.Second)
+		r := answeredNow(t, retry)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		h.settle()
+		assert.Equal(t, int64(2), h.sent.Load())
+		st := h.state()
+		assert.Zero(t, st.InCall)
+		assert.Zero(t, st.HeldCalls)
+		assert.Equal(t, 1, st.Held, "still held")
+	})
 }
 
 func TestHeldCallOfASessionEndedWhileItWaits(t *testing.T) {
-	h := startHold(t, nil)
-	h.holds(`{"hold":["s"],"reason":"test"}`)
-	ch := h.heldCall(context.Background())
-	r, err := h.do(context.Background(), http.MethodPost, "/v1/sessions/s/end", nil, "")
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, nil)
+		h.holds(`{"hold":["s"],"reason":"test"}`)
+		ch := h.heldCall(context.Background())
+		r, err := h.do(context.Background(), http.MethodPost, "/v1/sessions/s/end", nil, "")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
 
-	// The call is no longer a live session's: it is admitted as a new session's first call.
-	r = answered(t, ch)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	h.settle()
-	assert.Equal(t, int64(2), h.sent.Load())
-	st := h.state()
-	assert.Zero(t, st.Held, "the new session is not held")
-	assert.Zero(t, st.InCall)
-	assert.Equal(t, uint64(2), st.Counters.Arrivals, "the call arrived again")
+		// The call is no longer a live session's: it is admitted as a new session's first call.
+		r = answeredNow(t, ch)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		h.settle()
+		assert.Equal(t, int64(2), h.sent.Load())
+		st := h.state()
+		assert.Zero(t, st.Held, "the new session is not held")
+		assert.Zero(t, st.InCall)
+		assert.Equal(t, uint64(2), st.Counters.Arrivals, "the call arrived again")
+	})
 }
 
 func TestHeldCallAtShutdownIs503(t *testing.T) {
-	h := startHold(t, nil)
-	h.holds(`{"hold":["s"],"reason":"test"}`)
-	ch := h.heldCall(context.Background())
-	require.NoError(t, h.stop())
-	r := answered(t, ch)
-	checkRefusal(t, r, http.StatusServiceUnavailable, reasonShuttingDown)
-	assert.Equal(t, int64(1), h.sent.Load())
-	assert.Zero(t, h.g.core.Snapshot(h.g.now(), false).InCall, "the held call was finished in the core")
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, nil)
+		h.holds(`{"hold":["s"],"reason":"test"}`)
+		ch := h.heldCall(context.Background())
+		require.NoError(t, h.stop())
+		r := answeredNow(t, ch)
+		checkRefusal(t, r, http.StatusServiceUnavailable, reasonShuttingDown)
+		assert.Equal(t, int64(1), h.sent.Load())
+		assert.Zero(t, h.g.core.Snapshot(h.g.now(), false).InCall, "the held call was finished in the core")
+	})
 }
 
 func TestAdminHoldsRejectsBadBodiesNamingTheField(t *testing.T) {
-	h := startHold(t, nil)
+	h := startHoldLoopback(t)
 	for _, tc := range []struct{ name, body, param string }{
 		{"neither list", `{"reason":"r"}`, "hold"},
 		{"empty lists", `{"hold":[],"resume":[],"reason":"r"}`, "hold"},
@@ -308,7 +345,7 @@ func TestAdminHoldsRejectsBadBodiesNamingTheField(t *testing.T) {
 }
 
 func TestStateListsSessionsWithTheQueueTailWhenAsked(t *testing.T) {
-	h := startHold(t, nil)
+	h := startHoldLoopback(t)
 	h.holds(`{"hold":["s"],"reason":"test"}`)
 	for _, tc := range []struct {
 		query string
@@ -403,7 +440,8 @@ var (
 )
 
 // liveCall is a call whose answer the test reads as it arrives: its status and headers once
-// they are sent, then its body line by line.
+// they are sent, then its body line by line. It is read in a testing/synctest bubble: what has
+// arrived is what is there once every goroutine of the bubble is blocked.
 type liveCall struct {
 	t      *testing.T
 	header chan *http.Response
@@ -417,14 +455,14 @@ func (h *holdHarness) open(ctx context.Context, tc heldStreamCase) *liveCall {
 		err: make(chan error, 1)}
 	go func() {
 		defer close(lc.lines)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.ts.URL+tc.path, strings.NewReader(tc.body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+tc.path, strings.NewReader(tc.body))
 		if err != nil {
 			lc.err <- err
 			return
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("x-session-id", "s")
-		resp, err := h.ts.Client().Do(req)
+		resp, err := h.client.Do(req)
 		if err != nil {
 			lc.err <- err
 			return
@@ -440,70 +478,75 @@ func (h *holdHarness) open(ctx context.Context, tc heldStreamCase) *liveCall {
 	return lc
 }
 
-// headers waits for the call's status and headers.
+// headers is the call's status and headers, which must have arrived.
 func (lc *liveCall) headers() *http.Response {
 	lc.t.Helper()
+	synctest.Wait()
 	select {
 	case r := <-lc.header:
 		return r
 	case err := <-lc.err:
 		lc.t.Fatalf("the call failed before its headers: %v", err)
-	case <-time.After(5 * time.Second):
+	default:
 		lc.t.Fatal("no headers")
 	}
 	return nil
 }
 
-// noHeaders fails if the call's headers arrive within a moment.
+// noHeaders fails if the call's headers have arrived.
 func (lc *liveCall) noHeaders(what string) {
 	lc.t.Helper()
+	synctest.Wait()
 	select {
 	case r := <-lc.header:
 		lc.t.Fatalf("%s: headers sent (%d %v)", what, r.StatusCode, r.Header)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 }
 
-// next reads n lines of the body.
+// next reads n lines of the body, which must have arrived.
 func (lc *liveCall) next(n int) []string {
 	lc.t.Helper()
 	var got []string
 	for range n {
+		synctest.Wait()
 		select {
 		case l, ok := <-lc.lines:
 			if !ok {
 				lc.t.Fatalf("the body ended after %q", got)
 			}
 			got = append(got, l)
-		case <-time.After(5 * time.Second):
-			lc.t.Fatalf("waited for a line after %q", got)
+		default:
+			lc.t.Fatalf("no line after %q", got)
 		}
 	}
 	return got
 }
 
-// quiet fails if a line of the body arrives within a moment.
+// quiet fails if a line of the body has arrived.
 func (lc *liveCall) quiet(what string) {
 	lc.t.Helper()
+	synctest.Wait()
 	select {
 	case l, ok := <-lc.lines:
 		lc.t.Fatalf("%s: got %q (open %v)", what, l, ok)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 }
 
-// rest reads the body to its end.
+// rest reads the body to its end, which must have arrived.
 func (lc *liveCall) rest() string {
 	lc.t.Helper()
 	var b strings.Builder
 	for {
+		synctest.Wait()
 		select {
 		case l, ok := <-lc.lines:
 			if !ok {
 				return b.String()
 			}
 			b.WriteString(l + "\n")
-		case <-time.After(5 * time.Second):
+		default:
 			lc.t.Fatalf("the body did not end: %q", b.String())
 		}
 	}
@@ -511,19 +554,17 @@ func (lc *liveCall) rest() string {
 
 // beginKeepAlives holds a streamed call of s until the gateway has begun its stream: no headers
 // a second before the first keep-alive is due, then status 200, the stream's headers and one
-// keep-alive.
+// keep-alive, sent by the Run loop's sweep.
 func (h *holdHarness) beginKeepAlives(ctx context.Context, tc heldStreamCase) *liveCall {
 	h.t.Helper()
 	t := h.t.(*testing.T)
 	h.holds(`{"hold":["s"],"reason":"test"}`)
 	lc := h.open(ctx, tc)
-	waitFor(t, "the call held", func() bool { return h.state().HeldCalls == 1 })
-	h.clock.Advance(heldKeepAliveEvery - time.Second)
-	h.g.expire()
+	h.await("the call held", func() bool { return h.state().HeldCalls == 1 })
+	advance(heldKeepAliveEvery - time.Second)
 	lc.noHeaders("a second before the first keep-alive")
 
-	h.clock.Advance(time.Second)
-	h.g.expire()
+	advance(time.Second)
 	resp := lc.headers()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -536,86 +577,103 @@ func (h *holdHarness) beginKeepAlives(ctx context.Context, tc heldStreamCase) *l
 func TestHeldStreamedCallIsKeptAliveThenStreamed(t *testing.T) {
 	for _, tc := range []heldStreamCase{chatStreamed, responsesStreamed, messagesStreamed} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := startHoldOn(t, nil, streamOK)
-			lc := h.beginKeepAlives(context.Background(), tc)
+			synctest.Test(t, func(t *testing.T) {
+				h := startHoldOn(t, nil, streamOK)
+				lc := h.beginKeepAlives(context.Background(), tc)
 
-			h.clock.Advance(heldKeepAliveEvery / 2)
-			h.g.expire()
-			lc.quiet("half an interval on")
-			h.clock.Advance(heldKeepAliveEvery / 2)
-			h.g.expire()
-			assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the second keep-alive")
-			h.clock.Advance(time.Hour / 60) // a minute: the sweep sends one keep-alive, not six
-			h.g.expire()
-			assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the third keep-alive")
-			lc.quiet("one keep-alive a sweep")
-			assert.Equal(t, int64(1), h.sent.Load(), "held: not sent upstream")
-			assert.Equal(t, 1, h.state().HeldCalls)
+				advance(heldKeepAliveEvery / 2)
+				lc.quiet("half an interval on")
+				advance(heldKeepAliveEvery / 2)
+				assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the second keep-alive")
+				for i := range 6 { // a minute: one keep-alive every interval
+					advance(heldKeepAliveEvery - time.Second)
+					lc.quiet(fmt.Sprintf("a second before keep-alive %d", i+3))
+					advance(time.Second)
+					assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "keep-alive %d", i+3)
+				}
+				// Sweeps a minute late (a clock that jumped: a suspended host) send one keep-alive,
+				// not the six they missed.
+				late := time.Now().Add(time.Minute)
+				h.g.expireHolds(late)
+				assert.Equal(t, tc.keepAlive, lc.next(len(tc.keepAlive)), "the late sweep's keep-alive")
+				h.g.expireHolds(late)
+				lc.quiet("one keep-alive, not a burst")
+				assert.Equal(t, int64(1), h.sent.Load(), "held: not sent upstream")
+				assert.Equal(t, 1, h.state().HeldCalls)
 
-			h.holds(`{"resume":["s"],"reason":"test"}`)
-			assert.Equal(t, upstreamStreams[tc.path], lc.rest(), "then the upstream's stream, byte for byte")
-			h.settle()
-			assert.Equal(t, int64(2), h.sent.Load())
-			st := h.state()
-			assert.Zero(t, st.InCall)
-			assert.Zero(t, st.HeldCalls)
-			assert.Equal(t, int64(135), st.WorkingSet, "booked with the usage read off the stream")
-			_, hist := gather(t, h.harness)
-			assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="resumed"}`])
+				h.holds(`{"resume":["s"],"reason":"test"}`)
+				assert.Equal(t, upstreamStreams[tc.path], lc.rest(), "then the upstream's stream, byte for byte")
+				h.settle()
+				assert.Equal(t, int64(2), h.sent.Load())
+				st := h.state()
+				assert.Zero(t, st.InCall)
+				assert.Zero(t, st.HeldCalls)
+				assert.Equal(t, int64(135), st.WorkingSet, "booked with the usage read off the stream")
+				_, hist := gather(t, h.harness)
+				assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="resumed"}`])
+			})
 		})
 	}
 }
 
 // TestHeldStreamIsReleasedAsItWouldBeWithoutKeepAlives: a stream begun with keep-alives goes on
-// with the upstream's stream however the hold ends — at the hold bound, or because its session
-// ended, when the call is admitted again as a new session's first call.
+// with the upstream's stream however the hold ends — at the hold bound (the keep-alives do not
+// move it), or because its session ended, when the call is admitted again as a new session's
+// first call.
 func TestHeldStreamIsReleasedAsItWouldBeWithoutKeepAlives(t *testing.T) {
+	// The keep-alives after beginKeepAlives's first and before the bound: one every interval
+	// from the second to the last before the bound, where the release comes instead.
+	const beforeTheBound = int((admission.DefaultHoldBound - 2*heldKeepAliveEvery) / heldKeepAliveEvery)
 	for _, tc := range []struct {
 		name    string
 		release func(h *holdHarness)
 		reason  string
+		// keepAlives is how many more keep-alives come before the upstream's stream.
+		keepAlives int
 	}{
 		{"at the hold bound", func(h *holdHarness) {
-			h.clock.Advance(admission.DefaultHoldBound)
-			h.g.expire()
-		}, "hold_bound"},
+			advance(admission.DefaultHoldBound - heldKeepAliveEvery - time.Second)
+			assert.Zero(h.t, h.state().Counters.HoldBoundReleases, "a second before the bound")
+			advance(time.Second)
+		}, "hold_bound", beforeTheBound},
 		{"its session ended", func(h *holdHarness) {
 			r, err := h.do(context.Background(), http.MethodPost, "/v1/sessions/s/end", nil, "")
 			require.NoError(h.t, err)
 			require.Equal(h.t, http.StatusOK, r.status, "%s", r)
-		}, admission.ResumeReasonEnded},
+		}, admission.ResumeReasonEnded, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := startHoldOn(t, nil, streamOK)
-			lc := h.beginKeepAlives(context.Background(), chatStreamed)
-			tc.release(h)
-			assert.Equal(t, upstreamStreams[chatStreamed.path], lc.rest())
-			h.settle()
-			assert.Zero(t, h.state().InCall)
-			_, hist := gather(t, h.harness)
-			assert.Equal(t, uint64(1), hist[fmt.Sprintf(`basin_gateway_held_call_wait_seconds{reason=%q}`, tc.reason)])
+			synctest.Test(t, func(t *testing.T) {
+				h := startHoldOn(t, nil, streamOK)
+				lc := h.beginKeepAlives(context.Background(), chatStreamed)
+				tc.release(h)
+				assert.Equal(t, strings.Repeat(string(sseKeepAlive), tc.keepAlives)+upstreamStreams[chatStreamed.path], lc.rest())
+				h.settle()
+				assert.Zero(t, h.state().InCall)
+				_, hist := gather(t, h.harness)
+				assert.Equal(t, uint64(1), hist[fmt.Sprintf(`basin_gateway_held_call_wait_seconds{reason=%q}`, tc.reason)])
+			})
 		})
 	}
 }
 
 func TestHeldCallThatDoesNotStreamWaitsSilently(t *testing.T) {
-	h := startHoldOn(t, nil, streamOK)
-	h.holds(`{"hold":["s"],"reason":"test"}`)
-	ch := h.heldCall(context.Background())
-	for range 3 {
-		h.clock.Advance(heldKeepAliveEvery)
-		h.g.expire()
-	}
-	notAnswered(t, ch, "three keep-alive intervals on")
+	synctest.Test(t, func(t *testing.T) {
+		h := startHoldOn(t, nil, streamOK)
+		h.holds(`{"hold":["s"],"reason":"test"}`)
+		ch := h.heldCall(context.Background())
+		advance(3 * heldKeepAliveEvery)
+		pendingNow(t, ch, "three keep-alive intervals on")
 
-	h.holds(`{"resume":["s"],"reason":"test"}`)
-	r := answered(t, ch)
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	assert.Equal(t, "application/json", r.header.Get("Content-Type"), "the upstream's own headers")
-	c := decodeCompletion(t, r)
-	assert.Equal(t, "ok", c.Choices[0].Message.Content, "the whole answer")
-	h.settle()
-	assert.Zero(t, h.state().InCall)
+		h.holds(`{"resume":["s"],"reason":"test"}`)
+		r := answeredNow(t, ch)
+		require.Equal(t, http.StatusOK, r.status, "%s", r)
+		assert.Equal(t, "application/json", r.header.Get("Content-Type"), "the upstream's own headers")
+		c := decodeCompletion(t, r)
+		assert.Equal(t, "ok", c.Choices[0].Message.Content, "the whole answer")
+		h.settle()
+		assert.Zero(t, h.state().InCall)
+	})
 }
 
 // streamEvent is the one event of an in-stream error: its name ("" for the OpenAI APIs) and
@@ -688,29 +746,31 @@ func TestHeldStreamGetsTheUpstreamsErrorInStream(t *testing.T) {
 			[]string{"the upstream answered 500", "upstream connect error"}, 110},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := startHoldOn(t, nil, tc.upstream)
-			lc := h.beginKeepAlives(context.Background(), tc.call)
-			h.holds(`{"resume":["s"],"reason":"test"}`)
-			body := lc.rest()
-			name, data := streamEvent(t, body)
-			assert.Equal(t, tc.event, name)
-			var e map[string]any
-			if tc.event == "error" {
-				assert.Equal(t, "error", data["type"], "%s", body)
-			}
-			e, _ = data["error"].(map[string]any)
-			require.NotNil(t, e, "%s", body)
-			msg, _ := e["message"].(string)
-			for _, m := range tc.message {
-				assert.Contains(t, msg, m)
-			}
-			delete(e, "message")
-			assert.Equal(t, tc.want, e)
-			h.settle()
-			st := h.state()
-			assert.Zero(t, st.InCall, "the failed call is finished")
-			assert.Equal(t, int64(2), h.sent.Load())
-			assert.Equal(t, tc.working, st.WorkingSet, "booked by what the upstream answered")
+			synctest.Test(t, func(t *testing.T) {
+				h := startHoldOn(t, nil, tc.upstream)
+				lc := h.beginKeepAlives(context.Background(), tc.call)
+				h.holds(`{"resume":["s"],"reason":"test"}`)
+				body := lc.rest()
+				name, data := streamEvent(t, body)
+				assert.Equal(t, tc.event, name)
+				var e map[string]any
+				if tc.event == "error" {
+					assert.Equal(t, "error", data["type"], "%s", body)
+				}
+				e, _ = data["error"].(map[string]any)
+				require.NotNil(t, e, "%s", body)
+				msg, _ := e["message"].(string)
+				for _, m := range tc.message {
+					assert.Contains(t, msg, m)
+				}
+				delete(e, "message")
+				assert.Equal(t, tc.want, e)
+				h.settle()
+				st := h.state()
+				assert.Zero(t, st.InCall, "the failed call is finished")
+				assert.Equal(t, int64(2), h.sent.Load())
+				assert.Equal(t, tc.working, st.WorkingSet, "booked by what the upstream answered")
+			})
 		})
 	}
 }
@@ -725,41 +785,44 @@ func TestHeldStreamAtShutdownGetsAnErrorEvent(t *testing.T) {
 		{messagesStreamed, "error", "overloaded_error"},
 	} {
 		t.Run(tc.call.name, func(t *testing.T) {
-			h := startHoldOn(t, nil, streamOK)
-			lc := h.beginKeepAlives(context.Background(), tc.call)
-			require.NoError(t, h.stop())
-			body := lc.rest()
-			name, data := streamEvent(t, body)
-			assert.Equal(t, tc.event, name)
-			e, _ := data["error"].(map[string]any)
-			require.NotNil(t, e, "%s", body)
-			assert.Equal(t, tc.typ, e["type"])
-			assert.Contains(t, e["message"], "shutting down")
-			if tc.event == "" {
-				assert.Equal(t, reasonShuttingDown, e["code"])
-			}
-			assert.Equal(t, int64(1), h.sent.Load())
-			assert.Zero(t, h.g.core.Snapshot(h.g.now(), false).InCall, "the held call was finished in the core")
-			counts, hist := gather(t, h.harness)
-			assert.Equal(t, float64(1), counts[`basin_gateway_refusals_total{code="503",reason="shutting_down"}`])
-			assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="shutting_down"}`])
+			synctest.Test(t, func(t *testing.T) {
+				h := startHoldOn(t, nil, streamOK)
+				lc := h.beginKeepAlives(context.Background(), tc.call)
+				require.NoError(t, h.stop())
+				body := lc.rest()
+				name, data := streamEvent(t, body)
+				assert.Equal(t, tc.event, name)
+				e, _ := data["error"].(map[string]any)
+				require.NotNil(t, e, "%s", body)
+				assert.Equal(t, tc.typ, e["type"])
+				assert.Contains(t, e["message"], "shutting down")
+				if tc.event == "" {
+					assert.Equal(t, reasonShuttingDown, e["code"])
+				}
+				assert.Equal(t, int64(1), h.sent.Load())
+				assert.Zero(t, h.g.core.Snapshot(h.g.now(), false).InCall, "the held call was finished in the core")
+				counts, hist := gather(t, h.harness)
+				assert.Equal(t, float64(1), counts[`basin_gateway_refusals_total{code="503",reason="shutting_down"}`])
+				assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="shutting_down"}`])
+			})
 		})
 	}
 }
 
 func TestHeldStreamWhoseClientLeavesLeavesNothingInFlight(t *testing.T) {
-	h := startHoldOn(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) }, streamOK)
-	ctx, cancel := context.WithCancel(context.Background())
-	lc := h.beginKeepAlives(ctx, chatStreamed)
-	cancel()
-	lc.rest()
-	waitFor(t, "the held call finished", func() bool { return h.state().InCall == 0 })
-	h.settle()
-	assert.Equal(t, int64(1), h.sent.Load(), "never sent upstream")
-	assert.Zero(t, h.state().HeldCalls)
-	_, hist := gather(t, h.harness)
-	assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="client_gone"}`])
-	h.clock.Advance(2 * time.Minute)
-	h.g.expire()
-	assert.False(t, h.g.core.Live("s"), "the session idles out")
+	synctest.Test(t, func(t *testing.T) {
+		h := startHoldOn(t, func(c *Config) { c.IdleTimeout = Duration(time.Minute) }, streamOK)
+		ctx, cancel := context.WithCancel(context.Background())
+		lc := h.beginKeepAlives(ctx, chatStreamed)
+		cancel()
+		lc.rest()
+		h.settle()
+		assert.Zero(t, h.state().InCall, "the held call finished")
+		assert.Equal(t, int64(1), h.sent.Load(), "never sent upstream")
+		assert.Zero(t, h.state().HeldCalls)
+		_, hist := gather(t, h.harness)
+		assert.Equal(t, uint64(1), hist[`basin_gateway_held_call_wait_seconds{reason="client_gone"}`])
+		advance(time.Minute + time.Second)
+		assert.False(t, h.g.core.Live("s"), "the session idles out")
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -154,11 +155,7 @@ state_file: state.json
 	nctx, ncancel := context.WithCancel(context.Background())
 	newcomer := make(chan int, 1)
 	go func() { c, _ := call(nctx, "newcomer"); newcomer <- c }()
-	deadline := time.Now().Add(5 * time.Second)
-	for state().Queued != 1 {
-		require.False(t, time.Now().After(deadline), "the newcomer did not queue")
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the newcomer queued", func() bool { return state().Queued == 1 })
 	ncancel()
 	<-newcomer
 }
@@ -171,11 +168,14 @@ func journalConfig(t *testing.T, upstream string) (*Config, string) {
 }
 
 // abandon leaves a gateway as a crash would: no shutdown, no final save. The test servers are
-// closed so that nothing more reaches it; its journal file stays open until the process exits.
+// closed so that nothing more reaches it. Its Run loop is stopped only when the test ends, after
+// the gateways started later (their cleanups run first), so that no goroutine outlives the test.
 func (h *harness) abandon() {
 	h.ts.Close()
 	h.admin.Close()
+	stop := h.stop
 	h.stop = func() error { return nil }
+	h.t.Cleanup(func() { _ = stop() }) // its late shutdown's save is of no interest
 }
 
 func TestJournalKeepsEachChangeUntilTheNextSave(t *testing.T) {
@@ -219,6 +219,46 @@ func TestJournalKeepsEachChangeUntilTheNextSave(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, lines)
 	assert.NoFileExists(t, state+journalOldSuffix)
+}
+
+// TestRunFlushesTheJournalAndSavesTheState runs in a testing/synctest bubble: a session's end,
+// a record nobody waits for, reaches the journal file at the Run loop's next second, and the
+// state file is first written 10 s after the start, compacting the journal.
+func TestRunFlushesTheJournalAndSavesTheState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		up := newMemUpstream(t, n, okJSON(100, 10))
+		cfg, state := journalConfig(t, up.URL)
+		start := time.Now()
+		h := startInBubble(t, n, cfg)
+		journal := func() string {
+			b, err := os.ReadFile(state + journalSuffix)
+			require.NoError(t, err)
+			return string(b)
+		}
+		savedAt := func() time.Time {
+			b, err := os.ReadFile(state)
+			require.NoError(t, err)
+			var st stateFile
+			require.NoError(t, json.Unmarshal(b, &st))
+			return st.SavedAt
+		}
+		decodeCompletion(t, h.chat("a", 5, nil))
+		decodeCompletion(t, h.chat("a", 5, map[string]string{"x-session-end": "true"}))
+		h.settle()
+		assert.Contains(t, journal(), `"op":"admit"`, "an admission is written before its call goes on")
+		assert.NotContains(t, journal(), `"op":"end"`, "an end waits for the next flush")
+		advance(time.Second)
+		assert.Contains(t, journal(), `"op":"end"`, "flushed by the Run loop within the second")
+
+		const every = 10 * time.Second // as Run's doc says, not the constant it is built from
+		advance(every - 2*time.Second)
+		assert.NoFileExists(t, state, "not saved before 10 s")
+		assert.NotEmpty(t, journal())
+		advance(time.Second)
+		assert.True(t, start.Add(every).Equal(savedAt()), "saved at 10 s, not %v", savedAt().Sub(start))
+		assert.Empty(t, journal(), "compacted into the state file")
+	})
 }
 
 func TestJournalCompactionAtTheSave(t *testing.T) {

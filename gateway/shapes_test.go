@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -150,61 +151,67 @@ func TestRefusalsAreInEachShapesFormat(t *testing.T) {
 		{"/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
 		{"/v1/responses", `{"model":"m","input":"hi"}`},
 	} {
+		// In a bubble: the queue timeout is a realistic 10 minutes, which costs nothing there.
 		t.Run(tc.path, func(t *testing.T) {
-			h := start(t, baseConfig(t, []string{startSim(t)}, func(c *Config) {
-				c.Admission.BudgetTokens = 1
-				c.MaxQueueWait = Duration(100 * time.Millisecond)
-				c.TenantHeader = "x-tenant-id"
-				c.Admission.TenantQuota = 1
-			}), nil)
-			decodeCompletion(t, h.chat("live", 5, map[string]string{"x-tenant-id": "a"}))
-			call := func(id, tenant string) response {
-				r, err := h.do(context.Background(), http.MethodPost, tc.path,
-					map[string]string{"x-session-id": id, "x-tenant-id": tenant}, tc.body)
+			synctest.Test(t, func(t *testing.T) {
+				n := newMemNet()
+				up := newMemUpstream(t, n, okJSON(100, 10))
+				h := startInBubble(t, n, baseConfig(t, []string{up.URL}, func(c *Config) {
+					c.Admission.BudgetTokens = 1
+					c.MaxQueueWait = Duration(10 * time.Minute)
+					c.IdleTimeout = Duration(time.Hour) // the live session stays live while the others wait
+					c.TenantHeader = "x-tenant-id"
+					c.Admission.TenantQuota = 1
+				}))
+				decodeCompletion(t, h.chat("live", 5, map[string]string{"x-tenant-id": "a"}))
+				call := func(id, tenant string) response {
+					r, err := h.do(context.Background(), http.MethodPost, tc.path,
+						map[string]string{"x-session-id": id, "x-tenant-id": tenant}, tc.body)
+					require.NoError(t, err)
+					return r
+				}
+				// queue timeout: 503, retry soon.
+				r := call("waiting", "b")
+				require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+				assert.Equal(t, "true", r.header.Get("x-should-retry"))
+				ra, err := strconv.Atoi(r.header.Get("Retry-After"))
 				require.NoError(t, err)
-				return r
-			}
-			// queue timeout: 503, retry soon.
-			r := call("waiting", "b")
-			require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
-			assert.Equal(t, "true", r.header.Get("x-should-retry"))
-			ra, err := strconv.Atoi(r.header.Get("Retry-After"))
-			require.NoError(t, err)
-			assert.LessOrEqual(t, ra, int(MaxRetryAfter/time.Second))
-			assert.NotEmpty(t, r.header.Get("retry-after-ms"))
-			// tenant quota: 429.
-			q := call("second", "a")
-			require.Equal(t, http.StatusTooManyRequests, q.status, "%s", q)
-			assert.Equal(t, "true", q.header.Get("x-should-retry"))
-			// shed: 529, do not retry.
-			queued := make(chan response, 1)
-			go func() { queued <- call("victim", "c") }()
-			h.waitQueued(1)
-			a := h.adminDo(http.MethodPost, "/admin/shed", testToken, `{"session_ids":["victim"],"reason":"test"}`)
-			require.Equal(t, http.StatusOK, a.status, "%s", a)
-			s := <-queued
-			require.Equal(t, 529, s.status, "%s", s)
-			assert.Equal(t, "false", s.header.Get("x-should-retry"))
-			again := call("victim", "c")
-			require.Equal(t, 529, again.status, "%s", again)
-			assert.Equal(t, "false", again.header.Get("x-should-retry"))
-			for _, r := range []response{s, again} {
-				assert.Empty(t, r.header.Get("Retry-After"), "no Retry-After where a retry cannot help: some clients sleep it out")
-				assert.Empty(t, r.header.Get("retry-after-ms"))
-				assert.Contains(t, string(r.body), "This session id is refused for another ", "the body says when it may return")
-			}
+				assert.LessOrEqual(t, ra, int(MaxRetryAfter/time.Second))
+				assert.NotEmpty(t, r.header.Get("retry-after-ms"))
+				// tenant quota: 429.
+				q := call("second", "a")
+				require.Equal(t, http.StatusTooManyRequests, q.status, "%s", q)
+				assert.Equal(t, "true", q.header.Get("x-should-retry"))
+				// shed: 529, do not retry.
+				queued := make(chan response, 1)
+				go func() { queued <- call("victim", "c") }()
+				h.waitQueued(1)
+				a := h.adminDo(http.MethodPost, "/admin/shed", testToken, `{"session_ids":["victim"],"reason":"test"}`)
+				require.Equal(t, http.StatusOK, a.status, "%s", a)
+				s := <-queued
+				require.Equal(t, 529, s.status, "%s", s)
+				assert.Equal(t, "false", s.header.Get("x-should-retry"))
+				again := call("victim", "c")
+				require.Equal(t, 529, again.status, "%s", again)
+				assert.Equal(t, "false", again.header.Get("x-should-retry"))
+				for _, r := range []response{s, again} {
+					assert.Empty(t, r.header.Get("Retry-After"), "no Retry-After where a retry cannot help: some clients sleep it out")
+					assert.Empty(t, r.header.Get("retry-after-ms"))
+					assert.Contains(t, string(r.body), "This session id is refused for another ", "the body says when it may return")
+				}
 
-			if tc.path == "/v1/messages" {
-				assert.Equal(t, "overloaded_error", anthropicErrorOf(t, r).Error.Type)
-				assert.Equal(t, "rate_limit_error", anthropicErrorOf(t, q).Error.Type)
-				e := anthropicErrorOf(t, s)
-				assert.Equal(t, "overloaded_error", e.Error.Type)
-				assert.Contains(t, e.Error.Message, "retrying soon will not help")
-				return
-			}
-			assert.Equal(t, "queue_timeout", errorOf(t, r).Code)
-			assert.Equal(t, "rate_limit_exceeded", errorOf(t, q).Type)
-			assert.Equal(t, "shed", errorOf(t, s).Code)
+				if tc.path == "/v1/messages" {
+					assert.Equal(t, "overloaded_error", anthropicErrorOf(t, r).Error.Type)
+					assert.Equal(t, "rate_limit_error", anthropicErrorOf(t, q).Error.Type)
+					e := anthropicErrorOf(t, s)
+					assert.Equal(t, "overloaded_error", e.Error.Type)
+					assert.Contains(t, e.Error.Message, "retrying soon will not help")
+					return
+				}
+				assert.Equal(t, "queue_timeout", errorOf(t, r).Code)
+				assert.Equal(t, "rate_limit_exceeded", errorOf(t, q).Type)
+				assert.Equal(t, "shed", errorOf(t, s).Code)
+			})
 		})
 	}
 }

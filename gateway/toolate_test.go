@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -20,40 +21,36 @@ import (
 // Session s is live from the clock's start: one admission, so the queue's head waits about as
 // long as the clock has run, the next one about twice that.
 func TestStartDeadlineRefusesEarlyAndRetryably(t *testing.T) {
-	h := startHold(t, func(c *Config) {
-		c.Admission.BudgetTokens = 1
-		c.Admission.StartDeadline = Duration(90 * time.Second)
-		c.MaxQueueWait = Duration(10 * time.Minute)
+	synctest.Test(t, func(t *testing.T) {
+		h := startHold(t, func(c *Config) {
+			c.Admission.BudgetTokens = 1
+			c.Admission.StartDeadline = Duration(90 * time.Second)
+			c.MaxQueueWait = Duration(10 * time.Minute)
+		})
+		advance(time.Minute)
+
+		waiting := h.chatAsync(context.Background(), "waiting", 5, nil)
+		h.waitQueued(1)
+		r := h.chat("late", 5, nil)
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+		assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
+		assert.Equal(t, "true", r.header.Get(ShouldRetryHeader))
+		ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+		require.NoError(t, err)
+		assert.Equal(t, int(MaxRetryAfter.Seconds()), ra, "a two-minute estimate, bounded")
+		assert.Equal(t, reasonTooLate, errorOf(t, r).Code)
+		assert.Len(t, h.state().Queue, 1, "the refused newcomer did not queue")
+
+		advance(90*time.Second - time.Second)
+		pendingNow(t, waiting, "a second before its deadline")
+		advance(time.Second)
+		r = answeredNow(t, waiting)
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+		assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
+		assert.Empty(t, h.state().Queue)
+		assert.Equal(t, uint64(2), h.state().Counters.TooLate)
+		assert.Equal(t, 2.0, testutil.ToFloat64(h.g.metrics.refusals.WithLabelValues("503", reasonTooLate)))
 	})
-	h.clock.Advance(time.Minute)
-
-	waiting := h.chatAsync(context.Background(), "waiting", 5, nil)
-	h.waitQueued(1)
-	r := h.chat("late", 5, nil)
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
-	assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
-	assert.Equal(t, "true", r.header.Get(ShouldRetryHeader))
-	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
-	require.NoError(t, err)
-	assert.Equal(t, int(MaxRetryAfter.Seconds()), ra, "a two-minute estimate, bounded")
-	assert.Equal(t, reasonTooLate, errorOf(t, r).Code)
-	assert.Len(t, h.state().Queue, 1, "the refused newcomer did not queue")
-
-	h.clock.Advance(90*time.Second - time.Second)
-	h.g.expire()
-	notAnswered(t, waiting, "a second before its deadline")
-	h.clock.Advance(time.Second)
-	h.g.expire()
-	select {
-	case r = <-waiting:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the queued call was not refused at its start deadline")
-	}
-	require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
-	assert.Equal(t, reasonTooLate, r.header.Get(ReasonHeader))
-	assert.Empty(t, h.state().Queue)
-	assert.Equal(t, uint64(2), h.state().Counters.TooLate)
-	assert.Equal(t, 2.0, testutil.ToFloat64(h.g.metrics.refusals.WithLabelValues("503", reasonTooLate)))
 }
 
 // TestFollowersFirstCallRefusedAtTheStartDeadline: replicated, a first call sent to a follower

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -431,57 +433,77 @@ func TestRefusalsAreAPIErrors(t *testing.T) {
 	assert.False(t, v.Affinity.Enabled)
 }
 
+// calls are the client's calls, each named by the prefix its errors carry.
+func calls(c *client.Client) map[string]func() error {
+	ctx := context.Background()
+	return map[string]func() error{
+		"state: ":        func() error { _, err := c.State(ctx); return err },
+		"set budget: ":   func() error { _, err := c.SetBudget(ctx, budgetReq(5, 0, "r")); return err },
+		"shed: ":         func() error { _, err := c.Shed(ctx, shedReq(nil, 1, "r")); return err },
+		"set affinity: ": func() error { return c.SetAffinity(ctx, true, "r") },
+	}
+}
+
+// checkTransportFailure checks the error of call op that got no answer: the operation leads,
+// the transport's error is wrapped (errors.Is target, when not nil), it is no refusal, and the
+// token is not in it.
+func checkTransportFailure(t *testing.T, op string, err, target error) {
+	t.Helper()
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), op), "the operation leads: %s", err)
+	var ue *url.Error
+	assert.ErrorAs(t, err, &ue, "the transport error is wrapped, not flattened")
+	var ae *client.APIError
+	assert.False(t, errors.As(err, &ae), "no answer is not a refusal")
+	if target != nil {
+		assert.ErrorIs(t, err, target)
+	}
+	assert.NotContains(t, err.Error(), testToken)
+}
+
 func TestTransportFailuresAreWrapped(t *testing.T) {
 	// A server that was started and closed: its port refuses connections.
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
 	down, err := client.New(client.Options{BaseURL: gone.URL, Token: testToken})
 	require.NoError(t, err)
-
-	// A gateway that accepts the call and answers only after 2 s, far past the client's timeout.
-	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // so that net/http notices the client hanging up
-		select {
-		case <-time.After(2 * time.Second):
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(stuck.Close)
-	slow, err := client.New(client.Options{BaseURL: stuck.URL, Token: testToken, Timeout: 50 * time.Millisecond})
-	require.NoError(t, err)
-
-	ctx := context.Background()
-	calls := func(c *client.Client) map[string]func() error {
-		return map[string]func() error{
-			"state: ":        func() error { _, err := c.State(ctx); return err },
-			"set budget: ":   func() error { _, err := c.SetBudget(ctx, budgetReq(5, 0, "r")); return err },
-			"shed: ":         func() error { _, err := c.Shed(ctx, shedReq(nil, 1, "r")); return err },
-			"set affinity: ": func() error { return c.SetAffinity(ctx, true, "r") },
-		}
+	for op, call := range calls(down) {
+		t.Run("server down "+strings.TrimSuffix(op, ": "), func(t *testing.T) {
+			start := time.Now()
+			checkTransportFailure(t, op, call(), nil)
+			assert.Less(t, time.Since(start), time.Second)
+		})
 	}
-	for _, tc := range []struct {
-		name   string
-		c      *client.Client
-		target error // errors.Is target, nil: none checked
-	}{
-		{"server down", down, nil},
-		{"server stuck past the timeout", slow, context.DeadlineExceeded},
-	} {
-		for op, call := range calls(tc.c) {
-			t.Run(tc.name+" "+strings.TrimSuffix(op, ": "), func(t *testing.T) {
-				start := time.Now()
-				err := call()
-				require.Error(t, err)
-				assert.True(t, strings.HasPrefix(err.Error(), op), "the operation leads: %s", err)
-				var ue *url.Error
-				assert.ErrorAs(t, err, &ue, "the transport error is wrapped, not flattened")
-				var ae *client.APIError
-				assert.False(t, errors.As(err, &ae), "no answer is not a refusal")
-				if tc.target != nil {
-					assert.ErrorIs(t, err, tc.target)
-				}
-				assert.Less(t, time.Since(start), time.Second)
-				assert.NotContains(t, err.Error(), testToken)
+}
+
+// TestACallToAStuckGatewayEndsAtTheTimeout runs in a testing/synctest bubble, on a connection
+// that accepts the call and never answers: the call fails at the client's timeout (Timeout, or
+// DefaultTimeout when zero), to the second, with the deadline in its error.
+func TestACallToAStuckGatewayEndsAtTheTimeout(t *testing.T) {
+	for _, timeout := range []time.Duration{0, 30 * time.Second} {
+		want := timeout
+		if want == 0 {
+			want = client.DefaultTimeout
+		}
+		for op := range calls(nil) {
+			t.Run(fmt.Sprintf("%s, Timeout %v", strings.TrimSuffix(op, ": "), timeout), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+						c, stuck := net.Pipe()
+						go func() {
+							_, _ = io.Copy(io.Discard, stuck) // reads the call until the client hangs up
+							stuck.Close()
+						}()
+						return c, nil
+					}}
+					defer tr.CloseIdleConnections()
+					c, err := client.New(client.Options{BaseURL: "http://gateway.test:8081", Token: testToken,
+						HTTPClient: &http.Client{Transport: tr}, Timeout: timeout})
+					require.NoError(t, err)
+					start := time.Now()
+					checkTransportFailure(t, op, calls(c)[op](), context.DeadlineExceeded)
+					assert.Equal(t, want, time.Since(start))
+				})
 			})
 		}
 	}

@@ -930,14 +930,22 @@ func TestOptionsValidate(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.want)
-			_, err = New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), &gatedFencer{}, tc.o)
+			_, err = New(idleClient(t), &gatedFencer{}, tc.o)
 			require.ErrorContains(t, err, "sessionstore options: "+tc.want)
 		})
 	}
 	_, err := New(nil, &gatedFencer{}, Options{Prefix: "p"})
 	require.ErrorContains(t, err, "client is nil")
-	_, err = New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), nil, Options{Prefix: "p"})
+	_, err = New(idleClient(t), nil, Options{Prefix: "p"})
 	require.ErrorContains(t, err, "fencer is nil")
+}
+
+// idleClient is a client of no server, closed when the test ends: a client starts goroutines
+// of its own whether or not it is used.
+func idleClient(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // TestQueuedArrivalsOutliveTheLeader: a session queued at the leader keeps its arrival for a
