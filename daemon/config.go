@@ -157,7 +157,8 @@ type LendingConfig struct {
 type CapacityConfig struct {
 	// SpikeSize is the spike the deployment is sized to absorb, as a fraction of its arrival rate
 	// (0.5: +50%), held for SpikeDuration.
-	SpikeSize     float64  `yaml:"spike_size"`
+	SpikeSize float64 `yaml:"spike_size"`
+	// SpikeDuration is how long that spike lasts.
 	SpikeDuration Duration `yaml:"spike_duration"`
 	// KneeShare is the share of the knee the steady population's working set may reach.
 	KneeShare float64 `yaml:"knee_share"`
@@ -176,18 +177,20 @@ func (c CapacityConfig) Need() scaler.NeedOptions {
 type ScalingConfig struct {
 	// Backend is where the asks go; an empty kind disables scaling.
 	Backend scaler.BackendConfig `yaml:"backend"`
-	// Floor and Ceiling bound each scaled role's instances; a role is scaled when it has a
-	// ceiling (floor default 1).
-	Floor   map[scaler.Role]int `yaml:"floor"`
+	// Floor is the fewest instances of each scaled role basin asks for (default 1).
+	Floor map[scaler.Role]int `yaml:"floor"`
+	// Ceiling is the most instances of each role basin asks for: the GPUs set aside. A role is
+	// scaled when it has a ceiling.
 	Ceiling map[scaler.Role]int `yaml:"ceiling"`
-	// UpCoolDown is the least time between two scale-outs of a role, DownCoolDown between any
-	// change of a role and its scale-in.
-	UpCoolDown   Duration `yaml:"up_cool_down"`
+	// UpCoolDown is the least time between two scale-outs of a role.
+	UpCoolDown Duration `yaml:"up_cool_down"`
+	// DownCoolDown is the least time between any change of a role and its scale-in.
 	DownCoolDown Duration `yaml:"down_cool_down"`
 	// ScaleInBelow is how far under the limits (share of the knee, of decode KV) what runs now
-	// must sit after a scale-in; ScaleInHold how long a smaller size must have been enough.
-	ScaleInBelow float64  `yaml:"scale_in_below"`
-	ScaleInHold  Duration `yaml:"scale_in_hold"`
+	// must sit after a scale-in.
+	ScaleInBelow float64 `yaml:"scale_in_below"`
+	// ScaleInHold is how long a smaller size must have been enough before a scale-in.
+	ScaleInHold Duration `yaml:"scale_in_hold"`
 }
 
 // Enabled reports whether a scaling backend is configured.

@@ -13,6 +13,7 @@ import (
 	"github.com/basin-dev/basin/lender"
 	"github.com/basin-dev/basin/remediate"
 	"github.com/basin-dev/basin/remediate/alerts"
+	"github.com/basin-dev/basin/scaler"
 )
 
 // The smallest valid files: every key they set is required (validate in gateway/config.go and
@@ -68,9 +69,16 @@ func Files() []File {
 				"gateway.admin_url": "unless `dry_run`",
 			},
 			Provenance: map[string]string{
-				"lending.max_fraction":   "github.com/basin-dev/basin/lender.DefaultMaxFraction",
-				"lending.min_dwell":      "github.com/basin-dev/basin/lender.DefaultMinDwell",
-				"detector.overload_hold": "github.com/basin-dev/basin/detector.DefaultOverloadHold",
+				"lending.max_fraction":     "github.com/basin-dev/basin/lender.DefaultMaxFraction",
+				"lending.min_dwell":        "github.com/basin-dev/basin/lender.DefaultMinDwell",
+				"detector.overload_hold":   "github.com/basin-dev/basin/detector.DefaultOverloadHold",
+				"capacity.spike_size":      "github.com/basin-dev/basin/scaler.DefaultSpikeSize",
+				"capacity.knee_share":      "github.com/basin-dev/basin/scaler.DefaultKneeShare",
+				"capacity.decode_headroom": "github.com/basin-dev/basin/scaler.DefaultDecodeHeadroom",
+				"scaling.up_cool_down":     "github.com/basin-dev/basin/scaler.DefaultUpCoolDown",
+				"scaling.down_cool_down":   "github.com/basin-dev/basin/scaler.DefaultDownCoolDown",
+				"scaling.scale_in_below":   "github.com/basin-dev/basin/scaler.DefaultScaleInBelow",
+				"scaling.scale_in_hold":    "github.com/basin-dev/basin/scaler.DefaultScaleInHold",
 			},
 		},
 	}
@@ -97,10 +105,21 @@ func daemonDefaults() map[string]string {
 		"lending.backend.kind":        "— (lending off)",
 		"lending.backend.timeout": fmt.Sprintf("%s (http, affinity), %s (exec)",
 			code(lender.DefaultHTTPTimeout.String()), code(lender.DefaultExecTimeout.String())),
-		"lending.max_fraction":   code(fmt.Sprint(lender.DefaultMaxFraction)),
-		"lending.min_dwell":      code(time.Duration(lender.DefaultMinDwell).String()),
-		"alerts.matchers":        "alertname " + strings.Join(matchers, ", "),
-		"detector.overload_hold": code(detector.DefaultOverloadHold.String()),
+		"lending.max_fraction":     code(fmt.Sprint(lender.DefaultMaxFraction)),
+		"lending.min_dwell":        code(time.Duration(lender.DefaultMinDwell).String()),
+		"alerts.matchers":          "alertname " + strings.Join(matchers, ", "),
+		"detector.overload_hold":   code(detector.DefaultOverloadHold.String()),
+		"capacity.spike_size":      code(fmt.Sprint(scaler.DefaultSpikeSize)),
+		"capacity.spike_duration":  code(scaler.DefaultSpikeDuration.String()),
+		"capacity.knee_share":      code(fmt.Sprint(scaler.DefaultKneeShare)),
+		"capacity.decode_headroom": code(fmt.Sprint(scaler.DefaultDecodeHeadroom)),
+		"scaling.backend.kind":     "— (scaling off)",
+		"scaling.floor":            "1 a role",
+		"scaling.ceiling":          "required with a backend",
+		"scaling.up_cool_down":     code(scaler.DefaultUpCoolDown.String()),
+		"scaling.down_cool_down":   code(scaler.DefaultDownCoolDown.String()),
+		"scaling.scale_in_below":   code(fmt.Sprint(scaler.DefaultScaleInBelow)),
+		"scaling.scale_in_hold":    code(scaler.DefaultScaleInHold.String()),
 	}
 }
 
