@@ -15,6 +15,9 @@ import (
 // pre-spike hit rate while new sessions wait minutes. When the engine model moves and this fails,
 // re-derive the rates from the matrix rows the presets name.
 func TestEvalPresetsReproduceTheBaselines(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("runs the simulator")
 	}

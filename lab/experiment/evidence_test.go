@@ -19,6 +19,9 @@ import (
 // under pressure, drifting and trapped — is a reading, with margin. The margins are the figures
 // the defaults' comments quote.
 func TestEvidenceHoldsUnderRealLoad(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	for _, name := range []string{"paper-1p1d-h100-spike", "paper-1p3d-h200-spike"} {
 		t.Run(name, func(t *testing.T) {
 			sc, err := scenario.Load(name)

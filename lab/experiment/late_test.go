@@ -19,6 +19,9 @@ import (
 // within minutes with holds, and not without them (the baseline: 43–46 minutes on these
 // seeds); the hold never cuts a session nor holds a call past its bound.
 func TestActingLateWithHolds(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("runs the simulator for minutes of virtual time")
 	}

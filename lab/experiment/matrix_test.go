@@ -217,6 +217,9 @@ func TestMatrixWhy(t *testing.T) {
 // A tiny real sweep: the same output with one worker and with two, the gate's activity recorded,
 // and the Markdown and the plot generated from it.
 func TestMatrixRunDeterministicAndRendered(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("runs the simulator")
 	}

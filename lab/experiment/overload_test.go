@@ -35,6 +35,9 @@ func TestOverloadScenarioIsSustainedOverload(t *testing.T) {
 // deployment's calibration) must serve at least as many good sessions as Continuum on the same
 // hardware, in every seed (the worst seed is the check, not the median).
 func TestBasinNotWorseThanContinuumUnderSustainedOverload(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("three seeds of a 90-minute overload run, with calibration")
 	}

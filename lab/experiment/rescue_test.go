@@ -46,6 +46,9 @@ func TestCollapseStart(t *testing.T) {
 // minute the detector evaluation's run of the same seed — the warning times measured there are
 // the warning times of the run the rescue is searched on.
 func TestActingFromNeverIsTheEvaluatedRun(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("runs the simulator")
 	}
@@ -81,6 +84,9 @@ func TestActingFromNeverIsTheEvaluatedRun(t *testing.T) {
 // to the policy's incident fraction of its B_ref, and made early it avoids the +100% collapse of a
 // seed that collapses with nothing done.
 func TestBudgetCut(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("runs the simulator")
 	}

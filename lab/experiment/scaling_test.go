@@ -13,6 +13,9 @@ import (
 // pools as provisioned, and before the utilisation autoscaler moves; it serves every arrival, which
 // the provisioned pools do not; and on the quiet row neither scaling arm adds an instance.
 func TestScalingOutrunsTheAlerts(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	spec := DefaultScaling()
 	spec.Deployments, spec.Loads, spec.Spikes, spec.Seeds = []string{"1p1d"}, []float64{0.5, 1.5}, []float64{0}, []uint64{1}
 	res, err := RunScaling(spec, nil)

@@ -54,6 +54,9 @@ func TestToleranceSpecValidate(t *testing.T) {
 // out, the prediction falls with the load, and the simulated tolerance brackets the threshold
 // the runs show (the last multiplier that trapped is the reported one).
 func TestRunTolerance(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	if testing.Short() {
 		t.Skip("runs the simulator")
 	}

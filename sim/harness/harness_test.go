@@ -20,6 +20,9 @@ func load(t *testing.T, name string) *scenario.Scenario {
 }
 
 func TestBasinPoliciesRunTheAdmissionCore(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	sc := load(t, "paper-1p3d-h200-spike300")
 	for _, name := range []string{BasinCurrent, Basin, BasinBlind, Oracle} {
 		t.Run(name, func(t *testing.T) {

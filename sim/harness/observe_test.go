@@ -27,6 +27,9 @@ func observed(t *testing.T, name string, seed uint64, cal *detector.Calibration)
 }
 
 func TestDetectorSeesTheTrapBeforeUtilisationAlerts(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	calm, err := scenario.Load("paper-1p1d-h100")
 	require.NoError(t, err)
 	cal, err := Calibrate(calm, time.Unix(0, 0))
@@ -52,6 +55,9 @@ func TestDetectorSeesTheTrapBeforeUtilisationAlerts(t *testing.T) {
 }
 
 func TestDetectorQuietOnAHealthyRun(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	calm, err := scenario.Load("paper-1p3d-h200")
 	require.NoError(t, err)
 	cal, err := Calibrate(calm, time.Unix(0, 0))

@@ -14,6 +14,9 @@ import (
 // The feature's measured rank correlation with the true peak, over sessions the predictor was not
 // fitted on, is the parameter: the matrix's "default", "0" and "1.0" rows mean what they say.
 func TestPeakSignalSpearmanIsTheParameter(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	for _, kind := range []string{"terminal-bench", "swebench-pro"} {
 		w, err := sim.SyntheticWorkload(kind)
 		require.NoError(t, err)

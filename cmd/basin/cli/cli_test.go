@@ -132,6 +132,9 @@ func TestVersion(t *testing.T) {
 }
 
 func TestSimRunJSONAndTimeline(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	tl := filepath.Join(t.TempDir(), "tl.csv")
 	code, stdout, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--json", "--timeline", tl)
 	require.Equal(t, 0, code, stderr)
@@ -164,6 +167,9 @@ func TestSimRunJSONAndTimeline(t *testing.T) {
 }
 
 func TestSimCompareTable(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	code, stdout, stderr := basin(t, "sim", "compare", "--scenario", "paper-1p1d-h100-spike")
 	require.Equal(t, 0, code, stderr)
 	for _, p := range []string{"none", "hicache", "continuum"} {
@@ -395,6 +401,9 @@ func TestLoadgenInterrupted(t *testing.T) {
 }
 
 func TestRiskAndCalibrate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	code, stdout, stderr := basin(t, "risk", "--scenario", "paper-1p1d-h100")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "binds first   cache-first")
@@ -429,6 +438,9 @@ func TestRiskAndCalibrate(t *testing.T) {
 }
 
 func TestSimRunWithDetector(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	code, stdout, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "detector               first warning minute")
@@ -459,6 +471,9 @@ func TestSimRunWithDetector(t *testing.T) {
 // TestSimTolerance: the quick slice prints its three points and the summary line; --json carries
 // the multipliers tried; a bad flag is a usage error naming it.
 func TestSimTolerance(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	code, stdout, stderr := basin(t, "sim", "tolerance", "--quick", "--seeds", "1", "--steps", "2")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "| 1p3d | gpu | 0.50 |")
@@ -670,6 +685,9 @@ func TestDemoHelpNamesItsRuns(t *testing.T) {
 // sim run --act-at: the daemon acts from the minute; the JSON has recovered_min and
 // held_sessions_max next to the result, and the flags that do not go with it are refused.
 func TestSimRunActAt(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
 	code, stdout, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--act-at", "30", "--duration", "60m", "--json")
 	require.Equal(t, 0, code, stderr)
 	var got map[string]any
