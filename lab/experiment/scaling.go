@@ -96,8 +96,10 @@ type ScalingRun struct {
 	// MaxPrefill and MaxDecode are the most instances of each role at a minute's end.
 	MaxPrefill int `json:"max_prefill"`
 	MaxDecode  int `json:"max_decode"`
-	// FirstScaleOutMin is when the arm first asked for more instances; FirstUtilAlertMin when a
-	// conventional utilisation alert first held (null: never).
+	// FirstScaleOutMin is the end of the minute in which the arm first asked for more instances,
+	// read off the timeline the same way for both scaling arms (an instance counts from when it is
+	// asked for); FirstUtilAlertMin is when a conventional utilisation alert first held (null:
+	// never).
 	FirstScaleOutMin  *float64 `json:"first_scale_out_min"`
 	FirstUtilAlertMin *float64 `json:"first_utilisation_alert_min"`
 	// ServesAllMin is the first minute from which nobody waits at the gateway until the goodput
@@ -238,16 +240,13 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 			prevP, prevD = r.Timeline[i-1].PrefillInstances, r.Timeline[i-1].DecodeInstances
 		}
 		if run.FirstScaleOutMin == nil && (m.PrefillInstances > prevP || m.DecodeInstances > prevD) {
-			v := float64(i)
+			v := float64(i + 1) // asked within minute i: its end, the same bound for every arm
 			run.FirstScaleOutMin = &v
 		}
 	}
 	if float64(lastWait+1) < r.MeasureToMin {
 		v := float64(lastWait + 1)
 		run.ServesAllMin = &v
-	}
-	if obs, ok := r.Detector.(*harness.Observation); ok && obs.Remediation != nil && obs.Remediation.FirstScaleOutMin != nil {
-		run.FirstScaleOutMin = obs.Remediation.FirstScaleOutMin
 	}
 	return run, nil
 }

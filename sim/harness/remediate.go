@@ -26,10 +26,9 @@ type RemediationSummary struct {
 	// MinBudgetTokens is the lowest budget set.
 	MinBudgetTokens int64 `json:"min_budget_tokens"`
 	// ScaleOuts and ScaleIns count the scaling policy's asks for more and for fewer instances of
-	// a role; FirstScaleOutMin is when it first asked for more (null: never).
-	ScaleOuts        int      `json:"scale_outs,omitempty"`
-	ScaleIns         int      `json:"scale_ins,omitempty"`
-	FirstScaleOutMin *float64 `json:"first_scale_out_min,omitempty"`
+	// a role.
+	ScaleOuts int `json:"scale_outs,omitempty"`
+	ScaleIns  int `json:"scale_ins,omitempty"`
 	// Plans are the non-empty plans, in order (omitted from JSON: long).
 	Plans []remediate.Plan `json:"-"`
 }
@@ -127,10 +126,6 @@ func AttachRemediationFrom(o *sim.Options, g *Gate, do detector.Options, ro reme
 			for _, c := range plan.Scale.Changes {
 				if c.To > c.From {
 					sum.ScaleOuts++
-					if sum.FirstScaleOutMin == nil {
-						m := t.T.Minutes()
-						sum.FirstScaleOutMin = &m
-					}
 				} else {
 					sum.ScaleIns++
 				}
