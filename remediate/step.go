@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/basin-dev/basin/collector"
 	"github.com/basin-dev/basin/lender"
@@ -42,10 +41,9 @@ type StepResult struct {
 	IncidentStarted bool
 	// Err is the executor's error, or the persist function's when the plan was empty.
 	Err error
-	// Scale is the scaling policy's decision (nil without a Scaler, or when a reading it needs is
-	// missing: ScaleErr says which).
-	Scale    *scaler.Decision
-	ScaleErr error
+	// Scale is the scaling policy's decision: nil without a Scaler, or when a reading the sizing
+	// needs is missing (remediate.SizeFrom, which the daemon runs every step, says which).
+	Scale *scaler.Decision
 }
 
 // NewLoop checks that the loop has what it needs to decide and act.
@@ -91,14 +89,11 @@ func (l *Loop) scale(plan Plan, in StepInputs, res *StepResult) Plan {
 	}
 	need, err := NeedInputsFrom(in.Snapshot, in.Assessment)
 	if err != nil {
-		res.ScaleErr = err
 		return plan
 	}
 	plan, d := l.Policy.Scale(plan, l.Scaler, scaler.Inputs{At: in.At, NeedInputs: need})
-	if !d.Sized {
-		res.ScaleErr = errors.New(strings.Join(d.Reasons, "; "))
-		return plan
+	if d.Sized {
+		res.Scale = &d
 	}
-	res.Scale = &d
 	return plan
 }
