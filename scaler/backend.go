@@ -22,6 +22,9 @@ const (
 	RoleDecode  Role = "decode"
 )
 
+// Roles lists the roles in a stable order (metrics, reasons, plans).
+func Roles() []Role { return []Role{RolePrefill, RoleDecode} }
+
 // Valid says whether r is one of the roles.
 func (r Role) Valid() bool { return r == RolePrefill || r == RoleDecode }
 
