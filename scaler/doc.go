@@ -21,9 +21,9 @@
 //
 // # The policy
 //
-// Policy asks for all the need at once when it rises (after a short cool-down against noise), and
-// asks for less only when a smaller size would have kept the working set well under the knee for a
-// while, never below a floor or above a ceiling. The daemon and the simulator's harness run it
+// Policy asks at once for all the arrivals need when that rises (after a short cool-down against
+// noise), and asks for less only when a smaller size would have kept what runs well under the
+// knee for a while, never below what the live sessions hold, a floor, or above a ceiling. The daemon and the simulator's harness run it
 // through remediate.Loop, whose executor audits each ask before applying it and applies nothing
 // in a dry run. The policy reads no clock: Inputs.At is now.
 //

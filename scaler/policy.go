@@ -161,8 +161,8 @@ type RoleState struct {
 	SmallerMost  int       `json:"smaller_most,omitempty"`
 }
 
-// Policy decides how many instances of each role to ask for: all the need at once when it rises
-// (after UpCoolDown), back down only when a smaller size has kept the working set well under the
+// Policy decides how many instances of each role to ask for: all the arrivals need at once when it
+// rises (after UpCoolDown), back down only when a smaller size has kept the working set well under the
 // knee for ScaleInHold (after DownCoolDown), between Floor and Ceiling. The daemon and the
 // simulator's harness run this same code; it reads no clock. Safe for concurrent use.
 type Policy struct {
