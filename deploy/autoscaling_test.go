@@ -277,6 +277,11 @@ func lookup(v any, keys ...string) any {
 
 // checkKEDA checks every ScaledObject of a file.
 func (c *autoscalingChecks) checkKEDA(file string, data []byte) ([]scaled, error) {
+	return checkEach(file, data, c.checkScaledObject)
+}
+
+// checkEach checks every document of a file with check, then that the file scales each role once.
+func checkEach(file string, data []byte, check func([]byte) (scaled, error)) ([]scaled, error) {
 	docs, err := splitDocs(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
@@ -284,7 +289,7 @@ func (c *autoscalingChecks) checkKEDA(file string, data []byte) ([]scaled, error
 	var out []scaled
 	var errs []error
 	for i, d := range docs {
-		s, err := c.checkScaledObject(d)
+		s, err := check(d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s document %d: %w", file, i, err))
 			continue
@@ -418,25 +423,7 @@ func (c *autoscalingChecks) checkScaledObject(doc []byte) (scaled, error) {
 
 // checkHPA checks every HorizontalPodAutoscaler of a file.
 func (c *autoscalingChecks) checkHPA(file string, data []byte) ([]scaled, error) {
-	docs, err := splitDocs(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	var out []scaled
-	var errs []error
-	for i, d := range docs {
-		s, err := c.checkHorizontalPodAutoscaler(d)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s document %d: %w", file, i, err))
-			continue
-		}
-		s.file = file
-		out = append(out, s)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, checkRoles(file, out)
+	return checkEach(file, data, c.checkHorizontalPodAutoscaler)
 }
 
 func (c *autoscalingChecks) checkHorizontalPodAutoscaler(doc []byte) (scaled, error) {
