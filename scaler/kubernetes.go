@@ -434,6 +434,11 @@ func (b *KubernetesBackend) call(ctx context.Context, method string, t ScaleTarg
 	}
 	var sc scale
 	if err := json.Unmarshal(raw, &sc); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// The deadline cut the answer short: say so, rather than blame the answer. net/http can
+			// hand back the headers of a response the server only finished because the client gave up.
+			return scale{}, fmt.Errorf("%s: answer cut short: %w", resp.Status, cerr)
+		}
 		return scale{}, fmt.Errorf("%s: answer is not a Scale: %w%s", resp.Status, err, hook.SnippetOf(raw))
 	}
 	if sc.Kind != "Scale" {

@@ -120,7 +120,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		case <-hang:
 		case <-r.Context().Done():
 		}
-		return
+		panic(http.ErrAbortHandler) // a hung server answers nothing, not an empty 200
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
