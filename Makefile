@@ -5,7 +5,7 @@ BIN     := bin/basin
 # there: a plain run would repeat the same tests. RACE_ALSO packages run in both passes: their
 # simulation-heavy tests, single-threaded and slowed tenfold by the detector, skip under it
 # (raceEnabled) and run in the plain pass. Every other package runs in the plain pass only.
-RACE_ONLY := ./internal/... ./gateway/... ./remediate/... ./lender/... ./scaler/... ./collector/... ./loadgen/... ./detector/... ./daemon/statuspage/... ./sim/serve/... ./sim/scenario/... ./sim/enginemetrics/...
+RACE_ONLY := ./internal/... ./gateway/... ./remediate/... ./lender/... ./scaler/... ./collector/... ./loadgen/... ./detector/... ./daemon/statuspage/... ./sim/serve/... ./sim/scenario/... ./sim/enginemetrics/... ./test/soak/...
 RACE_ALSO := ./daemon ./cmd/... ./lab/... ./sim/harness/... ./test/...
 PLAIN_PKGS = $(filter-out $(shell $(GO) list $(RACE_ONLY)),$(shell $(GO) list ./...))
 
@@ -19,11 +19,12 @@ OPENAI_CLIENT := gateway/testdata/openai-client
 ANTHROPIC_CLIENT := gateway/testdata/anthropic-client
 AGENT_CLIS := test/agentcli/testdata
 
-# Every package once without the race detector or once with it (RACE_ALSO: both), then a short fuzz pass.
+# Every package once without the race detector or once with it (RACE_ALSO: both). The fuzz
+# targets' seed corpora run as ordinary tests here; the search for new inputs is `make fuzz`,
+# which .ci/run runs after this.
 test: lint $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules $(AGENT_CLIS)/node_modules
 	$(GO) test $(PLAIN_PKGS)
 	$(GO) test -race $(RACE_ONLY) $(RACE_ALSO)
-	$(MAKE) --no-print-directory fuzz
 
 # The gateway's tests drive it with the real openai npm client, pinned in package-lock.json, …
 $(OPENAI_CLIENT)/node_modules: $(OPENAI_CLIENT)/package-lock.json

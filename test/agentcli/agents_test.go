@@ -231,6 +231,9 @@ func (a agent) run(t *testing.T, s *stack, home string, args []string) outcome {
 // finishes a task, its answer as long as the model made it, and going on with the task is the
 // same session at the gateway, whose context grew with it.
 func TestAgentFinishesATaskAsOneSession(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the processes under test are built without the race detector; `go test` without -race runs it")
+	}
 	for _, a := range agents {
 		t.Run(a.name, func(t *testing.T) {
 			needAgent(t, a.pkg, a.bin)
@@ -271,6 +274,9 @@ func TestAgentFinishesATaskAsOneSession(t *testing.T) {
 // it through the gateway's admin API, and checks that the agent ends, with an error, within
 // seconds: a 529 that says retrying will not help must not leave an agent waiting.
 func TestShedSessionEndsTheAgent(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the processes under test are built without the race detector; `go test` without -race runs it")
+	}
 	for _, a := range agents {
 		t.Run(a.name, func(t *testing.T) {
 			needAgent(t, a.pkg, a.bin)

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -29,13 +28,15 @@ func TestDaemonsOnAStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds basin and runs two daemons and redis-server")
 	}
+	if raceEnabled {
+		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
+	}
+	t.Parallel()
 	const cut = 700_000 // 0.7 × B_ref, as in TestDaemonKilledMidAction
 	const ttl = 2 * time.Second
 	srv := redistest.Start(t, "always")
-	root := moduleRoot(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "basin")
-	run(t, root, 2*time.Minute, tool(t, "go"), "build", "-o", bin, "./cmd/basin")
+	bin := basinBinary(t)
 	ps := newProcs(t, dir)
 	started := time.Now()
 	engines := httptest.NewServer(trappedEngines{start: started, speed: 20})

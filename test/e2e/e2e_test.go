@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -82,6 +81,7 @@ func TestObservabilityPack(t *testing.T) {
 	if raceEnabled {
 		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
 	}
+	t.Parallel()
 	promBin, amBin := prometheusPath(t), alertmanagerPath(t)
 	promtool, amtool := promtoolPath(t), amtoolPath(t)
 	began := time.Now()
@@ -93,10 +93,7 @@ func TestObservabilityPack(t *testing.T) {
 
 	// basin, built once, and the deployment's calibration (its knee, in the deployment's time:
 	// the daemon's --clock-speed converts).
-	basin := filepath.Join(dir, "basin")
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err)
-	run(t, root, 2*time.Minute, goBin, "build", "-o", basin, "./cmd/basin")
+	basin := basinBinary(t)
 	step("built basin")
 	run(t, dir, time.Minute, basin, "calibrate", "--scenario", scenarioDeployment, "-o", "calibration.json")
 	step("calibrated")

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,14 +51,11 @@ func TestFirstHourQuiet(t *testing.T) {
 	if raceEnabled {
 		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
 	}
+	t.Parallel()
 	began := time.Now()
 	ctx := t.Context()
-	root := moduleRoot(t)
 	dir := t.TempDir()
-	basin := filepath.Join(dir, "basin")
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err)
-	run(t, root, 2*time.Minute, goBin, "build", "-o", basin, "./cmd/basin")
+	basin := basinBinary(t)
 	run(t, dir, time.Minute, basin, "calibrate", "--scenario", scenarioDeployment, "-o", "calibration.json")
 	t.Logf("%.1fs built and calibrated", time.Since(began).Seconds())
 

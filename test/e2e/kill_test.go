@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -120,12 +119,12 @@ func TestDaemonKilledMidAction(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds basin and runs the daemon twice")
 	}
+	if raceEnabled {
+		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
+	}
+	t.Parallel()
 	const cut = 700_000 // 0.7 × B_ref, B_ref = min(0.9 × 1.9 × C, C) = C = 1M
-	root := moduleRoot(t)
-	bin := filepath.Join(t.TempDir(), "basin")
-	goBin, err := exec.LookPath("go")
-	require.NoError(t, err)
-	run(t, root, 2*time.Minute, goBin, "build", "-o", bin, "./cmd/basin")
+	bin := basinBinary(t)
 
 	for _, tc := range []struct {
 		name      string

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,4 +78,46 @@ func childEnv() []string {
 		}
 	}
 	return env
+}
+
+// built is the basin binary the package's tests share: they run in parallel, and each used to
+// link its own copy of the same binary.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// TestMain removes the shared binary after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// basinBinary builds ./cmd/basin once (without the race detector: the processes under test are
+// the product as shipped) and returns its path.
+func basinBinary(t *testing.T) string {
+	t.Helper()
+	root := moduleRoot(t)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "basin-e2e-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "basin")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", built.bin, "./cmd/basin")
+		cmd.Dir = root
+		cmd.Env = childEnv()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build ./cmd/basin: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.bin
 }

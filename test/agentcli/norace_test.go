@@ -1,0 +1,5 @@
+//go:build !race
+
+package agentcli
+
+const raceEnabled = false
