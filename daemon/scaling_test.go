@@ -21,8 +21,14 @@ import (
 // minutes. Prefill: max(40 × 25K ÷ 0.8, 55 × 25K) = 1.375M under the knee's 1.9 × 1M → 1.
 // Decode, with no served fraction exported (every session counted): 1.375M over 0.9 × 800K → 2.
 // With every session counted in decode, 800K ÷ 25K = 32 sessions fill it before the knee's 76:
-// decode-first.
+// decode-first. The arrivals are sized two standard errors low (scaler.ArrivalsConfidence): after
+// sizedAfter, λ's error is √(0.05 ÷ 1200 × (2 − w) ÷ w) = 0.008/s (w = 1 − e^(−1.5)), so 0.034/s
+// is sized: 27 sessions, 37 with the spike — 1 prefill, and decode 930K over 720K → still 2.
 const wantPrefill, wantDecode = 1, 2
+
+// sizedAfter is how many steps (15 minutes of the deployment's time) the tests give the settled
+// λ's error to fall; before it, the arrivals are sized low (0 just after the start).
+const sizedAfter = 180
 
 // metricLine finds one series' value in an exposition.
 func metricLine(body, series string) (string, bool) {
@@ -39,7 +45,11 @@ func TestCapacitySignals(t *testing.T) {
 	e := newEnv(t, "")
 	d := e.daemon()
 	api := serveAPI(t, d)
-	st := e.stepUntil(d, 30, "sized for the arrivals", func(s Status) bool { return s.Capacity.Need != nil && s.Capacity.Need.ForArrivals })
+	e.stepUntil(d, 30, "sized for the arrivals", func(s Status) bool { return s.Capacity.Need != nil && s.Capacity.Need.ForArrivals })
+	for range sizedAfter {
+		e.step(d)
+	}
+	st := d.StatusNow()
 	n := st.Capacity.Need
 	assert.Equal(t, wantPrefill, n.Prefill, "%q", n.Reasons)
 	assert.Equal(t, wantDecode, n.Decode, "%q", n.Reasons)
@@ -101,7 +111,7 @@ func TestScalingAsksOnce(t *testing.T) {
 	e := newEnv(t, fmt.Sprintf("scaling:\n  backend: {kind: http, url: %q}\n  ceiling: {prefill: 4, decode: 4}\n", rcv.srv.URL))
 	d := e.daemon()
 	api := serveAPI(t, d)
-	e.stepUntil(d, 30, "asked for decode", func(Status) bool { return len(rcv.asks()) > 0 })
+	e.stepUntil(d, sizedAfter+30, "asked for decode", func(Status) bool { return len(rcv.asks()) > 0 })
 	for range 5 {
 		e.step(d)
 	}
@@ -147,7 +157,7 @@ func TestScalingDryRun(t *testing.T) {
 		}
 		return false
 	}
-	e.stepUntil(d, 30, "a scale decided", func(Status) bool { return decided() })
+	e.stepUntil(d, sizedAfter+30, "a scale decided", func(Status) bool { return decided() })
 	assert.Empty(t, rcv.asks())
 	assert.True(t, d.StatusNow().Capacity.DecidedOnly)
 }

@@ -114,7 +114,15 @@ type Assessment struct {
 	Lambda float64 `json:"lambda_per_s"`
 	// LongLambda is the arrival rate smoothed over LongLambdaTau (an hour): the long-run rate a
 	// trap is weighed against (has it outlived its cause?).
-	LongLambda      float64 `json:"long_run_lambda_per_s"`
+	LongLambda float64 `json:"long_run_lambda_per_s"`
+	// SettledLambda is the arrival rate smoothed as Lambda but without its start's bias
+	// (Fluid.SettledLambda): what package scaler sizes instances from. MeanContext is the live
+	// sessions' mean context smoothed over MeanContextTau, tokens.
+	SettledLambda float64 `json:"settled_lambda_per_s"`
+	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD); not in JSON,
+	// where it is +Inf before a second reading.
+	SettledLambdaSD float64 `json:"-"`
+	MeanContext     float64 `json:"mean_context_tokens,omitempty"`
 	ArrivalRate     float64 `json:"arrival_rate_per_s"`
 	CompletionRate  float64 `json:"completion_rate_per_s"`
 	CallsPerSession float64 `json:"calls_per_session,omitempty"`
@@ -498,7 +506,8 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		Equilibria: out.Equilibria, KneeSessions: out.KneeSessions, DistanceToEdge: out.DistanceToEdge,
 		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, LongLambda: out.LongLambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
-		SessionLifetime: out.Lifetime.Seconds(),
+		SessionLifetime: out.Lifetime.Seconds(), SettledLambda: out.SettledLambda, MeanContext: out.MeanContext,
+		SettledLambdaSD: out.SettledLambdaSD,
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)
 	d.mu.last = a

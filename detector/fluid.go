@@ -160,6 +160,11 @@ type Outlook struct {
 	Lambda, K float64
 	// LongLambda is the arrival rate smoothed over LongLambdaTau.
 	LongLambda float64
+	// SettledLambda is λ without its start's bias (Fluid.SettledLambda); MeanContext the smoothed
+	// mean context, tokens (Fluid.MeanContext).
+	SettledLambda, MeanContext float64
+	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD).
+	SettledLambdaSD float64
 	// SpikeTolerance is the largest spike the deployment absorbs now (nil while K, λ, the edge
 	// or the curve is unknown).
 	SpikeTolerance *SpikeTolerance
@@ -185,9 +190,21 @@ type Fluid struct {
 	// instead, an hour-long average kept a cold start's zero arrivals for an hour (at half an
 	// hour it read 0.4 of the rate) and let a deployment at 1.2 × its peak pass for one under it.
 	lambdaLong, longWeight float64
-	calls, completions     float64 // EWMAs, ratio is K
-	completed              float64 // sessions completed, integrated
-	seededK                float64
+	// lambdaAvg is the arrival rate smoothed over LambdaTau like lambda, but started at zero with
+	// avgWeight its gathered weight, as lambdaLong: lambdaAvg/avgWeight (SettledLambda) is the
+	// average since the start while that is shorter than LambdaTau. lambda starts at the first
+	// windowed reading and keeps e^(−t/τ) of it: a cold start's first minute, a few arrivals
+	// over a short window, read 11.7/min on a deployment receiving 5.5 and held λ over 8/min for
+	// five minutes. The detector keeps lambda (its tables were measured with it); package scaler,
+	// which turns λ into instances, reads SettledLambda.
+	lambdaAvg, avgWeight float64
+	// ctxW and ctxN are the working set and the live sessions smoothed over MeanContextTau, with
+	// ctxWeight their gathered weight: ctxW/ctxN is the mean context without the noise of a few
+	// long sessions coming and going.
+	ctxW, ctxN, ctxWeight float64
+	calls, completions    float64 // EWMAs, ratio is K
+	completed             float64 // sessions completed, integrated
+	seededK               float64
 
 	tolCurve sessionCurve // SpikeTolerance's scratch copy of the curve
 }
@@ -277,6 +294,15 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 	wl := ewmaWeight(dt, f.o.LambdaTau*(LongLambdaTau/DefaultLambdaTau))
 	f.lambdaLong += wl * (o.ArrivalRate - f.lambdaLong)
 	f.longWeight += wl * (1 - f.longWeight)
+	wa := ewmaWeight(dt, f.o.LambdaTau)
+	f.lambdaAvg += wa * (o.ArrivalRate - f.lambdaAvg)
+	f.avgWeight += wa * (1 - f.avgWeight)
+	if o.LiveSessions > 0 {
+		wc := ewmaWeight(dt, MeanContextTau)
+		f.ctxW += wc * (o.WorkingSet - f.ctxW)
+		f.ctxN += wc * (o.LiveSessions - f.ctxN)
+		f.ctxWeight += wc * (1 - f.ctxWeight)
+	}
 	wk := ewmaWeight(dt, f.o.KTau)
 	f.calls += wk * (o.CallRate - f.calls)
 	f.completions += wk * (o.CompletionRate - f.completions)
@@ -294,6 +320,41 @@ func (f *Fluid) longLambda() float64 {
 		return f.lambda
 	}
 	return f.lambdaLong / f.longWeight
+}
+
+// SettledLambda is the arrival rate smoothed over LambdaTau from zero, its start's bias removed
+// (see lambdaAvg): λ until a second reading.
+func (f *Fluid) SettledLambda() float64 {
+	if f.avgWeight <= 0 {
+		return f.lambda
+	}
+	return f.lambdaAvg / f.avgWeight
+}
+
+// SettledLambdaSD is SettledLambda's standard error, sessions per second, taking arrivals as
+// Poisson: an EWMA of time constant τ started from zero, with weight w gathered, averages the rate
+// with variance λ/(2τ) × (2 − w)/w — λ/t over a short time t since the start, λ/(2τ) once long
+// past it. +Inf before a second reading.
+func (f *Fluid) SettledLambdaSD() float64 {
+	w := f.avgWeight
+	if w <= 0 {
+		return math.Inf(1)
+	}
+	return math.Sqrt(f.SettledLambda() / (2 * f.o.LambdaTau.Seconds()) * (2 - w) / w)
+}
+
+// MeanContextTau is the time constant of the smoothed mean context (Fluid.MeanContext). Chosen:
+// a session's lifetime is about 6.5 minutes unloaded, so five minutes averages over most of the
+// live population's turnover while following a trap's growing contexts within minutes.
+const MeanContextTau = 5 * time.Minute
+
+// MeanContext is the live sessions' mean context, tokens: the smoothed working set over the
+// smoothed live sessions (0 while no session has been live).
+func (f *Fluid) MeanContext() float64 {
+	if f.ctxWeight <= 0 || !(f.ctxN > 0) {
+		return f.meanCtx
+	}
+	return f.ctxW / f.ctxN
 }
 
 // LongLambdaTau is the time constant of the long-run arrival rate (with the default LambdaTau;
@@ -460,7 +521,8 @@ func (f *Fluid) at(n float64) float64 {
 // Outlook reads the model at population n; kneeRatio × cacheTokens / mean context gives the knee
 // population (cacheTokens ≤ 0: unknown).
 func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
-	out := Outlook{Lambda: f.lambda, LongLambda: f.longLambda(), ObservedSlope: f.slope}
+	out := Outlook{Lambda: f.lambda, LongLambda: f.longLambda(), ObservedSlope: f.slope,
+		SettledLambda: f.SettledLambda(), MeanContext: f.MeanContext(), SettledLambdaSD: f.SettledLambdaSD()}
 	if f.meanCtx > 0 && cacheTokens > 0 && kneeRatio > 0 {
 		out.KneeSessions = ptr(kneeRatio * cacheTokens / f.meanCtx)
 	}

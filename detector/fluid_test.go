@@ -2,6 +2,7 @@ package detector
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -134,6 +135,55 @@ func TestFluidLambdaSmoothing(t *testing.T) {
 	assert.Greater(t, c.f.Lambda()*60, 5.1)
 	assert.True(t, sustained.NoEquilibrium, "sustained λ above the peak: no equilibrium")
 	assert.Nil(t, sustained.Unstable)
+}
+
+// TestFluidSettledLambda: λ starts at its first reading and keeps e^(−t/τ) of it; the settled λ
+// gives the first reading no weight, and its standard error falls from λ/t at the start to
+// λ/(2τ) long after.
+func TestFluidSettledLambda(t *testing.T) {
+	f, err := NewFluid(FluidOptions{})
+	require.NoError(t, err)
+	at := time.Unix(0, 0)
+	obs := func(perMin, live, ws float64) {
+		f.Observe(at, FluidObservation{LiveSessions: live, ArrivalRate: perMin / 60, WorkingSet: ws})
+		at = at.Add(5 * time.Second)
+	}
+	obs(18, 2, 40_000) // a cold start's first reading: a few arrivals over a short window
+	assert.InDelta(t, 18, f.SettledLambda()*60, 1e-9, "λ until a second reading")
+	assert.True(t, math.IsInf(f.SettledLambdaSD(), 1), "no error known from one reading")
+	for range 12 * 5 { // five minutes at 5.5 a minute
+		obs(5.5, 20, 400_000)
+	}
+	assert.InDelta(t, 5.5, f.SettledLambda()*60, 1e-9, "the first reading carries no weight")
+	assert.Greater(t, f.Lambda()*60, 8.0, "λ still holds over half of the first reading's excess")
+	// Five minutes in: the error of a 5.5/min Poisson rate averaged over about five minutes.
+	sd5 := f.SettledLambdaSD() * 60
+	assert.InDelta(t, math.Sqrt(5.5/5.0), sd5, 0.15, "about √(λ/t) early")
+	for range 12 * 120 { // two hours more
+		obs(5.5, 20, 400_000)
+	}
+	assert.InDelta(t, math.Sqrt(5.5/20), f.SettledLambdaSD()*60, 0.01, "√(λ/2τ) long after the start, τ = 10 min")
+	assert.Less(t, f.SettledLambdaSD()*60, sd5)
+}
+
+// TestFluidMeanContext: the mean context is the smoothed working set over the smoothed live
+// sessions, so a few long sessions coming and going move it less than W/live does.
+func TestFluidMeanContext(t *testing.T) {
+	f, err := NewFluid(FluidOptions{})
+	require.NoError(t, err)
+	at := time.Unix(0, 0)
+	for range 12 * 30 { // half an hour of 20 sessions at 20K
+		f.Observe(at, FluidObservation{LiveSessions: 20, WorkingSet: 400_000, ArrivalRate: 0.05})
+		at = at.Add(5 * time.Second)
+	}
+	assert.InDelta(t, 20_000, f.MeanContext(), 1)
+	for range 12 { // a minute in which two 200K sessions join: W/live is 36K
+		f.Observe(at, FluidObservation{LiveSessions: 22, WorkingSet: 800_000, ArrivalRate: 0.05})
+		at = at.Add(5 * time.Second)
+	}
+	assert.Greater(t, f.MeanContext(), 20_000.0)
+	assert.Less(t, f.MeanContext(), 24_000.0, "a minute moves it by a fifth of the way (τ = 5 min)")
+	assert.Equal(t, f.MeanContext(), f.Outlook(22, 1.25, 560_000).MeanContext)
 }
 
 func TestFluidTimeToTrap(t *testing.T) {

@@ -57,13 +57,15 @@ func SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions)
 }
 
 // NeedInputsFrom reads the sizing's inputs off a step's snapshot and assessment, the one way the
-// daemon and the simulator's harness both do: the arrival rate to serve is the detector's λ,
-// smoothed over ten minutes — the collector's windowed rate carries a minute's Poisson noise (at 8
-// sessions a minute it read 14–18 for minutes at a time in the simulator), and since a scale-out
-// asks for all of the need at once while a scale-in waits, noise would ratchet the pools up; what λ
-// lags behind a real rise, the spike headroom covers. The lifetime is the detector's, each role's instance size the mean over the instances read
-// fresh and whole, and the served fraction the gateway's (0, unknown, without one). An error names
-// what is missing.
+// daemon and the simulator's harness both do: the arrival rate to serve is the detector's settled λ,
+// smoothed over ten minutes from zero — the collector's windowed rate carries a minute's Poisson
+// noise (at 8 sessions a minute it read 14–18 for minutes at a time in the simulator), and a λ
+// started at the first reading keeps a cold start's noisy first minute for minutes; since a
+// scale-out asks for all of the need at once while a scale-in waits, noise would ratchet the pools
+// up; what λ lags behind a real rise, the spike headroom covers. The mean context is the
+// detector's smoothed one, the lifetime the detector's, each role's instance size the mean over
+// the instances read fresh and whole, and the served fraction the gateway's (0, unknown, without
+// one). An error names what is missing.
 func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInputs, error) {
 	in := scaler.NeedInputs{Lifetime: secondsDuration(a.SessionLifetime), KneeRatio: a.Knee.Ratio}
 	var missing []string
@@ -75,7 +77,11 @@ func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInp
 		return v
 	}
 	get(collector.ArrivalRate) // λ is smoothed from it: a stale rate is a stale λ
-	in.Arrivals = a.Lambda
+	in.Arrivals, in.ArrivalsSD, in.MeanContext = a.SettledLambda, a.SettledLambdaSD, a.MeanContext
+	in.SpikeTolerance = a.SpikeTolerance
+	if c, ok := s.Get(collector.CacheCapacity); ok {
+		in.CacheCapacity = c // optional: without it, nothing counts as lent
+	}
 	in.LiveSessions, in.WorkingSet = get(collector.LiveSessions), get(collector.WorkingSet)
 	in.DecodeReserved = get(collector.DecodeReserved)
 	if f, err := detector.ServedFractionOf(s); err == nil && f >= 0 && f <= 1 {

@@ -28,18 +28,19 @@ func scaleSnapshot() collector.Snapshot {
 
 func scaleAssessment(now time.Time) detector.Assessment {
 	a := assess(now, detector.Healthy, 0.95)
-	a.Knee.Ratio, a.SessionLifetime, a.Lambda = 1.25, 400, 0.15
+	a.Knee.Ratio, a.SessionLifetime, a.Lambda, a.SettledLambda = 1.25, 400, 0.15, 0.15
 	return a
 }
 
 func TestNeedInputsFrom(t *testing.T) {
 	a := scaleAssessment(t0)
-	a.Lambda = 0.2
+	a.Lambda, a.SettledLambda, a.SettledLambdaSD, a.MeanContext = 0.3, 0.2, 0.01, 21_000
 	in, err := NeedInputsFrom(scaleSnapshot(), a)
 	require.NoError(t, err)
-	assert.Equal(t, scaler.NeedInputs{Arrivals: 0.2, Lifetime: 400 * time.Second, LiveSessions: 60, WorkingSet: 1.2e6,
-		ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000, DecodeReserved: 500_000,
-		Prefill: 1, Decode: 1}, in, "λ, not the windowed rate, is the rate to serve")
+	assert.Equal(t, scaler.NeedInputs{Arrivals: 0.2, ArrivalsSD: 0.01, MeanContext: 21_000, Lifetime: 400 * time.Second,
+		LiveSessions: 60, WorkingSet: 1.2e6, ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000,
+		CacheCapacity: 560_000, DecodeReserved: 500_000, Prefill: 1, Decode: 1}, in,
+		"the settled λ (neither the windowed rate nor the λ started at its first reading) is the rate to serve, with its noise and the smoothed mean context")
 
 	s := scaleSnapshot()
 	s.Prefill[0].State = collector.Stale

@@ -14,9 +14,12 @@
 //
 // By Little's law the arrivals keep λ × T sessions live, T being how long a session lives under
 // the knee (the detector's Assessment.SessionLifetime, read off the healthy side of the learnt
-// completion curve, so that it does not move when instances are added). A spike of a configured
-// size and length adds its sessions on top. Prefill instances must hold that population's working
-// set under the knee, decode instances its served share's KV; neither may fall under what the
+// completion curve, so that it does not move when instances are added), λ the detector's settled
+// arrival rate taken ArrivalsConfidence standard errors low (a Poisson burst, or a cold start's
+// first minute, is not demand). A spike of a configured size and length adds its sessions on top,
+// unless the detector's fluid model says the deployment absorbs it as it is. Prefill instances
+// must hold that population's working set under the knee (the steady population's margin may sit
+// in the KV decode lends), decode instances its served share's KV; neither may fall under what the
 // live sessions hold now.
 //
 // # The policy

@@ -30,6 +30,14 @@ const (
 	DefaultDecodeHeadroom = 0.1
 )
 
+// ArrivalsConfidence is how many standard errors the arrival rate is sized below its estimate:
+// two, so that the arrivals exceed the rate sized for with about 98% confidence. Chosen from the
+// simulator's quiet rows (0.5 × peak): a λ started at a cold start's first minute read 11.7/min
+// on a deployment receiving 5.5, and a ten-minute Poisson burst read 3.56/min against 2.79 — each
+// asked for an instance nobody needed; at 1.2 × peak the estimate clears the sizing's threshold
+// by more than two standard errors within minutes of the start.
+const ArrivalsConfidence = 2.0
+
 // NeedOptions configure the sizing. Zero fields take the defaults.
 type NeedOptions struct {
 	// SpikeSize is the spike to absorb, as a fraction of the arrival rate (0.5: +50%), held for
@@ -81,11 +89,19 @@ type NeedInputs struct {
 	// Arrivals is the arrival rate to serve, sessions per second (the detector's smoothed λ:
 	// remediate.NeedInputsFrom says why).
 	Arrivals float64
+	// ArrivalsSD is Arrivals' standard error (the detector's Assessment.SettledLambdaSD): the
+	// arrivals are sized at Arrivals − ArrivalsConfidence × ArrivalsSD. 0: taken as exact; +Inf:
+	// not known yet, the arrivals are not sized.
+	ArrivalsSD float64
 	// Lifetime is how long a session lives under the knee (detector.Assessment.SessionLifetime);
 	// 0 when unknown.
 	Lifetime time.Duration
-	// LiveSessions and WorkingSet are now: their ratio is the mean context.
+	// LiveSessions and WorkingSet are now.
 	LiveSessions, WorkingSet float64
+	// MeanContext is the live sessions' mean context, tokens, smoothed (the detector's
+	// Assessment.MeanContext); 0: WorkingSet/LiveSessions now, which a few long sessions coming
+	// and going move by half on a quiet deployment.
+	MeanContext float64
 	// ServedFraction is the share of live sessions in a model call (decode holds their KV);
 	// 0 when unknown, then taken as 1.
 	ServedFraction float64
@@ -94,6 +110,13 @@ type NeedInputs struct {
 	// PrefillCache is one prefill instance's prefix cache (GPU and host tier), DecodeKV one
 	// decode instance's KV, tokens.
 	PrefillCache, DecodeKV float64
+	// CacheCapacity is the cache the detector reads now, tokens: the prefill instances' and the
+	// KV decode lends (collector.CacheCapacity). What it holds beyond Prefill × PrefillCache is
+	// lent, and stays when a prefill instance is added or removed. 0: unknown, nothing lent.
+	CacheCapacity float64
+	// SpikeTolerance is the largest spike the deployment absorbs now, by the detector's fluid
+	// model (Assessment.SpikeTolerance); nil while it cannot say.
+	SpikeTolerance *detector.SpikeTolerance
 	// DecodeReserved is the KV decode holds for running calls now, over the pool, tokens.
 	DecodeReserved float64
 	// Prefill and Decode are the instances serving now.
@@ -170,13 +193,16 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	}
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 	switch {
-	case bad(in.Arrivals), bad(in.LiveSessions), bad(in.WorkingSet), bad(in.DecodeReserved), in.Lifetime < 0:
-		return Need{}, fmt.Errorf("sizing: negative or non-finite reading (arrivals %v, live %v, working set %v, decode reserved %v, lifetime %v)",
-			in.Arrivals, in.LiveSessions, in.WorkingSet, in.DecodeReserved, in.Lifetime)
+	case bad(in.Arrivals), bad(in.LiveSessions), bad(in.WorkingSet), bad(in.DecodeReserved), in.Lifetime < 0,
+		math.IsNaN(in.ArrivalsSD) || in.ArrivalsSD < 0, math.IsNaN(in.MeanContext) || in.MeanContext < 0 || math.IsInf(in.MeanContext, 0):
+		return Need{}, fmt.Errorf("sizing: negative or non-finite reading (arrivals %v ± %v, live %v, working set %v, mean context %v, decode reserved %v, lifetime %v)",
+			in.Arrivals, in.ArrivalsSD, in.LiveSessions, in.WorkingSet, in.MeanContext, in.DecodeReserved, in.Lifetime)
 	case !(in.KneeRatio > 0) || math.IsInf(in.KneeRatio, 0):
 		return Need{}, fmt.Errorf("sizing: knee ratio %v, must be positive", in.KneeRatio)
 	case !(in.PrefillCache > 0) || math.IsInf(in.PrefillCache, 0):
 		return Need{}, fmt.Errorf("sizing: prefill cache %v tokens, must be positive (no prefill instance read)", in.PrefillCache)
+	case math.IsNaN(in.CacheCapacity) || math.IsInf(in.CacheCapacity, 0) || in.CacheCapacity < 0:
+		return Need{}, fmt.Errorf("sizing: cache capacity %v tokens, must be ≥ 0", in.CacheCapacity)
 	case !(in.DecodeKV > 0) || math.IsInf(in.DecodeKV, 0):
 		return Need{}, fmt.Errorf("sizing: decode KV %v tokens, must be positive (no decode instance read)", in.DecodeKV)
 	case in.ServedFraction < 0 || in.ServedFraction > 1 || math.IsNaN(in.ServedFraction):
@@ -187,40 +213,71 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 		served = 1
 	}
 	kneePerPrefill := in.KneeRatio * in.PrefillCache // working set one prefill instance holds at the knee
+	// The working set the lent KV holds at the knee: a decode-first deployment lends its spare
+	// KV to the cache, and 1P3D at 1.2 × its peak ran with 2.8M of cache on one 1.25M prefill
+	// instance; sized without it, basin asked for a second instance nobody waited for.
+	lentKnee := in.KneeRatio * max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache)
+	prefillFor := func(ws float64) int { return ceilPos((ws - lentKnee) / kneePerPrefill) }
 	decodePer := (1 - o.DecodeHeadroom) * in.DecodeKV
 
 	// What the live sessions hold now.
-	liveP := ceilPos(in.WorkingSet / kneePerPrefill)
+	liveP := prefillFor(in.WorkingSet)
 	liveD := ceilPos(in.DecodeReserved / decodePer)
 	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD), LivePrefill: liveP, LiveDecode: liveD,
 		ServingPrefill: in.Prefill, ServingDecode: in.Decode}
 	n.Reasons = append(n.Reasons, fmt.Sprintf("live: working set %s under the knee needs %d prefill; %s reserved decode KV needs %d decode",
 		tok(in.WorkingSet), liveP, tok(in.DecodeReserved), liveD))
+	if lentKnee > 0 {
+		n.Reasons = append(n.Reasons, fmt.Sprintf("lent: decode lends %s of cache now, counted for the steady population's margin", tok(lentKnee/in.KneeRatio)))
+	}
 
 	if in.LiveSessions > 0 && in.WorkingSet > 0 {
 		m := in.WorkingSet / in.LiveSessions
+		if in.MeanContext > 0 {
+			m = in.MeanContext
+		}
 		if r, err := detector.Risk(detector.RiskInputs{
 			CacheTokens: in.PrefillCache * float64(max(1, in.Prefill)), DecodeKVTokens: in.DecodeKV,
 			DecodeInstances: max(1, in.Decode), MeanContext: m, ServedFraction: served, KneeFactor: in.KneeRatio,
 		}); err == nil {
 			n.Binding = r.Binding
 		}
-		if in.Lifetime > 0 {
+		if in.Lifetime > 0 && !math.IsInf(in.ArrivalsSD, 0) {
 			t := in.Lifetime.Seconds()
-			steady := in.Arrivals * t
-			spike := steady + o.SpikeSize*in.Arrivals*min(o.SpikeDuration.Seconds(), t)
+			// The rate the arrivals surely reach: a scale-out asks for all of its need at once,
+			// and a cold start's few arrivals, or a quiet deployment's Poisson burst, read high.
+			lambda := max(0, in.Arrivals-ArrivalsConfidence*in.ArrivalsSD)
+			steady := lambda * t
+			spike := steady + o.SpikeSize*lambda*min(o.SpikeDuration.Seconds(), t)
 			n.ForArrivals, n.Population = true, spike
-			arrP := ceilPos(max(steady*m/o.KneeShare, spike*m) / kneePerPrefill)
+			steadyP := prefillFor(steady * m / o.KneeShare)
+			// The lent KV holds the steady population's margin (KneeShare), not the population
+			// with its spike: a spike puts more sessions into calls, and the lender takes KV back
+			// for decode just then; that population must fit the prefill instances' knee.
+			arrP := max(steadyP, ceilPos(spike*m/kneePerPrefill))
+			absorbs := in.SpikeTolerance != nil && in.SpikeTolerance.Ratio-1 >= o.SpikeSize && arrP > in.Prefill
+			if absorbs {
+				// Sized under the knee, the spike asks for more prefill than the fluid model says
+				// it needs: the population may cross the knee for the spike's ten minutes and come
+				// back by itself (the spike tolerance). No scale-out for it, then — but no scale-in
+				// below the spike's size either, so a pool grown for it is not shrunk into a size
+				// that would ask again.
+				arrP = max(steadyP, in.Prefill)
+			}
 			arrD := ceilPos(spike * m * served / decodePer)
 			n.Prefill, n.Decode, n.ArrivalsPrefill, n.ArrivalsDecode = max(n.Prefill, arrP), max(n.Decode, arrD), arrP, arrD
 			n.Reasons = append(n.Reasons, fmt.Sprintf(
-				"arrivals: %.2f/min × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",
-				in.Arrivals*60, in.Lifetime.Round(time.Second), steady, spike, 100*o.SpikeSize, o.SpikeDuration,
+				"arrivals: %.2f/min (%.2f less %g × its %.2f noise) × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",
+				lambda*60, in.Arrivals*60, ArrivalsConfidence, in.ArrivalsSD*60, in.Lifetime.Round(time.Second), steady, spike, 100*o.SpikeSize, o.SpikeDuration,
 				tok(m), arrP, tok(in.PrefillCache), in.KneeRatio, arrD, tok(in.DecodeKV), 100*served))
+			if absorbs {
+				n.Reasons = append(n.Reasons, fmt.Sprintf("spike: the fluid model says the deployment absorbs +%.0f%% as it is (≥ the +%.0f%% planned for): no scale-out for it",
+					100*(in.SpikeTolerance.Ratio-1), 100*o.SpikeSize))
+			}
 		}
 	}
 	if !n.ForArrivals {
-		n.Reasons = append(n.Reasons, "arrivals: not sized yet (no session lifetime or mean context): the need is what the live sessions hold")
+		n.Reasons = append(n.Reasons, "arrivals: not sized yet (no session lifetime, arrival rate or mean context): the need is what the live sessions hold")
 	}
 	return n, nil
 }

@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -59,6 +60,37 @@ func TestSize(t *testing.T) {
 		// Large contexts all in calls: decode fills first (risk rule), and decode needs more.
 		{name: "decode-first", in: func(in *NeedInputs) { in.ServedFraction = 1; in.PrefillCache = 4_000_000 },
 			prefill: 1, dec: 3, forArrivals: true, binding: detector.DecodeFirst, population: 90},
+		// The arrivals sized two standard errors low: (0.17 − 2 × 0.01) = 0.15, as the base.
+		{name: "the arrivals less twice their noise", in: func(in *NeedInputs) { in.Arrivals, in.ArrivalsSD = 0.17, 0.01 },
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "9.00/min (10.20 less 2 × its 0.60 noise)"},
+		// A noisy estimate (0.25 ± 0.1): sized at 0.05/s, 20 sessions and 30 with the spike; the
+		// live sessions' 1.2M then bind prefill at 2.
+		{name: "a noisy rate is sized low", in: func(in *NeedInputs) { in.Arrivals, in.ArrivalsSD = 0.25, 0.1 },
+			prefill: 2, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 30},
+		{name: "a rate not known yet is not sized", in: func(in *NeedInputs) { in.ArrivalsSD = math.Inf(1) },
+			prefill: 2, dec: 1, forArrivals: false, binding: detector.CacheFirst, reasonContain: "not sized yet"},
+		// The smoothed mean context (30K) replaces W/live (20K): prefill max(60 × 30K ÷ 0.8,
+		// 90 × 30K) = 2.7M ÷ 700K → 4; decode 90 × 30K × 0.5 = 1.35M ÷ 720K → 2.
+		{name: "the smoothed mean context", in: func(in *NeedInputs) { in.MeanContext = 30_000 },
+			prefill: 4, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "at 30K mean context"},
+		// Decode lends 1.2M on top of the four instances' 2.24M: 1.5M at the knee. Without a
+		// spike, the steady 60 × 20K ÷ 0.8 = 1.5M margin fits in it, but the population itself
+		// (1.2M) must fit the prefill instances' knee: 2 prefill (3 without the lent KV).
+		{name: "the cache decode lends holds the steady margin", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
+			o: NeedOptions{SpikeSize: 1e-9}, prefill: 2, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+		// A spike's 1.8M is sized without it (the lender takes KV back for decode then): 3.
+		{name: "but not a spike", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
+		// A +100% spike's 2.4M asks for 4 prefill; at 3, the fluid model says the deployment
+		// absorbs +150%: no scale-out for it (the steady 1.5M needs 3) ...
+		{name: "a spike the fluid model absorbs", in: func(in *NeedInputs) {
+			in.Prefill, in.SpikeTolerance = 3, &detector.SpikeTolerance{Ratio: 2.5}
+		}, o: NeedOptions{SpikeSize: 1}, prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 120,
+			reasonContain: "absorbs +150% as it is"},
+		// ... and one it does not (+50% < +100%): 4.
+		{name: "a spike the fluid model does not absorb", in: func(in *NeedInputs) {
+			in.Prefill, in.SpikeTolerance = 3, &detector.SpikeTolerance{Ratio: 1.5}
+		}, o: NeedOptions{SpikeSize: 1}, prefill: 4, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 120},
 		// Every session served: 1.6M of decode KV over 20K is 80 sessions, under the knee's 140.
 		{name: "unknown served fraction counts every session", in: func(in *NeedInputs) { in.ServedFraction = 0 },
 			prefill: 3, dec: 3, forArrivals: true, binding: detector.DecodeFirst, population: 90},
@@ -89,6 +121,9 @@ func TestSizeRejects(t *testing.T) {
 		o          NeedOptions
 	}{
 		{"negative arrivals", "negative or non-finite", func(in *NeedInputs) { in.Arrivals = -1 }, NeedOptions{}},
+		{"negative noise", "negative or non-finite", func(in *NeedInputs) { in.ArrivalsSD = -0.1 }, NeedOptions{}},
+		{"infinite cache", "cache capacity +Inf", func(in *NeedInputs) { in.CacheCapacity = math.Inf(1) }, NeedOptions{}},
+		{"NaN mean context", "mean context NaN", func(in *NeedInputs) { in.MeanContext = math.NaN() }, NeedOptions{}},
 		{"no knee", "knee ratio", func(in *NeedInputs) { in.KneeRatio = 0 }, NeedOptions{}},
 		{"no prefill read", "no prefill instance read", func(in *NeedInputs) { in.PrefillCache = 0 }, NeedOptions{}},
 		{"no decode read", "no decode instance read", func(in *NeedInputs) { in.DecodeKV = 0 }, NeedOptions{}},

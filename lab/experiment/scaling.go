@@ -51,11 +51,13 @@ type ScalingSpec struct {
 }
 
 // DefaultScaling is the issue's sweep: 1.2 and 1.5 × peak with and without a +100% spike on both
-// deployments, and the quiet row (0.5 × peak) that no arm may scale up; three seeds; a ceiling of
-// 8 instances a role (NVIDIA Dynamo planner's default GPU budget, as the autoscaler baseline's).
+// deployments, 2 × peak (where the arrivals outrun basin's admission by more than 1.3×: the
+// calibrated peak understates what it completes), and the quiet row (0.5 × peak) that no arm may
+// scale up; three seeds; a ceiling of 8 instances a role (NVIDIA Dynamo planner's default GPU
+// budget, as the autoscaler baseline's).
 func DefaultScaling() ScalingSpec {
 	return ScalingSpec{Deployments: []string{"1p1d", "1p3d"}, Workload: "terminal-bench",
-		Loads: []float64{0.5, 1.2, 1.5}, Spikes: []float64{0, 1}, Seeds: []uint64{1, 2, 3}, Ceiling: 8, Workers: 2}
+		Loads: []float64{0.5, 1.2, 1.5, 2}, Spikes: []float64{0, 1}, Seeds: []uint64{1, 2, 3}, Ceiling: 8, Workers: 2}
 }
 
 // Validate names every problem.
@@ -106,6 +108,14 @@ type ScalingRun struct {
 	// window ends: the deployment serves every arrival from then on (0: nobody ever waited;
 	// null: somebody still waits at the window's end).
 	ServesAllMin *float64 `json:"serves_all_min"`
+	// ArrivedPerHour is the sessions arriving in the goodput window, per hour: the most goodput
+	// any arm can reach (the all-arrivals ceiling).
+	ArrivedPerHour float64 `json:"arrived_per_hour"`
+	// ShortMinutes counts the window's minutes that ended with somebody waiting at the gateway
+	// (the deployment short of capacity); FirstShortMin is the first minute of the run that did
+	// (null: none).
+	ShortMinutes  int      `json:"short_minutes"`
+	FirstShortMin *float64 `json:"first_short_min"`
 }
 
 // GoodputPerInstanceHour is good sessions per instance-hour over the window.
@@ -230,10 +240,22 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 	run := ScalingRun{Seed: seed, GoodputPerHour: r.GoodputPerHour, FirstWaitP50: r.FirstCallWaitP50,
 		InstanceMinutes: r.PrefillInstanceMinutesWindow + r.DecodeInstanceMinutesWindow, FirstUtilAlertMin: r.UtilisationAlertFirstMin}
 	lastWait := -1 // the last minute of the window somebody waited at the gateway
+	arrived := 0
 	for i, m := range r.Timeline {
 		run.MaxPrefill, run.MaxDecode = max(run.MaxPrefill, m.PrefillInstances), max(run.MaxDecode, m.DecodeInstances)
+		inWindow := float64(i) >= r.MeasureFromMin && float64(i) < r.MeasureToMin
+		if inWindow {
+			arrived += m.Arrivals
+		}
 		if m.QueuedSessions > 0 && float64(i) < r.MeasureToMin {
 			lastWait = i
+			if run.FirstShortMin == nil {
+				v := float64(i)
+				run.FirstShortMin = &v
+			}
+			if inWindow {
+				run.ShortMinutes++
+			}
 		}
 		prevP, prevD := row.Provisioned[0], row.Provisioned[1]
 		if i > 0 {
@@ -243,6 +265,9 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 			v := float64(i + 1) // asked within minute i: its end, the same bound for every arm
 			run.FirstScaleOutMin = &v
 		}
+	}
+	if w := r.MeasureToMin - r.MeasureFromMin; w > 0 {
+		run.ArrivedPerHour = float64(arrived) * 60 / w
 	}
 	if float64(lastWait+1) < r.MeasureToMin {
 		v := float64(lastWait + 1)
