@@ -9,7 +9,7 @@ RACE_ONLY := ./internal/... ./gateway/... ./remediate/... ./lender/... ./scaler/
 RACE_ALSO := ./daemon ./cmd/... ./lab/... ./sim/harness/... ./test/...
 PLAIN_PKGS = $(filter-out $(shell $(GO) list $(RACE_ONLY)),$(shell $(GO) list ./...))
 
-.PHONY: build test lint demo bench fidelity results fuzz clean dashboards config-reference
+.PHONY: build test test-plain lint demo bench fidelity results fuzz clean dashboards config-reference
 
 # -buildvcs=auto: stamp the commit into `basin --version` even where GOFLAGS turns stamping off.
 build:
@@ -22,9 +22,13 @@ AGENT_CLIS := test/agentcli/testdata
 # Every package once without the race detector or once with it (RACE_ALSO: both). The fuzz
 # targets' seed corpora run as ordinary tests here; the search for new inputs is `make fuzz`,
 # which .ci/run runs after this.
-test: lint $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules $(AGENT_CLIS)/node_modules
-	$(GO) test $(PLAIN_PKGS)
+# Lint runs beside the plain pass, whose end-to-end tests mostly wait on their processes.
+test: $(OPENAI_CLIENT)/node_modules $(ANTHROPIC_CLIENT)/node_modules $(AGENT_CLIS)/node_modules
+	$(MAKE) --no-print-directory -j2 lint test-plain
 	$(GO) test -race $(RACE_ONLY) $(RACE_ALSO)
+
+test-plain:
+	$(GO) test $(PLAIN_PKGS)
 
 # The gateway's tests drive it with the real openai npm client, pinned in package-lock.json, …
 $(OPENAI_CLIENT)/node_modules: $(OPENAI_CLIENT)/package-lock.json

@@ -200,14 +200,16 @@ func WriteTimelineCSV(w io.Writer, tl []Minute) error {
 	}
 	if err := cw.Write([]string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions", "held_calls", "working_set_tokens",
 		"cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions", "calls_completed",
-		"prefill_busy"}); err != nil {
+		"prefill_busy", "prefill_instances", "decode_instances", "prefill_instance_minutes", "decode_instance_minutes"}); err != nil {
 		return fmt.Errorf("write timeline: %w", err)
 	}
 	for _, m := range tl {
 		row := []string{strconv.Itoa(m.Minute), strconv.Itoa(m.Arrivals), strconv.Itoa(m.LiveSessions), strconv.Itoa(m.LiveBase),
 			strconv.Itoa(m.QueuedSessions), strconv.Itoa(m.HeldCalls), strconv.FormatInt(m.WorkingSetTokens, 10),
 			strconv.FormatInt(m.CacheCapacity, 10), f(m.HitRate, 4), f(m.TTFTP50, 3), strconv.Itoa(m.Completions),
-			strconv.Itoa(m.GoodCompletions), strconv.Itoa(m.CallsCompleted), f(m.PrefillBusy, 4)}
+			strconv.Itoa(m.GoodCompletions), strconv.Itoa(m.CallsCompleted), f(m.PrefillBusy, 4),
+			strconv.Itoa(m.PrefillInstances), strconv.Itoa(m.DecodeInstances), f(m.PrefillInstanceMinutes, 3),
+			f(m.DecodeInstanceMinutes, 3)}
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("write timeline: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -160,7 +161,9 @@ func TestSimRunJSONAndTimeline(t *testing.T) {
 	require.Len(t, rows, 91, "a header and one row per simulated minute")
 	assert.Equal(t, []string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions", "held_calls",
 		"working_set_tokens", "cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions",
-		"calls_completed", "prefill_busy"}, rows[0])
+		"calls_completed", "prefill_busy", "prefill_instances", "decode_instances", "prefill_instance_minutes",
+		"decode_instance_minutes"}, rows[0])
+	assert.Equal(t, []string{"1", "1", "1.000", "1.000"}, rows[1][14:], "the 1P1D preset's instances, each a whole minute")
 
 	// Same seed, same bytes.
 	_, again, _ := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--json")
@@ -689,6 +692,45 @@ func TestDemoHelpNamesItsRuns(t *testing.T) {
 	for _, run := range demo.Runs {
 		assert.Contains(t, c.summary, run, "the summary names run %q", run)
 		assert.Contains(t, strings.ReplaceAll(c.detail, "\n", " "), run, "the detail names run %q", run)
+	}
+}
+
+// sim run --scale-ceiling: basin's daemon scales the scenario's pools (the timeline shows the
+// added prefill instance during the spike); flags that cannot go with it are refused by name.
+func TestSimRunScaleCeiling(t *testing.T) {
+	if raceEnabled {
+		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
+	}
+	tl := filepath.Join(t.TempDir(), "timeline.csv")
+	code, _, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--policy", "basin",
+		"--scale-ceiling", "4", "--timeline", tl)
+	require.Equal(t, 0, code, stderr)
+	f, err := os.Open(tl)
+	require.NoError(t, err)
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, "prefill_instances", rows[0][14])
+	most := 0
+	for _, r := range rows[1:] {
+		n, err := strconv.Atoi(r[14])
+		require.NoError(t, err)
+		most = max(most, n)
+	}
+	assert.Greater(t, most, 1, "the +100% spike made basin add a prefill instance")
+	assert.LessOrEqual(t, most, 4, "never past the ceiling")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", "none", "--scale-ceiling", "4"}, `--scale-ceiling: scaling is basin's daemon's; policy "none" has none`},
+		{[]string{"--policy", "basin", "--scale-ceiling", "-1"}, "--scale-ceiling -1: under the scenario's 1 prefill and 1 decode instances"},
+		{[]string{"--act-at", "30", "--scale-ceiling", "4"}, "--scale-ceiling does not go with --act-at"},
+	} {
+		code, _, stderr := basin(t, append([]string{"sim", "run", "--scenario", "paper-1p1d-h100-spike", "--no-detector"}, tc.args...)...)
+		assert.Equal(t, 2, code, "%v", tc.args)
+		assert.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
 }
 

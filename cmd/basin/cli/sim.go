@@ -12,6 +12,7 @@ import (
 
 	"github.com/basin-dev/basin/detector"
 	"github.com/basin-dev/basin/internal/progress"
+	"github.com/basin-dev/basin/scaler"
 	"github.com/basin-dev/basin/sim"
 	"github.com/basin-dev/basin/sim/fidelity"
 	"github.com/basin-dev/basin/sim/harness"
@@ -51,12 +52,16 @@ func simRun(env Env, args []string) error {
 	actAt := fs.Float64("act-at", -1, "minute from which basin's daemon acts on the engine baseline (it watches before); goodput counts the sessions arriving from then on")
 	duration := fs.Duration("duration", 0, "run this long instead of the scenario's duration (with --act-at)")
 	holds := fs.Bool("holds", true, "with --act-at: let the daemon hold admitted sessions' next calls (false: today's budget, shedding and lending only)")
+	scaleCeiling := fs.Int("scale-ceiling", 0, "with a basin policy: let its daemon scale each role from the scenario's pools up to this many instances (each starts after the simulator's start-up delay, cold); 0: the pools as provisioned")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	sc, err := loadScenario(*scName)
 	if err != nil {
 		return err
+	}
+	if *scaleCeiling != 0 && *actAt >= 0 {
+		return fmt.Errorf("%w: --scale-ceiling does not go with --act-at", errUsage)
 	}
 	if *actAt >= 0 {
 		return simRunLate(env, sc, *actAt, *duration, *holds, *policy, *calib, *asJSON, *timeline)
@@ -65,6 +70,13 @@ func simRun(env Env, args []string) error {
 		return fmt.Errorf("%w: --duration goes with --act-at", errUsage)
 	}
 	w := basinWiring(sc)
+	if *scaleCeiling != 0 {
+		pol := harness.Policies{Calibrate: harness.CalibrateOnce(sc)}
+		if pol.Scale, err = scaleOptions(sc, *policy, *scaleCeiling); err != nil {
+			return err
+		}
+		w.Policies = pol
+	}
 	if !*noDetect {
 		if w.Observe, err = observer(sc, *calib); err != nil {
 			return err
@@ -86,6 +98,24 @@ func simRun(env Env, args []string) error {
 	}
 	printResult(env.Stdout, res)
 	return nil
+}
+
+// scaleOptions is basin's scaling on a scenario's run: each role from its provisioned instances
+// (the floor) up to ceiling, the policy's other settings its defaults, as `basin sim scaling` runs it.
+func scaleOptions(sc *scenario.Scenario, policy string, ceiling int) (*scaler.Options, error) {
+	if policy == "" {
+		policy = sc.Policy
+	}
+	if !strings.HasPrefix(policy, "basin") && policy != harness.Oracle {
+		return nil, fmt.Errorf("%w: --scale-ceiling: scaling is basin's daemon's; policy %q has none (use --policy basin)", errUsage, policy)
+	}
+	p, d := sc.Deployment.Prefill.Instances, sc.Deployment.Decode.Instances
+	if ceiling < max(p, d) {
+		return nil, fmt.Errorf("%w: --scale-ceiling %d: under the scenario's %d prefill and %d decode instances", errUsage, ceiling, p, d)
+	}
+	return &scaler.Options{Roles: scaler.Roles(),
+		Floor:   map[scaler.Role]int{scaler.RolePrefill: p, scaler.RoleDecode: d},
+		Ceiling: map[scaler.Role]int{scaler.RolePrefill: ceiling, scaler.RoleDecode: ceiling}}, nil
 }
 
 func writeFile(path string, fill func(io.Writer) error) error {
