@@ -823,6 +823,8 @@ func (r *Replica) cutSlice(v LeaderView, seen int) {
 		r.log.Error("setting the degraded slice", "err", err)
 		return
 	}
+	r.log.Info("degraded slice cut", "slice_tokens", slice, "local_reserved_tokens", snap.Reserved,
+		"leader_budget_tokens", v.Budget, "leader_reserved_tokens", v.Reserved, "replicas_seen", seen)
 	r.host.Deliver(evs)
 }
 

@@ -31,6 +31,8 @@ func TestDaemonsOnAStore(t *testing.T) {
 	if raceEnabled {
 		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
 	}
+	busy.Add(1) // before t.Parallel: TestReplicatedGateways waits for it
+	defer busy.Done()
 	t.Parallel()
 	const cut = 700_000 // 0.7 × B_ref, as in TestDaemonKilledMidAction
 	const ttl = 2 * time.Second

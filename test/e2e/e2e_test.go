@@ -81,6 +81,8 @@ func TestObservabilityPack(t *testing.T) {
 	if raceEnabled {
 		t.Skip("end to end: the processes under test are built without the race detector; `go test` without -race runs it")
 	}
+	busy.Add(1) // before t.Parallel: TestReplicatedGateways waits for it
+	defer busy.Done()
 	t.Parallel()
 	promBin, amBin := prometheusPath(t), alertmanagerPath(t)
 	promtool, amtool := promtoolPath(t), amtoolPath(t)

@@ -349,9 +349,12 @@ func TestReplicatedGateways(t *testing.T) {
 	if raceEnabled {
 		t.Skip("end to end: the processes under test are built without the race detector")
 	}
-	// Not parallel with the package's other tests: its failover bound rests on the store's 1 s
-	// timeouts, which a starved replica misses (run beside them, a replica degraded by a slow
-	// store admitted past the bound).
+	// After the package's other tests, not beside them: its failover bound rests on the store's
+	// 1 s timeouts, which a starved replica misses, and a replica degraded on a loaded machine
+	// admits past the bound (noticed, not fixed: the note of issue 29's stop). Run last, it also
+	// meets the tail of `make test`'s plain pass, not its busy start.
+	t.Parallel()
+	busy.Wait()
 	srv := redistest.Start(t, "always")
 	began := time.Now()
 	step := func(format string, a ...any) {

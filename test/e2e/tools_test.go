@@ -80,6 +80,11 @@ func childEnv() []string {
 	return env
 }
 
+// busy counts the parallel end-to-end tests still running: each adds itself before t.Parallel,
+// in the sequential phase (their files sort before replicated_test.go), so by the time
+// TestReplicatedGateways waits, every one that runs has been counted.
+var busy sync.WaitGroup
+
 // built is the basin binary the package's tests share: they run in parallel, and each used to
 // link its own copy of the same binary.
 var built struct {
