@@ -371,7 +371,11 @@ type Core struct {
 		tenants    map[string]int
 		workingSet int64
 		reserved   int64
-		seq        uint64
+		// allowance, when allowanceOn, bounds the reservations of the sessions admitted from
+		// now on, whatever ends meanwhile (SetAllowance).
+		allowance   int64
+		allowanceOn bool
+		seq         uint64
 		admits     []time.Time // recent admissions, for the drain-rate estimate
 		nextSweep  time.Time
 		counters   Counters
@@ -608,6 +612,9 @@ func (c *Core) fitsLocked(s *session) bool {
 		// budget, so the service makes progress.
 		return true
 	}
+	if c.mu.allowanceOn && c.demandLocked(s) > c.mu.allowance {
+		return false
+	}
 	// Held sessions stay in the test: a hold reorders who runs among the admitted, it does not
 	// make room for more of them (hold.go).
 	ws, reserved := c.mu.workingSet, c.mu.reserved
@@ -628,6 +635,9 @@ func (c *Core) admitLocked(now time.Time, s *session) {
 	c.mu.workingSet += s.context
 	c.mu.reserved += s.demandCache
 	c.mu.admits = append(c.mu.admits, now)
+	if c.mu.allowanceOn {
+		c.mu.allowance -= s.demandCache
+	}
 }
 
 // keyLocked sets a session's place in the queue: by priority while fresh, newest first (with the
@@ -921,6 +931,19 @@ func (c *Core) SetBudget(now time.Time, budget, reference int64) ([]Event, error
 	}
 	c.mu.o.CountOnly = false
 	return c.drainLocked(now), nil
+}
+
+// SetAllowance bounds the reservations of the sessions the core admits from now on to tokens in
+// all, beside the budget: an end frees budget but never refills the allowance. tokens < 0 lifts
+// it. A degraded replica (package replication) admits against its slice of the free budget this
+// way: its local core also counts sessions that passed through it and live, or ended, at other
+// replicas, and their ends must not open room the deployment does not have. The progress rule
+// (nothing live: admit the head) still applies.
+func (c *Core) SetAllowance(now time.Time, tokens int64) []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.allowanceOn, c.mu.allowance = tokens >= 0, max(0, tokens)
+	return c.drainLocked(now)
 }
 
 // forgetLocked drops expired retry and shed memories and old admissions. The memories are swept

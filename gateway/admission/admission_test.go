@@ -283,6 +283,29 @@ func TestBudgetChangeAdmits(t *testing.T) {
 	check(t, c)
 }
 
+// TestAllowance: sessions admitted under an allowance reserve at most it in all, whatever ends
+// meanwhile free; the progress rule still admits when nothing is live; lifting it admits by the
+// budget alone.
+func TestAllowance(t *testing.T) {
+	c := core(t, Options{Budget: 100})
+	for _, id := range []string{"a", "b", "c"} {
+		require.Equal(t, Admitted, c.Arrive(at(0), req(id, 30, 0)).Verdict)
+	}
+	assert.Empty(t, c.SetAllowance(at(1), 40))
+	require.Equal(t, Queued, c.Arrive(at(2), req("d", 30, 0)).Verdict, "90 + 30 is over the budget")
+	require.Equal(t, Queued, c.Arrive(at(3), req("e", 30, 0)).Verdict)
+	assert.Equal(t, []string{"d"}, ids(c.End(at(4), "a"), EventAdmitted), "30 of the 40 allowed")
+	assert.Empty(t, ids(c.End(at(5), "b"), EventAdmitted), "the budget has room; the allowance has 10 left")
+	check(t, c)
+	// Nothing live: the progress rule admits the head however little allowance is left.
+	c.End(at(6), "c")
+	c.End(at(7), "d")
+	assert.True(t, c.Live("e"), "admitted by the progress rule when d ended")
+	require.Equal(t, Queued, c.Arrive(at(8), req("f", 30, 0)).Verdict)
+	assert.Equal(t, []string{"f"}, ids(c.SetAllowance(at(9), -1), EventAdmitted), "lifted: the budget alone decides")
+	check(t, c)
+}
+
 func TestIdleExpiry(t *testing.T) {
 	c := core(t, Options{Budget: 100, IdleTimeout: time.Minute})
 	c.Arrive(at(0), req("a", 60, 0))

@@ -788,6 +788,7 @@ func (r *Replica) setDegraded(why string) {
 	case why == "" && was != "":
 		r.metrics.degraded.Set(0)
 		r.log.Info("leader reachable again: no longer degraded")
+		r.host.Deliver(r.core.SetAllowance(r.now(), -1))
 		r.requeueElsewhere()
 	}
 }
@@ -817,7 +818,13 @@ func (r *Replica) cutSlice(v LeaderView, seen int) {
 	}
 	snap := r.core.Snapshot(r.now(), false)
 	free := max(0, v.Budget-v.Reserved)
-	slice := snap.Reserved + free/int64(max(1, seen))
+	share := free / int64(max(1, seen))
+	slice := snap.Reserved + share
+	// The share is an allowance as well as budget: the local core counts sessions that passed
+	// through here and live, or ended, elsewhere; as they idle out here their room would open
+	// for new sessions the deployment has no room for (2 × B in the fault test on a loaded
+	// machine, before).
+	r.host.Deliver(r.core.SetAllowance(r.now(), share))
 	evs, err := r.core.SetBudget(r.now(), max(1, slice), max(1, slice))
 	if err != nil {
 		r.log.Error("setting the degraded slice", "err", err)
