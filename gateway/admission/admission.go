@@ -376,9 +376,9 @@ type Core struct {
 		allowance   int64
 		allowanceOn bool
 		seq         uint64
-		admits     []time.Time // recent admissions, for the drain-rate estimate
-		nextSweep  time.Time
-		counters   Counters
+		admits      []time.Time // recent admissions, for the drain-rate estimate
+		nextSweep   time.Time
+		counters    Counters
 		// stale counts the queued sessions gone stale (Options.StaleAfter).
 		stale int
 		// liveLog is the recent changes of the live set (Options.LiveLog).
