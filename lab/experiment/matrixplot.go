@@ -112,7 +112,17 @@ func MatrixPlot(w io.Writer, m *MatrixResult, workload string) error {
 	title.FillText(draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), Handler: plot.DefaultTextHandler,
 		XAlign: draw.XCenter, YAlign: draw.YTop}, vg.Point{X: width / 2, Y: height - 0.05*vg.Inch},
 		fmt.Sprintf("%s: goodput against load, median over seeds %v", workload, spec.Seeds))
-	tiles := draw.Tiles{Rows: len(spikes), Cols: len(cols), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+	return drawGrid(w, c, dc, grid)
+}
+
+// drawGrid lays the plots out on dc as a grid of tiles (rows × columns of grid) and writes the SVG
+// canvas c they are drawn on: the matrix's and the scaling section's plots alike.
+func drawGrid(w io.Writer, c *vgsvg.Canvas, dc draw.Canvas, grid [][]*plot.Plot) error {
+	cols := 0
+	if len(grid) > 0 {
+		cols = len(grid[0])
+	}
+	tiles := draw.Tiles{Rows: len(grid), Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 	canvases := plot.Align(grid, tiles, dc)
 	for i := range grid {

@@ -306,16 +306,5 @@ func ScalingPlot(w io.Writer, r *ScalingResult) error {
 	}
 	width, height := vg.Length(len(deps))*4*vg.Inch, vg.Length(len(spikes))*3*vg.Inch
 	c := vgsvg.New(width, height)
-	tiles := draw.Tiles{Rows: len(spikes), Cols: len(deps), PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(grid, tiles, draw.New(c))
-	for i := range grid {
-		for j := range grid[i] {
-			grid[i][j].Draw(canvases[i][j])
-		}
-	}
-	if _, err := c.WriteTo(w); err != nil {
-		return fmt.Errorf("write plot: %w", err)
-	}
-	return nil
+	return drawGrid(w, c, draw.New(c), grid)
 }

@@ -176,13 +176,7 @@ func simMatrix(env Env, args []string) error {
 	}
 	spec := def
 	var err error
-	if spec.Seeds, err = seeds(); err != nil {
-		return err
-	}
-	if spec.Loads, err = parseFloats("loads", *loads, 1); err != nil {
-		return err
-	}
-	if spec.Spikes, err = parseFloats("spikes", *spikes, 0.01); err != nil {
+	if spec.Seeds, spec.Loads, spec.Spikes, err = sweepAxes(seeds, *loads, *spikes); err != nil {
 		return err
 	}
 	spec.Tiers = nil
@@ -244,6 +238,21 @@ func splitList(s string) []string {
 }
 
 // parseFloats reads a comma-separated list, each value times scale.
+// sweepAxes reads a sweep's seeds, base loads (fractions of the calibrated peak) and spikes (per
+// cent of the base rate, returned as fractions), as `sim matrix` and `sim scaling` take them.
+func sweepAxes(seeds func() ([]uint64, error), loads, spikes string) (s []uint64, l, sp []float64, err error) {
+	if s, err = seeds(); err != nil {
+		return nil, nil, nil, err
+	}
+	if l, err = parseFloats("loads", loads, 1); err != nil {
+		return nil, nil, nil, err
+	}
+	if sp, err = parseFloats("spikes", spikes, 0.01); err != nil {
+		return nil, nil, nil, err
+	}
+	return s, l, sp, nil
+}
+
 func parseFloats(name, s string, scale float64) ([]float64, error) {
 	var out []float64
 	for _, f := range splitList(s) {

@@ -31,13 +31,7 @@ func simScaling(env Env, args []string) error {
 	}
 	spec := def
 	var err error
-	if spec.Seeds, err = seeds(); err != nil {
-		return err
-	}
-	if spec.Loads, err = parseFloats("loads", *loads, 1); err != nil {
-		return err
-	}
-	if spec.Spikes, err = parseFloats("spikes", *spikes, 0.01); err != nil {
+	if spec.Seeds, spec.Loads, spec.Spikes, err = sweepAxes(seeds, *loads, *spikes); err != nil {
 		return err
 	}
 	spec.Deployments, spec.Workload, spec.Ceiling, spec.Workers = splitList(*deps), *workload, *ceiling, *workers
