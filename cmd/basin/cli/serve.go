@@ -81,8 +81,11 @@ func simServe(ctx context.Context, env Env, args []string) error {
 	}
 	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
-	if e := hs.Shutdown(shutdown); e != nil && err == nil {
-		err = fmt.Errorf("shutdown: %w", e)
+	if e := hs.Shutdown(shutdown); e != nil {
+		_ = hs.Close() // what Shutdown left open (see daemon.Serve)
+		if err == nil {
+			err = fmt.Errorf("shutdown: %w", e)
+		}
 	}
 	if e := <-runErr; e != nil && err == nil {
 		err = e
