@@ -187,9 +187,14 @@ func (g *Gateway) serveShed(w http.ResponseWriter, r *http.Request) {
 	}
 	now := g.now()
 	before := g.core.QueueLen()
+	// Shed and deliver under g.mu: a waiter whose queue wait ends in between would find its
+	// session gone from the queue and no event yet, and answer a queue timeout for a session
+	// the books count as shed (waiters leave under g.mu: leave).
+	g.mu.Lock()
 	evs := g.core.Shed(now, count, req.SessionIDs, req.Reason)
+	g.deliverLocked(evs)
+	g.mu.Unlock()
 	res := inproc.ShedResult(evs)
-	g.deliver(evs)
 	g.log.Info("sessions shed", "reason", req.Reason, "sessions", res.Shed,
 		"queued", fmt.Sprintf("%d → %d", before, g.core.QueueLen()), "admitted_from_queue", len(res.Admitted))
 	httpjson.Write(w, http.StatusOK, res)

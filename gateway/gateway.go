@@ -350,7 +350,11 @@ func (g *Gateway) expire() {
 		// Queued sessions past admission.start_deadline are refused by the core that queued
 		// them: replicated, the leader's, which queues followers' first calls too (their refusal
 		// is relayed), or a degraded replica's own.
-		g.deliver(g.core.ExpireQueued(now))
+		// Under g.mu, as a shed (serveShed): a waiter leaving in between would answer a
+		// queue timeout for a session counted too late.
+		g.mu.Lock()
+		g.deliverLocked(g.core.ExpireQueued(now))
+		g.mu.Unlock()
 	}
 	g.deliver(g.core.Expire(now))
 }
