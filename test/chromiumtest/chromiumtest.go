@@ -6,6 +6,7 @@ package chromiumtest
 
 import (
 	"context"
+	"errors"
 	"html"
 	"os"
 	"os/exec"
@@ -47,13 +48,24 @@ func Run(t testing.TB, bin, url string, args ...string) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--disable-background-networking", "--user-data-dir=" + t.TempDir()}
+		"--disable-background-networking"}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--virtual-time-budget=") }) {
 		base = append(base, "--virtual-time-budget=5000")
 	}
-	out, err := exec.CommandContext(ctx, bin, append(append(base, args...), url)...).Output()
-	require.NoError(t, err, "chromium %v", args)
-	return out
+	// A browser killed by a signal (headless Chromium segfaults now and then, more often with
+	// several started at once, as make test's two passes do) is started again, twice at most:
+	// the page is what the tests check, not the browser. Any other failure fails at once.
+	for try := 1; ; try++ {
+		profile := "--user-data-dir=" + t.TempDir() // a fresh one: a crashed browser leaves its lock
+		out, err := exec.CommandContext(ctx, bin, append(append(append(base, profile), args...), url)...).Output()
+		var ee *exec.ExitError
+		if err != nil && try < 3 && ctx.Err() == nil && errors.As(err, &ee) && ee.ProcessState != nil && !ee.Exited() {
+			t.Logf("chromium %v: %v; starting it again", args, err)
+			continue
+		}
+		require.NoError(t, err, "chromium %v", args)
+		return out
+	}
 }
 
 // DOM is the page as the browser serialised it after the script ran.

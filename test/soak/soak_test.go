@@ -530,7 +530,11 @@ func TestSoak(t *testing.T) {
 		apiTS.Close()
 		adminTS.Close()
 	})
-	admin, err := client.New(client.Options{BaseURL: adminTS.URL, Token: adminToken})
+	// The admin calls wait up to 30 s, not the client's 5 s default: the soak runs under the race
+	// detector (several times slower) beside make test's other packages, and a /admin/state of
+	// 600 sessions took more than 5 s there while the gateway answered every call correctly.
+	// A gateway that stopped answering would still fail the check.
+	admin, err := client.New(client.Options{BaseURL: adminTS.URL, Token: adminToken, Timeout: 30 * time.Second})
 	require.NoError(t, err)
 
 	tr := http.DefaultTransport.(*http.Transport).Clone()
