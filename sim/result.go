@@ -129,10 +129,32 @@ func (s *Sim) result() *Result {
 	return r
 }
 
+// countMissed counts ss in its arrival minute's MissedArrivals when it will not be good: it
+// finished outside the SLO, was refused, shed or killed, or is unfinished and already past its
+// deadline. Run calls it after the drain, so a measured session is settled by then.
+func (s *Sim) countMissed(r *Result, ss *session) {
+	i := int(ss.arrival/time.Minute) - s.minuteBase
+	if i < 0 || i >= len(r.Timeline) {
+		return
+	}
+	switch ss.state {
+	case stDone:
+		if late, slow := s.missed(ss); !late && !slow {
+			return
+		}
+	case stLive, stHeld:
+		if float64(s.now-ss.arrival) <= s.o.SLO.Slowdown*float64(ss.unloaded) {
+			return // may still be good
+		}
+	}
+	r.Timeline[i].MissedArrivals++
+}
+
 func (s *Sim) fillGoodput(r *Result) {
 	var c SessionCounts
 	var slow []float64
 	for _, ss := range s.sessions {
+		s.countMissed(r, ss)
 		if !ss.measured {
 			continue
 		}
@@ -200,7 +222,7 @@ func WriteTimelineCSV(w io.Writer, tl []Minute) error {
 	}
 	if err := cw.Write([]string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions", "held_calls", "working_set_tokens",
 		"cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions", "calls_completed",
-		"prefill_busy", "prefill_instances", "decode_instances", "prefill_instance_minutes", "decode_instance_minutes"}); err != nil {
+		"prefill_busy", "prefill_instances", "decode_instances", "prefill_instance_minutes", "decode_instance_minutes", "missed_arrivals"}); err != nil {
 		return fmt.Errorf("write timeline: %w", err)
 	}
 	for _, m := range tl {
@@ -209,7 +231,7 @@ func WriteTimelineCSV(w io.Writer, tl []Minute) error {
 			strconv.FormatInt(m.CacheCapacity, 10), f(m.HitRate, 4), f(m.TTFTP50, 3), strconv.Itoa(m.Completions),
 			strconv.Itoa(m.GoodCompletions), strconv.Itoa(m.CallsCompleted), f(m.PrefillBusy, 4),
 			strconv.Itoa(m.PrefillInstances), strconv.Itoa(m.DecodeInstances), f(m.PrefillInstanceMinutes, 3),
-			f(m.DecodeInstanceMinutes, 3)}
+			f(m.DecodeInstanceMinutes, 3), strconv.Itoa(m.MissedArrivals)}
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("write timeline: %w", err)
 		}

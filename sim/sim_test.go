@@ -119,6 +119,43 @@ func TestGoodputCountsRefusals(t *testing.T) {
 	assert.InDelta(t, c.Arrived/2, c.Rejected+c.Shed, 1)
 	assert.Positive(t, c.Shed)
 	assert.InDelta(t, float64(c.Good)/(60.0/60), r.GoodputPerHour, 1e-9)
+	missed := 0
+	for i, m := range r.Timeline {
+		if float64(i) >= r.MeasureFromMin && float64(i) < r.MeasureToMin {
+			missed += m.MissedArrivals
+		}
+	}
+	assert.Equal(t, c.Arrived-c.Good, missed, "every measured session that is not good counts as missed in the minute it arrived")
+}
+
+// TestMissedArrivalsAtTheEnd: sessions a gate holds past the run's end are unsettled; those
+// already past their deadline (Slowdown × their unloaded time) count as missed in the minute they
+// arrived, the others (which may still be good) do not.
+func TestMissedArrivalsAtTheEnd(t *testing.T) {
+	o := opts1P1D(t, 4, 1)
+	o.Gate = &holdGate{release: 24 * time.Hour}
+	o.NoDrain = true // the run ends at its last arrivals: the newest held sessions may still be good
+	s, err := New(o)
+	require.NoError(t, err)
+	r := s.Run()
+	want := make([]int, len(r.Timeline))
+	late, pending := 0, 0
+	for _, ss := range s.sessions {
+		require.Equal(t, stHeld, ss.state, "the gate holds every session")
+		if i := int(ss.arrival / time.Minute); i < len(want) {
+			if float64(s.now-ss.arrival) > s.o.SLO.Slowdown*float64(ss.unloaded) {
+				want[i]++
+				late++
+			} else {
+				pending++
+			}
+		}
+	}
+	require.Positive(t, late, "the oldest held sessions are past their deadline")
+	require.Positive(t, pending, "the newest are not yet")
+	for i, m := range r.Timeline {
+		assert.Equal(t, want[i], m.MissedArrivals, "minute %d", i)
+	}
 }
 
 type alternateGate struct{ n int }

@@ -108,7 +108,12 @@ type Minute struct {
 	Completions      int     `json:"completions"`
 	GoodCompletions  int     `json:"good_completions"`
 	CallsCompleted   int     `json:"calls_completed"`
-	PrefillBusy      float64 `json:"prefill_busy"`
+	// MissedArrivals counts the sessions that arrived in this minute and will not be good: they
+	// finished outside the SLO, were refused, shed or killed, or were unfinished at the run's
+	// end (after its drain) already past their deadline. Set on the Result only; 0 for a minute
+	// whose every session was, or may still be, good.
+	MissedArrivals int     `json:"missed_arrivals"`
+	PrefillBusy    float64 `json:"prefill_busy"`
 	// PromptTokens and HitTokens are the minute's prefilled tokens and the cached part of them,
 	// so windows can be token-weighted.
 	PromptTokens float64 `json:"prompt_tokens"`

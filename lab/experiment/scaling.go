@@ -108,6 +108,11 @@ type ScalingRun struct {
 	// window ends: the deployment serves every arrival from then on (0: nobody ever waited;
 	// null: somebody still waits at the window's end).
 	ServesAllMin *float64 `json:"serves_all_min"`
+	// CeilingMin is the first minute from which no session arriving until the goodput window's
+	// end missed the SLO (sim.Minute.MissedArrivals): the arm is at the all-arrivals ceiling from
+	// then on. A session may still wait at the gateway a while and be good (0: from the start;
+	// null: a session arriving in the window's last minute missed it).
+	CeilingMin *float64 `json:"ceiling_min"`
 	// ArrivedPerHour is the sessions arriving in the goodput window, per hour: the most goodput
 	// any arm can reach (the all-arrivals ceiling).
 	ArrivedPerHour float64 `json:"arrived_per_hour"`
@@ -240,12 +245,16 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 	run := ScalingRun{Seed: seed, GoodputPerHour: r.GoodputPerHour, FirstWaitP50: r.FirstCallWaitP50,
 		InstanceMinutes: r.PrefillInstanceMinutesWindow + r.DecodeInstanceMinutesWindow, FirstUtilAlertMin: r.UtilisationAlertFirstMin}
 	lastWait := -1 // the last minute of the window somebody waited at the gateway
+	lastMiss := -1 // the last minute of the window a session arrived that was not good
 	arrived := 0
 	for i, m := range r.Timeline {
 		run.MaxPrefill, run.MaxDecode = max(run.MaxPrefill, m.PrefillInstances), max(run.MaxDecode, m.DecodeInstances)
 		inWindow := float64(i) >= r.MeasureFromMin && float64(i) < r.MeasureToMin
 		if inWindow {
 			arrived += m.Arrivals
+		}
+		if m.MissedArrivals > 0 && float64(i) < r.MeasureToMin {
+			lastMiss = i
 		}
 		if m.QueuedSessions > 0 && float64(i) < r.MeasureToMin {
 			lastWait = i
@@ -272,6 +281,10 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 	if float64(lastWait+1) < r.MeasureToMin {
 		v := float64(lastWait + 1)
 		run.ServesAllMin = &v
+	}
+	if float64(lastMiss+1) < r.MeasureToMin {
+		v := float64(lastMiss + 1)
+		run.CeilingMin = &v
 	}
 	return run, nil
 }

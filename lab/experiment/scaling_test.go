@@ -32,6 +32,10 @@ func TestScalingOutrunsTheAlerts(t *testing.T) {
 	assert.Greater(t, sc.GoodputPerHour, 1.2*base.GoodputPerHour, "more good sessions than the pools as provisioned")
 	assert.Nil(t, base.ServesAllMin, "sessions still wait at the end on the provisioned pools")
 	assert.NotNil(t, sc.ServesAllMin)
+	assert.Nil(t, base.CeilingMin, "sessions arriving at the end still miss their deadline on the provisioned pools")
+	if assert.NotNil(t, sc.CeilingMin, "every arrival good from some minute on") && sc.ServesAllMin != nil {
+		assert.LessOrEqual(t, *sc.CeilingMin, *sc.ServesAllMin, "nobody waiting implies every arrival good, here")
+	}
 
 	for _, arm := range []string{ArmAutoscaler, ArmScaling} {
 		r := quiet.Runs[arm][0]

@@ -162,8 +162,15 @@ func TestSimRunJSONAndTimeline(t *testing.T) {
 	assert.Equal(t, []string{"minute", "arrivals", "live_sessions", "live_base_sessions", "queued_sessions", "held_calls",
 		"working_set_tokens", "cache_capacity_tokens", "hit_rate", "ttft_p50_s", "completions", "good_completions",
 		"calls_completed", "prefill_busy", "prefill_instances", "decode_instances", "prefill_instance_minutes",
-		"decode_instance_minutes"}, rows[0])
-	assert.Equal(t, []string{"1", "1", "1.000", "1.000"}, rows[1][14:], "the 1P1D preset's instances, each a whole minute")
+		"decode_instance_minutes", "missed_arrivals"}, rows[0])
+	assert.Equal(t, []string{"1", "1", "1.000", "1.000"}, rows[1][14:18], "the 1P1D preset's instances, each a whole minute")
+	missed := 0
+	for _, r := range rows[1:] {
+		n, err := strconv.Atoi(r[18])
+		require.NoError(t, err)
+		missed += n
+	}
+	assert.Positive(t, missed, "the +100% spike traps the default policy: sessions miss their deadline")
 
 	// Same seed, same bytes.
 	_, again, _ := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--json")
