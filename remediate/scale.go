@@ -79,6 +79,7 @@ func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInp
 	get(collector.ArrivalRate) // λ is smoothed from it: a stale rate is a stale λ
 	in.Arrivals, in.ArrivalsSD, in.MeanContext = a.SettledLambda, a.SettledLambdaSD, a.MeanContext
 	in.SpikeTolerance = a.SpikeTolerance
+	in.OffPlateau = a.HitEvidence.Enough && a.Plateau > 0 && a.HitRate < a.Plateau-detector.DefaultRecoverTolerance
 	if c, ok := s.Get(collector.CacheCapacity); ok {
 		in.CacheCapacity = c // optional: without it, nothing counts as lent
 	}

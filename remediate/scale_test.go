@@ -42,6 +42,20 @@ func TestNeedInputsFrom(t *testing.T) {
 		CacheCapacity: 560_000, DecodeReserved: 500_000, Prefill: 1, Decode: 1}, in,
 		"the settled λ (neither the windowed rate nor the λ started at its first reading) is the rate to serve, with its noise and the smoothed mean context")
 
+	// Off the plateau: the hit rate a reading, more than the detector's recover tolerance under
+	// the plateau.
+	for _, tc := range []struct {
+		hit    float64
+		enough bool
+		off    bool
+	}{{0.95, true, false}, {0.94, true, false}, {0.90, true, true}, {0.90, false, false}} {
+		a := a
+		a.Plateau, a.HitRate, a.HitEvidence.Enough = 0.96, tc.hit, tc.enough
+		in, err := NeedInputsFrom(scaleSnapshot(), a)
+		require.NoError(t, err)
+		assert.Equal(t, tc.off, in.OffPlateau, "hit %.2f against plateau 0.96, a reading %t", tc.hit, tc.enough)
+	}
+
 	s := scaleSnapshot()
 	s.Prefill[0].State = collector.Stale
 	s.Signals[collector.DecodeReserved] = collector.Value{State: collector.Missing}

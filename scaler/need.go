@@ -119,6 +119,11 @@ type NeedInputs struct {
 	SpikeTolerance *detector.SpikeTolerance
 	// DecodeReserved is the KV decode holds for running calls now, over the pool, tokens.
 	DecodeReserved float64
+	// OffPlateau says the hit rate reads under its plateau (by more than the detector's recover
+	// tolerance): the cache misses though the knee says the working set fits, so the cache decode
+	// lends is not counted on to hold a spike (NeedInputsFrom; false when the hit rate is not a
+	// reading).
+	OffPlateau bool
 	// Prefill and Decode are the instances serving now.
 	Prefill, Decode int
 }
@@ -251,10 +256,20 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			spike := steady + o.SpikeSize*lambda*min(o.SpikeDuration.Seconds(), t)
 			n.ForArrivals, n.Population = true, spike
 			steadyP := prefillFor(steady * m / o.KneeShare)
-			// The lent KV holds the steady population's margin (KneeShare), not the population
-			// with its spike: a spike puts more sessions into calls, and the lender takes KV back
-			// for decode just then; that population must fit the prefill instances' knee.
-			arrP := max(steadyP, ceilPos(spike*m/kneePerPrefill))
+			// The lent KV holds the steady population's margin (KneeShare) whole; with the spike,
+			// only what decode can still spare: the spike puts more sessions into calls, and the
+			// lender takes back for decode the KV their calls reserve (on 1P1D nearly all of it;
+			// 1P3D's three decode instances kept lending 1.2M while a spike's calls reserved
+			// under 0.4M, and sized without it basin asked for a prefill instance nobody waited
+			// for). Only while the hit rate confirms it: 1P3D at 2 × its peak on two prefill
+			// instances read 0.86–0.91 against its plateau of 0.96 at a working set the knee
+			// said fitted, and its sessions missed their deadlines for half an hour.
+			lentSpike := 0.0
+			if !in.OffPlateau {
+				lentSpike = min(max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache),
+					max(0, float64(max(1, in.Decode))*decodePer-spike*m*served))
+			}
+			arrP := max(steadyP, ceilPos((spike*m-in.KneeRatio*lentSpike)/kneePerPrefill))
 			absorbs := in.SpikeTolerance != nil && in.SpikeTolerance.Ratio-1 >= o.SpikeSize && arrP > in.Prefill
 			if absorbs {
 				// Sized under the knee, the spike asks for more prefill than the fluid model says

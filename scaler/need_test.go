@@ -74,13 +74,24 @@ func TestSize(t *testing.T) {
 		{name: "the smoothed mean context", in: func(in *NeedInputs) { in.MeanContext = 30_000 },
 			prefill: 4, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "at 30K mean context"},
 		// Decode lends 1.2M on top of the four instances' 2.24M: 1.5M at the knee. Without a
-		// spike, the steady 60 × 20K ÷ 0.8 = 1.5M margin fits in it, but the population itself
-		// (1.2M) must fit the prefill instances' knee: 2 prefill (3 without the lent KV).
+		// spike, the steady 60 × 20K ÷ 0.8 = 1.5M margin fits in it; the population itself
+		// (1.2M) reserves 600K of decode's 2 × 720K, which leaves 840K to lend (1.05M at the
+		// knee), and the other 150K fits one prefill instance (3 without the lent KV).
 		{name: "the cache decode lends holds the steady margin", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
-			o: NeedOptions{SpikeSize: 1e-9}, prefill: 2, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
-		// A spike's 1.8M is sized without it (the lender takes KV back for decode then): 3.
-		{name: "but not a spike", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
-			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
+			o: NeedOptions{SpikeSize: 1e-9}, prefill: 1, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+		// With a spike, only what decode still spares is lent: 90 sessions reserve 900K, 540K
+		// stays lent (675K at the knee), and the spike's 1.8M less that needs 2 prefill.
+		{name: "a spike keeps only what decode spares", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
+			prefill: 2, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
+		// Decode with no KV to spare for the spike's calls (1 instance: 720K against 900K
+		// reserved) lends nothing then: the spike's 1.8M is sized without it, 3.
+		{name: "a spike decode cannot spare KV for", in: func(in *NeedInputs) {
+			in.CacheCapacity, in.Decode = 4*560_000+1_200_000, 1
+		}, prefill: 3, dec: 2, forArrivals: true, binding: detector.DecodeFirst, population: 90},
+		// The hit rate under its plateau: the lent KV is not counted on for the spike, 3.
+		{name: "a cache that misses under the knee", in: func(in *NeedInputs) {
+			in.CacheCapacity, in.OffPlateau = 4*560_000+1_200_000, true
+		}, prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
 		// A +100% spike's 2.4M asks for 4 prefill; at 3, the fluid model says the deployment
 		// absorbs +150%: no scale-out for it (the steady 1.5M needs 3) ...
 		{name: "a spike the fluid model absorbs", in: func(in *NeedInputs) {
