@@ -60,10 +60,13 @@ type Result struct {
 	// (instances × window minutes when the run never scales).
 	PrefillInstanceMinutesWindow float64 `json:"prefill_instance_minutes_window"`
 	DecodeInstanceMinutesWindow  float64 `json:"decode_instance_minutes_window"`
-	CallsCompleted               int64   `json:"calls_completed"`
-	MeasureFromMin               float64 `json:"measure_from_min"`
-	MeasureToMin                 float64 `json:"measure_to_min"`
-	DurationMin                  float64 `json:"duration_min"`
+	// FirstScaleOutMin is when an instance was first asked for (SetInstances raising a role's
+	// count), in minutes from the start; absent when the run never scaled out.
+	FirstScaleOutMin *float64 `json:"first_scale_out_min,omitempty"`
+	CallsCompleted   int64    `json:"calls_completed"`
+	MeasureFromMin   float64  `json:"measure_from_min"`
+	MeasureToMin     float64  `json:"measure_to_min"`
+	DurationMin      float64  `json:"duration_min"`
 
 	// Detector is what basin's detector saw of the run, when a harness observed it (its own JSON
 	// shape; see sim/harness). UtilisationAlertFirstMin is the first minute a conventional
@@ -95,6 +98,9 @@ func (s *Sim) result() *Result {
 		full = full[:n]
 	}
 	r.Timeline = append([]Minute(nil), full...)
+	if s.scaledOut {
+		r.FirstScaleOutMin = ptr(s.firstScaleOut.Minutes())
+	}
 	from, to := int(o.MeasureFrom/time.Minute), int(o.MeasureTo/time.Minute)
 	var prompt, hit, busy float64
 	var ttft []float64

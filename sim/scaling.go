@@ -157,6 +157,9 @@ func (s *Sim) startInstance(role Role) {
 		s.push(event{at: at, kind: evDecodeReady, a: d.idx})
 	}
 	s.fleet[r].allocated++
+	if !s.scaledOut {
+		s.scaledOut, s.firstScaleOut = true, s.now
+	}
 }
 
 // cancelNewest cancels the most recently asked-for starting instance of the role: its GPU is

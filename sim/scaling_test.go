@@ -45,11 +45,16 @@ func TestSetInstancesClampsAndCancelsStartsFirst(t *testing.T) {
 	}
 	assert.Len(t, s.prefill, 1, "a refused scale-in drains nothing")
 	require.NoError(t, s.checkInvariants())
+	assert.Nil(t, s.result().FirstScaleOutMin, "no instance asked for yet")
 
 	s.SetInstances(RolePrefill, 3)
 	assert.Equal(t, [2]int{1, 2}, count(RolePrefill))
+	if first := s.result().FirstScaleOutMin; assert.NotNil(t, first) {
+		assert.Equal(t, 5.0, *first, "the first ask, to the second")
+	}
 	s.RunUntil(6 * time.Minute)
 	s.SetInstances(RolePrefill, 4) // asked a minute later: the newest start
+	assert.Equal(t, 5.0, *s.result().FirstScaleOutMin, "a later ask does not move the first")
 	s.SetInstances(RolePrefill, 3)
 	assert.Equal(t, [2]int{1, 2}, count(RolePrefill))
 	assert.Equal(t, []instState{instRunning, instStarting, instStarting, instGone}, s.states(RolePrefill),

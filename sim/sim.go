@@ -133,7 +133,10 @@ type Sim struct {
 	prefillUp []*prefillInst
 	decodeUp  []*decodeInst
 	fleet     [2]fleet // instance counts by role (rolePrefill, roleDecode)
-	lending   LendingState
+	// scaledOut says an instance was asked for (SetInstances), first at firstScaleOut.
+	scaledOut     bool
+	firstScaleOut time.Duration
+	lending       LendingState
 
 	sessions   []*session
 	byID       map[int64]*session

@@ -98,10 +98,9 @@ type ScalingRun struct {
 	// MaxPrefill and MaxDecode are the most instances of each role at a minute's end.
 	MaxPrefill int `json:"max_prefill"`
 	MaxDecode  int `json:"max_decode"`
-	// FirstScaleOutMin is the end of the minute in which the arm first asked for more instances,
-	// read off the timeline the same way for both scaling arms (an instance counts from when it is
-	// asked for); FirstUtilAlertMin is when a conventional utilisation alert first held (null:
-	// never).
+	// FirstScaleOutMin is when the arm first asked for more instances, from the simulator's
+	// record (sim.Result.FirstScaleOutMin), the same way for both scaling arms;
+	// FirstUtilAlertMin is when a conventional utilisation alert first held (null: never).
 	FirstScaleOutMin  *float64 `json:"first_scale_out_min"`
 	FirstUtilAlertMin *float64 `json:"first_utilisation_alert_min"`
 	// ServesAllMin is the first minute from which nobody waits at the gateway until the goodput
@@ -242,7 +241,10 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 		return ScalingRun{}, err
 	}
 	r := s.Run()
-	run := ScalingRun{Seed: seed, GoodputPerHour: r.GoodputPerHour, FirstWaitP50: r.FirstCallWaitP50,
+	// The first scale-out is the simulator's record, to the second, for both arms (each asks
+	// through sim.Control.SetInstances): read off the timeline, an ask rounded up to its
+	// minute's end and could land after an alert it came before.
+	run := ScalingRun{Seed: seed, GoodputPerHour: r.GoodputPerHour, FirstWaitP50: r.FirstCallWaitP50, FirstScaleOutMin: r.FirstScaleOutMin,
 		InstanceMinutes: r.PrefillInstanceMinutesWindow + r.DecodeInstanceMinutesWindow, FirstUtilAlertMin: r.UtilisationAlertFirstMin}
 	lastWait := -1 // the last minute of the window somebody waited at the gateway
 	lastMiss := -1 // the last minute of the window a session arrived that was not good
@@ -265,14 +267,6 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 			if inWindow {
 				run.ShortMinutes++
 			}
-		}
-		prevP, prevD := row.Provisioned[0], row.Provisioned[1]
-		if i > 0 {
-			prevP, prevD = r.Timeline[i-1].PrefillInstances, r.Timeline[i-1].DecodeInstances
-		}
-		if run.FirstScaleOutMin == nil && (m.PrefillInstances > prevP || m.DecodeInstances > prevD) {
-			v := float64(i + 1) // asked within minute i: its end, the same bound for every arm
-			run.FirstScaleOutMin = &v
 		}
 	}
 	if w := r.MeasureToMin - r.MeasureFromMin; w > 0 {
