@@ -108,7 +108,17 @@ func TestCancelledRunEndsItsSessions(t *testing.T) {
 	require.True(t, rep.Interrupted)
 	require.Positive(t, rep.Sessions.Unfinished)
 	checkEnded(t, f, rep)
-	assert.Equal(t, len(rep.PerSession), rep.SessionEnds.Ended, "every session had its first call answered")
+	// Every session whose first call was answered is live at the server and was ended (a
+	// session that arrived as the run was cancelled, its first call not yet answered, may not
+	// have reached it: checkEnded holds those to no end).
+	answered := 0
+	for _, s := range rep.PerSession {
+		if s.CallsDone > 0 {
+			answered++
+		}
+	}
+	require.Positive(t, answered, "sessions got their first call answered before the cancel")
+	assert.GreaterOrEqual(t, rep.SessionEnds.Ended, answered, "every session whose first call was answered was ended")
 }
 
 // TestEndsWhenTheServerComesBack: a server that crashes mid-run fails the sessions it was
