@@ -311,8 +311,10 @@ func (n *Notifier) send(ctx context.Context, m message, deployment string) error
 	if isRateLimited(err) {
 		result = resultRateLimited
 	}
-	n.metrics.count(m.kind, result)
+	// Logged before it is counted: whoever sees the failure in the counter finds it in the log
+	// (TestWebhookFailureKeepsTheURLSecret read the log as the counter moved and found it empty).
 	n.opts.Logger.Warn("slack post failed", "kind", m.kind, "deployment", deployment, "result", result, "err", err)
+	n.metrics.count(m.kind, result)
 	return fmt.Errorf("post %s message to slack: %w", m.kind, err)
 }
 
