@@ -566,92 +566,82 @@ func TestSoak(t *testing.T) {
 	var maxLive, maxQueued, maxInSession int
 	var inSessionSum, inSessionN int64
 	shedIDs := map[string]bool{}
+	// whileLoading calls f every period from its own goroutine until the load ends: the operator
+	// and the heap sampler apart, so that a slow admin call (the race detector beside make test's
+	// other pass) does not delay the heap samples (one run took 5 where the check needs 6).
 	var opWG sync.WaitGroup
-	opWG.Add(1)
-	go func() {
-		defer opWG.Done()
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		nextBudget, nextShed := loadStart.Add(budgetEvery), loadStart.Add(shedEvery+time.Second)
-		nextState := loadStart
-		bi := 1
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				if now.After(r.loadEnd) {
+	whileLoading := func(period time.Duration, f func(now time.Time)) {
+		opWG.Go(func() {
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
 					return
-				}
-				n := int(led.inSession.Load())
-				maxInSession = max(maxInSession, n)
-				if now.Sub(loadStart) > 5*time.Second {
-					inSessionSum += int64(n)
-					inSessionN++
-				}
-				if !now.Before(nextBudget) {
-					nextBudget = nextBudget.Add(budgetEvery)
-					b := budgets[bi%len(budgets)]
-					bi++
-					res, err := admin.SetBudget(ctx, adminapi.BudgetRequest{Tokens: &b, ReferenceTokens: &b, Reason: "soak: budget step"})
-					if err != nil {
-						led.violate("set budget %d: %v", b, err)
-					} else {
-						budgetChanges++
-						budgetAdmitted += len(res.Admitted)
-						if res.After.BudgetTokens != b {
-							led.violate("set budget %d: after %+v", b, res.After)
-						}
+				case now := <-tick.C:
+					if now.After(r.loadEnd) {
+						return
 					}
+					f(now)
 				}
-				if !now.Before(nextShed) {
-					nextShed = nextShed.Add(shedEvery)
-					one := 1
-					res, err := admin.Shed(ctx, adminapi.ShedRequest{Count: &one, Reason: "soak: shed the lowest priority"})
-					if err != nil {
-						led.violate("shed: %v", err)
-					} else {
-						shedCalls++
-						for _, id := range res.Shed {
-							shedIDs[id] = true
-						}
-					}
-				}
-				if !now.Before(nextState) {
-					nextState = nextState.Add(time.Second)
-					v, err := admin.State(ctx)
-					if err != nil {
-						led.violate("state: %v", err)
-						continue
-					}
-					stateChecks++
-					maxLive = max(maxLive, v.Live)
-					maxQueued = max(maxQueued, len(v.Queue))
-					for _, b := range checkSnapshot(v) {
-						led.violate("state at %s: %s", now.Sub(loadStart).Round(time.Second), b)
-					}
+			}
+		})
+	}
+	// The operator's state, read by its ticks only.
+	nextBudget, nextShed := loadStart.Add(budgetEvery), loadStart.Add(shedEvery+time.Second)
+	nextState := loadStart
+	bi := 1
+	whileLoading(250*time.Millisecond, func(now time.Time) {
+		n := int(led.inSession.Load())
+		maxInSession = max(maxInSession, n)
+		if now.Sub(loadStart) > 5*time.Second {
+			inSessionSum += int64(n)
+			inSessionN++
+		}
+		if !now.Before(nextBudget) {
+			nextBudget = nextBudget.Add(budgetEvery)
+			b := budgets[bi%len(budgets)]
+			bi++
+			res, err := admin.SetBudget(ctx, adminapi.BudgetRequest{Tokens: &b, ReferenceTokens: &b, Reason: "soak: budget step"})
+			if err != nil {
+				led.violate("set budget %d: %v", b, err)
+			} else {
+				budgetChanges++
+				budgetAdmitted += len(res.Admitted)
+				if res.After.BudgetTokens != b {
+					led.violate("set budget %d: after %+v", b, res.After)
 				}
 			}
 		}
-	}()
-	// The heap every 5 s, on its own: in the operator's loop a slow admin call (the race detector
-	// beside make test's other pass) delayed the samples, and one run took 5 where the check
-	// needs 6.
-	opWG.Go(func() {
-		tick := time.NewTicker(5 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				if now.After(r.loadEnd) {
-					return
+		if !now.Before(nextShed) {
+			nextShed = nextShed.Add(shedEvery)
+			one := 1
+			res, err := admin.Shed(ctx, adminapi.ShedRequest{Count: &one, Reason: "soak: shed the lowest priority"})
+			if err != nil {
+				led.violate("shed: %v", err)
+			} else {
+				shedCalls++
+				for _, id := range res.Shed {
+					shedIDs[id] = true
 				}
-				sampleHeap()
+			}
+		}
+		if !now.Before(nextState) {
+			nextState = nextState.Add(time.Second)
+			v, err := admin.State(ctx)
+			if err != nil {
+				led.violate("state: %v", err)
+				return
+			}
+			stateChecks++
+			maxLive = max(maxLive, v.Live)
+			maxQueued = max(maxQueued, len(v.Queue))
+			for _, b := range checkSnapshot(v) {
+				led.violate("state at %s: %s", now.Sub(loadStart).Round(time.Second), b)
 			}
 		}
 	})
+	whileLoading(5*time.Second, func(time.Time) { sampleHeap() })
 
 	var wg sync.WaitGroup
 	for w := range workers {
