@@ -807,7 +807,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	now := snap.At
 	a := d.det.Step(snap)
 	// The need is a signal for autoscalers: sized every step, standby, paused or dry run alike.
-	need, needErr := remediate.SizeFrom(snap, a, d.cfg.Capacity.Need())
+	need, needErr := d.pol.SizeFrom(snap, a, d.cfg.Capacity.Need())
 	if tr := a.Transition; tr != nil && acting { // the standby watches too; one daemon posts
 		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
 		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,

@@ -328,6 +328,12 @@ type view struct {
 	unseenTrouble, incident bool
 }
 
+// onPlateau reports whether the assessment's hit rate is a reading within tol of its plateau:
+// the budget rules' view and the sizing's lent KV (NeedInputsFrom) read it the same way.
+func onPlateau(a detector.Assessment, tol float64) bool {
+	return a.HitEvidence.Enough && a.HitRate >= a.Plateau-tol
+}
+
 // viewOf reads in for the budget rules, with ref the B_ref in use and cur the budget to start
 // from.
 func (p *Policy) viewOf(in Inputs, ref, cur int64) view {
@@ -343,7 +349,7 @@ func (p *Policy) viewOf(in Inputs, ref, cur int64) view {
 	return view{
 		Inputs: in, ref: ref, cur: cur,
 		blind:         len(a.Blind) > 0 || !in.GatewayOK || a.ObservedAt.IsZero(),
-		onPlateau:     reading && a.HitRate >= a.Plateau-o.PlateauTolerance,
+		onPlateau:     onPlateau(a, o.PlateauTolerance),
 		left:          reading && a.HitRate < a.Plateau-o.LeaveDrop,
 		unseenTrouble: unseen,
 		incident:      trouble && !unseen || len(in.Alerts) > 0,

@@ -48,8 +48,8 @@ func (p *Policy) Scale(plan Plan, s *scaler.Policy, in scaler.Inputs) (Plan, sca
 
 // SizeFrom is what the deployment needs now, from a step's snapshot and assessment (Size on
 // NeedInputsFrom): the daemon exports it for autoscalers every step, acting or not.
-func SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions) (scaler.Need, error) {
-	in, err := NeedInputsFrom(s, a)
+func (p *Policy) SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions) (scaler.Need, error) {
+	in, err := p.NeedInputsFrom(s, a)
 	if err != nil {
 		return scaler.Need{}, err
 	}
@@ -64,9 +64,10 @@ func SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions)
 // scale-out asks for all of the need at once while a scale-in waits, noise would ratchet the pools
 // up; what λ lags behind a real rise, the spike headroom covers. The mean context is the
 // detector's smoothed one, the lifetime the detector's, each role's instance size the mean over
-// the instances read fresh and whole, and the served fraction the gateway's (0, unknown, without
-// one). An error names what is missing.
-func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInputs, error) {
+// the instances read fresh and whole, the served fraction the gateway's (0, unknown, without
+// one), and whether the hit rate is off its plateau by the policy's own rule (onPlateau). An
+// error names what is missing.
+func (p *Policy) NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInputs, error) {
 	in := scaler.NeedInputs{Lifetime: secondsDuration(a.SessionLifetime), KneeRatio: a.Knee.Ratio}
 	var missing []string
 	get := func(sig collector.Signal) float64 {
@@ -79,7 +80,7 @@ func NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInp
 	get(collector.ArrivalRate) // λ is smoothed from it: a stale rate is a stale λ
 	in.Arrivals, in.ArrivalsSD, in.MeanContext = a.SettledLambda, a.SettledLambdaSD, a.MeanContext
 	in.SpikeTolerance = a.SpikeTolerance
-	in.OffPlateau = a.HitEvidence.Enough && a.Plateau > 0 && a.HitRate < a.Plateau-detector.DefaultRecoverTolerance
+	in.OffPlateau = a.HitEvidence.Enough && a.Plateau > 0 && !onPlateau(a, p.o.PlateauTolerance)
 	if c, ok := s.Get(collector.CacheCapacity); ok {
 		in.CacheCapacity = c // optional: without it, nothing counts as lent
 	}

@@ -35,31 +35,36 @@ func scaleAssessment(now time.Time) detector.Assessment {
 func TestNeedInputsFrom(t *testing.T) {
 	a := scaleAssessment(t0)
 	a.Lambda, a.SettledLambda, a.SettledLambdaSD, a.MeanContext = 0.3, 0.2, 0.01, 21_000
-	in, err := NeedInputsFrom(scaleSnapshot(), a)
+	p := newPolicy(t, Options{})
+	in, err := p.NeedInputsFrom(scaleSnapshot(), a)
 	require.NoError(t, err)
 	assert.Equal(t, scaler.NeedInputs{Arrivals: 0.2, ArrivalsSD: 0.01, MeanContext: 21_000, Lifetime: 400 * time.Second,
 		LiveSessions: 60, WorkingSet: 1.2e6, ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000,
 		CacheCapacity: 560_000, DecodeReserved: 500_000, Prefill: 1, Decode: 1}, in,
 		"the settled λ (neither the windowed rate nor the λ started at its first reading) is the rate to serve, with its noise and the smoothed mean context")
 
-	// Off the plateau: the hit rate a reading, more than the detector's recover tolerance under
-	// the plateau.
+	// Off the plateau: the hit rate a reading, more than the policy's plateau_tolerance (0.03
+	// by default) under the plateau — the budget rules' own reading of it.
+	wide := newPolicy(t, Options{PlateauTolerance: 0.04, LeaveDrop: 0.08})
 	for _, tc := range []struct {
+		p      *Policy
 		hit    float64
 		enough bool
 		off    bool
-	}{{0.95, true, false}, {0.94, true, false}, {0.90, true, true}, {0.90, false, false}} {
+	}{{p, 0.95, true, false}, {p, 0.94, true, false}, {p, 0.92, true, true}, {wide, 0.92, true, false},
+		{p, 0.90, true, true}, {p, 0.90, false, false}} {
 		a := a
 		a.Plateau, a.HitRate, a.HitEvidence.Enough = 0.96, tc.hit, tc.enough
-		in, err := NeedInputsFrom(scaleSnapshot(), a)
+		in, err := tc.p.NeedInputsFrom(scaleSnapshot(), a)
 		require.NoError(t, err)
-		assert.Equal(t, tc.off, in.OffPlateau, "hit %.2f against plateau 0.96, a reading %t", tc.hit, tc.enough)
+		assert.Equal(t, tc.off, in.OffPlateau, "hit %.2f against plateau 0.96 within %.2f, a reading %t",
+			tc.hit, tc.p.Options().PlateauTolerance, tc.enough)
 	}
 
 	s := scaleSnapshot()
 	s.Prefill[0].State = collector.Stale
 	s.Signals[collector.DecodeReserved] = collector.Value{State: collector.Missing}
-	_, err = NeedInputsFrom(s, a)
+	_, err = p.NeedInputsFrom(s, a)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "decode_reserved_tokens missing")
 	assert.Contains(t, err.Error(), "no prefill instance read")
@@ -158,12 +163,13 @@ func TestLoopScaleBlind(t *testing.T) {
 
 // TestSizeFrom: the sizing the daemon exports is Size on the step's readings.
 func TestSizeFrom(t *testing.T) {
-	n, err := SizeFrom(scaleSnapshot(), scaleAssessment(t0), scaler.NeedOptions{})
+	p := newPolicy(t, Options{})
+	n, err := p.SizeFrom(scaleSnapshot(), scaleAssessment(t0), scaler.NeedOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, 3, n.Prefill)
 	assert.Equal(t, 2, n.Decode)
 	assert.Equal(t, detector.CacheFirst, n.Binding)
-	_, err = SizeFrom(collector.Snapshot{}, scaleAssessment(t0), scaler.NeedOptions{})
+	_, err = p.SizeFrom(collector.Snapshot{}, scaleAssessment(t0), scaler.NeedOptions{})
 	assert.Error(t, err)
 }
 

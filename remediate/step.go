@@ -42,7 +42,7 @@ type StepResult struct {
 	// Err is the executor's error, or the persist function's when the plan was empty.
 	Err error
 	// Scale is the scaling policy's decision: nil without a Scaler, or when a reading the sizing
-	// needs is missing (remediate.SizeFrom, which the daemon runs every step, says which).
+	// needs is missing (Policy.SizeFrom, which the daemon runs every step, says which).
 	Scale *scaler.Decision
 }
 
@@ -87,7 +87,7 @@ func (l *Loop) scale(plan Plan, in StepInputs, res *StepResult) Plan {
 	if l.Scaler == nil {
 		return plan
 	}
-	need, err := NeedInputsFrom(in.Snapshot, in.Assessment)
+	need, err := l.Policy.NeedInputsFrom(in.Snapshot, in.Assessment)
 	if err != nil {
 		return plan
 	}

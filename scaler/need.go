@@ -87,7 +87,7 @@ func (o NeedOptions) Validate() error {
 // NeedInputs are one step's readings for the sizing.
 type NeedInputs struct {
 	// Arrivals is the arrival rate to serve, sessions per second (the detector's smoothed λ:
-	// remediate.NeedInputsFrom says why).
+	// remediate.Policy.NeedInputsFrom says why).
 	Arrivals float64
 	// ArrivalsSD is Arrivals' standard error (the detector's Assessment.SettledLambdaSD): the
 	// arrivals are sized at Arrivals − ArrivalsConfidence × ArrivalsSD. 0: taken as exact; +Inf:
