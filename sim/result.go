@@ -149,7 +149,7 @@ func (s *Sim) countMissed(r *Result, ss *session) {
 			return
 		}
 	case stLive, stHeld:
-		if float64(s.now-ss.arrival) <= s.o.SLO.Slowdown*float64(ss.unloaded) {
+		if s.now <= s.deadline(ss) {
 			return // may still be good
 		}
 	}

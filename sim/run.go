@@ -220,7 +220,7 @@ func (s *Sim) Run() *Result {
 		deadline := stop
 		for _, ss := range s.sessions {
 			if ss.measured && (ss.state == stLive || ss.state == stHeld) {
-				deadline = max(deadline, ss.arrival+time.Duration(s.o.SLO.Slowdown*float64(ss.unloaded)))
+				deadline = max(deadline, s.deadline(ss))
 			}
 		}
 		s.end = stop

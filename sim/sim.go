@@ -748,6 +748,12 @@ func (s *Sim) good(ss *session) bool {
 	return !late && !slow
 }
 
+// deadline is when an unfinished session becomes late: Slowdown × its unloaded time after its
+// arrival (the drain runs to the last measured one; countMissed judges the unfinished by it).
+func (s *Sim) deadline(ss *session) time.Duration {
+	return ss.arrival + time.Duration(s.o.SLO.Slowdown*float64(ss.unloaded))
+}
+
 // missed reports which clauses of the SLO a finished session missed: late when it took longer than
 // Slowdown × its unloaded time, slow when too few of its decode steps were within TPOTMs.
 func (s *Sim) missed(ss *session) (late, slow bool) {
