@@ -119,10 +119,10 @@ type NeedInputs struct {
 	SpikeTolerance *detector.SpikeTolerance
 	// DecodeReserved is the KV decode holds for running calls now, over the pool, tokens.
 	DecodeReserved float64
-	// OffPlateau says the hit rate reads under its plateau (by more than the detector's recover
-	// tolerance): the cache misses though the knee says the working set fits, so the cache decode
-	// lends is not counted on to hold a spike (NeedInputsFrom; false when the hit rate is not a
-	// reading).
+	// OffPlateau says the hit rate reads under its plateau (by more than the remediation
+	// policy's plateau tolerance): the cache misses though the knee says the working set fits, so
+	// the cache decode lends is not counted on to hold a spike (remediate.Policy.NeedInputsFrom;
+	// false when the hit rate is not a reading).
 	OffPlateau bool
 	// Prefill and Decode are the instances serving now.
 	Prefill, Decode int
