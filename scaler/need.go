@@ -264,11 +264,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			// for). Only while the hit rate confirms it: 1P3D at 2 × its peak on two prefill
 			// instances read 0.86–0.91 against its plateau of 0.96 at a working set the knee
 			// said fitted, and its sessions missed their deadlines for half an hour.
-			lentSpike := 0.0
-			if !in.OffPlateau {
-				lentSpike = min(max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache),
-					max(0, float64(max(1, in.Decode))*decodePer-spike*m*served))
-			}
+			lentSpike := in.spareLent(spike*m*served, decodePer)
 			arrP := max(steadyP, ceilPos((spike*m-in.KneeRatio*lentSpike)/kneePerPrefill))
 			absorbs := in.SpikeTolerance != nil && in.SpikeTolerance.Ratio-1 >= o.SpikeSize && arrP > in.Prefill
 			if absorbs {
@@ -295,6 +291,18 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 		n.Reasons = append(n.Reasons, "arrivals: not sized yet (no session lifetime, arrival rate or mean context): the need is what the live sessions hold")
 	}
 	return n, nil
+}
+
+// spareLent is the cache decode lends now that it can still spare once its calls reserve
+// reserve tokens: the lender takes back for decode what the calls reserve, out of the KV decode
+// keeps free of its headroom (decodePer an instance). 0 while the hit rate reads under its
+// plateau (OffPlateau): the cache misses then though the knee says the working set fits.
+func (in NeedInputs) spareLent(reserve, decodePer float64) float64 {
+	if in.OffPlateau {
+		return 0
+	}
+	return min(max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache),
+		max(0, float64(max(1, in.Decode))*decodePer-reserve))
 }
 
 // ceilPos is ⌈v⌉ for v > 0 (with a small tolerance so 2.0000001 is 2), 0 otherwise.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -209,14 +208,30 @@ func (p *Policy) Decide(in Inputs) Decision {
 		return Decision{Reasons: []string{"no scaling: " + err.Error()}}
 	}
 	d := Decision{Need: need, Sized: true, Reasons: slices.Clone(need.Reasons)}
+	// Decode is decided first: a prefill scale-in counts the cache decode lends, which a decode
+	// scale-in in the same step shrinks (inSize). Changes and reasons keep Roles' order.
+	order := slices.Clone(p.o.Roles)
+	slices.SortStableFunc(order, func(a, b Role) int {
+		return boolInt(a != RoleDecode) - boolInt(b != RoleDecode)
+	})
+	changes, whys := map[Role]*Change{}, map[Role]string{}
+	for _, r := range order {
+		changes[r], whys[r] = p.decideRole(r, in, need)
+	}
 	for _, r := range p.o.Roles {
-		c, why := p.decideRole(r, in, need)
-		d.Reasons = append(d.Reasons, why)
-		if c != nil {
+		d.Reasons = append(d.Reasons, whys[r])
+		if c := changes[r]; c != nil {
 			d.Changes = append(d.Changes, *c)
 		}
 	}
 	return d
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // decideRole is one role's step.
@@ -289,9 +304,24 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 // inSize is the fewest instances of role r that keep what runs now under ScaleInBelow of the
 // limit: the working set under that share of the knee (prefill), the reserved KV under that share
 // of the KV (decode).
+//
+// The prefill instances' knee counts the cache decode lends, as the sizing counts it for a spike:
+// what decode still spares with the population grown to the margin kept (the reserved KV over
+// ScaleInBelow), and nothing while the hit rate reads under its plateau. The lent KV stays when a
+// prefill instance goes. Without it, 1P1D back at 1.2 × its peak after a spike (879K of working
+// set, 632K of cache lent by its two decode instances) read as needing 3 prefill instances at
+// half the knee where the sizing asked for 1, and both deployments kept the instances a spike had
+// brought for the rest of the run.
 func (p *Policy) inSize(r Role, in Inputs) int {
+	s := p.o.ScaleInBelow
 	if r == RoleDecode {
-		return max(1, int(math.Ceil(in.DecodeReserved/(p.o.ScaleInBelow*in.DecodeKV))))
+		return max(1, ceilPos(in.DecodeReserved/(s*in.DecodeKV)))
 	}
-	return max(1, int(math.Ceil(in.WorkingSet/(p.o.ScaleInBelow*in.KneeRatio*in.PrefillCache))))
+	// The decode instances asked for, where fewer than serve: they are going, and their KV with them.
+	n := in.NeedInputs
+	if a := p.st[RoleDecode].Asked; a > 0 && a < n.Decode {
+		n.Decode = a
+	}
+	lent := n.spareLent(in.DecodeReserved/s, (1-p.o.Need.DecodeHeadroom)*in.DecodeKV)
+	return max(1, ceilPos((in.WorkingSet/s-in.KneeRatio*lent)/(in.KneeRatio*in.PrefillCache)))
 }

@@ -34,6 +34,14 @@ func quiet() NeedInputs {
 	return in
 }
 
+// lends is base() on a quiet deployment whose two decode instances lend 600K of cache.
+func lends(offPlateau bool) func(*NeedInputs) {
+	return func(in *NeedInputs) {
+		in.Arrivals, in.WorkingSet, in.DecodeReserved, in.OffPlateau = 0.01, 1_300_000, 200_000, offPlateau
+		in.CacheCapacity = 4*in.PrefillCache + 600_000
+	}
+}
+
 func TestPolicySteps(t *testing.T) {
 	type step struct {
 		after   time.Duration // since t0
@@ -80,6 +88,21 @@ func TestPolicySteps(t *testing.T) {
 		// it: the four are not shrunk.
 		{"never below what the live sessions need", Options{ScaleInHold: time.Minute}, []step{
 			{0, func(in *NeedInputs) { in.WorkingSet, in.Arrivals = 1_600_000, 0.01 }, nil, "no scale-in: the live sessions need 5"},
+		}},
+		// The cache decode lends stays when a prefill instance goes. 1.3M live tokens keep
+		// ⌈2.6M ÷ 700K⌉ = 4 prefill at half the knee on their own; decode lends 600K, and with the
+		// population doubled its 400K of reserved KV still leaves 1.04M spare: ⌈(2.6M − 1.25 ×
+		// 600K) ÷ 700K⌉ = 3. Decode, at 200K ÷ (0.5 × 800K), goes to 1, sparing 320K: 4 again.
+		{"the lent cache counts for a prefill scale-in", Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}, ScaleInHold: time.Minute}, []step{
+			{0, lends(false), nil, "would do for 0s"},
+			{time.Minute, lends(false), []Change{{RolePrefill, 4, 3}}, "scaling in 4 → 3"},
+		}},
+		{"not while the hit rate is off its plateau", Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}, ScaleInHold: time.Minute}, []step{
+			{0, lends(true), nil, "no scale-in: the live sessions need 4"},
+		}},
+		{"nor what a decode scale-in takes back", Options{ScaleInHold: time.Minute}, []step{
+			{0, lends(false), nil, ""},
+			{time.Minute, lends(false), []Change{{RoleDecode, 2, 1}}, "no scale-in: the live sessions need 4"},
 		}},
 		{"the floor holds", Options{Floor: map[Role]int{RolePrefill: 3, RoleDecode: 2}, ScaleInHold: time.Minute}, []step{
 			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
