@@ -155,8 +155,8 @@ type LendingConfig struct {
 
 // CapacityConfig sizes the deployment (scaler.NeedOptions; zero fields take its defaults).
 type CapacityConfig struct {
-	// SpikeSize is the spike the deployment is sized to absorb, as a fraction of its arrival rate
-	// (0.5: +50%), held for SpikeDuration.
+	// SpikeSize is the spike the deployment is sized to absorb, as a fraction of its long-run
+	// arrival rate (0.5: +50%), held for SpikeDuration.
 	SpikeSize float64 `yaml:"spike_size"`
 	// SpikeDuration is how long that spike lasts.
 	SpikeDuration Duration `yaml:"spike_duration"`

@@ -119,9 +119,10 @@ type Assessment struct {
 	// (Fluid.SettledLambda): what package scaler sizes instances from. MeanContext is the live
 	// sessions' mean context smoothed over MeanContextTau, tokens.
 	SettledLambda float64 `json:"settled_lambda_per_s"`
-	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD); not in JSON,
-	// where it is +Inf before a second reading.
+	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD), LongLambdaSD
+	// LongLambda's (Fluid.LongLambdaSD); not in JSON, where they are +Inf before a second reading.
 	SettledLambdaSD float64 `json:"-"`
+	LongLambdaSD    float64 `json:"-"`
 	MeanContext     float64 `json:"mean_context_tokens,omitempty"`
 	ArrivalRate     float64 `json:"arrival_rate_per_s"`
 	CompletionRate  float64 `json:"completion_rate_per_s"`
@@ -507,7 +508,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, LongLambda: out.LongLambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
 		SessionLifetime: out.Lifetime.Seconds(), SettledLambda: out.SettledLambda, MeanContext: out.MeanContext,
-		SettledLambdaSD: out.SettledLambdaSD,
+		SettledLambdaSD: out.SettledLambdaSD, LongLambdaSD: out.LongLambdaSD,
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)
 	d.mu.last = a

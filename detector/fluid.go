@@ -163,8 +163,9 @@ type Outlook struct {
 	// SettledLambda is λ without its start's bias (Fluid.SettledLambda); MeanContext the smoothed
 	// mean context, tokens (Fluid.MeanContext).
 	SettledLambda, MeanContext float64
-	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD).
-	SettledLambdaSD float64
+	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD), LongLambdaSD
+	// LongLambda's (Fluid.LongLambdaSD).
+	SettledLambdaSD, LongLambdaSD float64
 	// SpikeTolerance is the largest spike the deployment absorbs now (nil while K, λ, the edge
 	// or the curve is unknown).
 	SpikeTolerance *SpikeTolerance
@@ -336,11 +337,23 @@ func (f *Fluid) SettledLambda() float64 {
 // with variance λ/(2τ) × (2 − w)/w — λ/t over a short time t since the start, λ/(2τ) once long
 // past it. +Inf before a second reading.
 func (f *Fluid) SettledLambdaSD() float64 {
-	w := f.avgWeight
+	return ewmaSD(f.SettledLambda(), f.o.LambdaTau, f.avgWeight)
+}
+
+// LongLambdaSD is the long-run arrival rate's standard error, as SettledLambdaSD's: the rate
+// averaged since the start for the first tens of minutes, over about two hours once long past it.
+// +Inf before a second reading.
+func (f *Fluid) LongLambdaSD() float64 {
+	return ewmaSD(f.longLambda(), f.o.LambdaTau*(LongLambdaTau/DefaultLambdaTau), f.longWeight)
+}
+
+// ewmaSD is the standard error of a Poisson rate averaged by an EWMA of time constant tau started
+// from zero with weight w gathered (SettledLambdaSD); +Inf at w ≤ 0.
+func ewmaSD(rate float64, tau time.Duration, w float64) float64 {
 	if w <= 0 {
 		return math.Inf(1)
 	}
-	return math.Sqrt(f.SettledLambda() / (2 * f.o.LambdaTau.Seconds()) * (2 - w) / w)
+	return math.Sqrt(rate / (2 * tau.Seconds()) * (2 - w) / w)
 }
 
 // MeanContextTau is the time constant of the smoothed mean context (Fluid.MeanContext). Chosen:
@@ -522,7 +535,8 @@ func (f *Fluid) at(n float64) float64 {
 // population (cacheTokens ≤ 0: unknown).
 func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
 	out := Outlook{Lambda: f.lambda, LongLambda: f.longLambda(), ObservedSlope: f.slope,
-		SettledLambda: f.SettledLambda(), MeanContext: f.MeanContext(), SettledLambdaSD: f.SettledLambdaSD()}
+		SettledLambda: f.SettledLambda(), MeanContext: f.MeanContext(), SettledLambdaSD: f.SettledLambdaSD(),
+		LongLambdaSD: f.LongLambdaSD()}
 	if f.meanCtx > 0 && cacheTokens > 0 && kneeRatio > 0 {
 		out.KneeSessions = ptr(kneeRatio * cacheTokens / f.meanCtx)
 	}

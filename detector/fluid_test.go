@@ -151,6 +151,7 @@ func TestFluidSettledLambda(t *testing.T) {
 	obs(18, 2, 40_000) // a cold start's first reading: a few arrivals over a short window
 	assert.InDelta(t, 18, f.SettledLambda()*60, 1e-9, "λ until a second reading")
 	assert.True(t, math.IsInf(f.SettledLambdaSD(), 1), "no error known from one reading")
+	assert.True(t, math.IsInf(f.LongLambdaSD(), 1), "no error known from one reading")
 	for range 12 * 5 { // five minutes at 5.5 a minute
 		obs(5.5, 20, 400_000)
 	}
@@ -159,11 +160,17 @@ func TestFluidSettledLambda(t *testing.T) {
 	// Five minutes in: the error of a 5.5/min Poisson rate averaged over about five minutes.
 	sd5 := f.SettledLambdaSD() * 60
 	assert.InDelta(t, math.Sqrt(5.5/5.0), sd5, 0.15, "about √(λ/t) early")
+	assert.InDelta(t, math.Sqrt(5.5/5.0), f.LongLambdaSD()*60, 0.1, "the long-run rate's too: √(λ/t) early")
 	for range 12 * 120 { // two hours more
 		obs(5.5, 20, 400_000)
 	}
 	assert.InDelta(t, math.Sqrt(5.5/20), f.SettledLambdaSD()*60, 0.01, "√(λ/2τ) long after the start, τ = 10 min")
 	assert.Less(t, f.SettledLambdaSD()*60, sd5)
+	// Two hours in, the long-run rate (τ = 60 min) is still between its early √(λ/t) and its
+	// √(λ/2τ) long after.
+	long := f.LongLambdaSD() * 60
+	assert.Greater(t, long, math.Sqrt(5.5/120), "over about two hours")
+	assert.Less(t, long, math.Sqrt(5.5/125*1.5), "at most ×1.5 the variance of two hours' average")
 }
 
 // TestFluidMeanContext: the mean context is the smoothed working set over the smoothed live

@@ -79,6 +79,7 @@ func (p *Policy) NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (sc
 	}
 	get(collector.ArrivalRate) // λ is smoothed from it: a stale rate is a stale λ
 	in.Arrivals, in.ArrivalsSD, in.MeanContext = a.SettledLambda, a.SettledLambdaSD, a.MeanContext
+	in.LongArrivals, in.LongArrivalsSD = a.LongLambda, a.LongLambdaSD
 	in.SpikeTolerance = a.SpikeTolerance
 	in.OffPlateau = a.HitEvidence.Enough && a.Plateau > 0 && !onPlateau(a, p.o.PlateauTolerance)
 	if c, ok := s.Get(collector.CacheCapacity); ok {

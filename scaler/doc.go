@@ -16,7 +16,8 @@
 // the knee (the detector's Assessment.SessionLifetime, read off the healthy side of the learnt
 // completion curve, so that it does not move when instances are added), λ the detector's settled
 // arrival rate taken ArrivalsConfidence standard errors low (a Poisson burst, or a cold start's
-// first minute, is not demand). A spike of a configured size and length adds its sessions on top,
+// first minute, is not demand). A spike of a configured size over the long-run rate, for a
+// configured length, adds what of it λ does not carry already (a spike under way is in λ) on top,
 // unless the detector's fluid model says the deployment absorbs it as it is. Prefill instances
 // must hold that population's working set under the knee (the steady population's margin may sit
 // in the KV decode lends), decode instances its served share's KV; neither may fall under what the

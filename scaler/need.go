@@ -12,7 +12,7 @@ import (
 // Sizing defaults. Worked numbers use the simulator's 1P1D preset (docs/simulator.md): one prefill
 // instance with a 560K-token cache, an 800K-token decode instance, sessions of about 6.5 minutes.
 const (
-	// DefaultSpikeSize: the deployment is sized to take arrivals 50% above the current rate for
+	// DefaultSpikeSize: the deployment is sized to take arrivals 50% above the long-run rate for
 	// DefaultSpikeDuration with its population still under the knee. Chosen between the Basin
 	// paper's two spikes: +33% for ten minutes recovers by itself on its 1P1D deployment, +100% is
 	// trapped; sizing for +100% would double every deployment's instances for a spike most never
@@ -40,8 +40,8 @@ const ArrivalsConfidence = 2.0
 
 // NeedOptions configure the sizing. Zero fields take the defaults.
 type NeedOptions struct {
-	// SpikeSize is the spike to absorb, as a fraction of the arrival rate (0.5: +50%), held for
-	// SpikeDuration.
+	// SpikeSize is the spike to absorb, as a fraction of the long-run arrival rate (0.5: +50%),
+	// held for SpikeDuration.
 	SpikeSize     float64
 	SpikeDuration time.Duration
 	// KneeShare is the share of the knee the steady population's working set may reach.
@@ -93,6 +93,11 @@ type NeedInputs struct {
 	// arrivals are sized at Arrivals − ArrivalsConfidence × ArrivalsSD. 0: taken as exact; +Inf:
 	// not known yet, the arrivals are not sized.
 	ArrivalsSD float64
+	// LongArrivals is the long-run arrival rate (the detector's Assessment.LongLambda, an hour's
+	// average) and LongArrivalsSD its standard error (LongLambdaSD): the spike is planned on the
+	// lower of it and Arrivals, each taken ArrivalsConfidence standard errors low. 0: unknown,
+	// the spike is planned on Arrivals.
+	LongArrivals, LongArrivalsSD float64
 	// Lifetime is how long a session lives under the knee (detector.Assessment.SessionLifetime);
 	// 0 when unknown.
 	Lifetime time.Duration
@@ -199,9 +204,10 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
 	switch {
 	case bad(in.Arrivals), bad(in.LiveSessions), bad(in.WorkingSet), bad(in.DecodeReserved), in.Lifetime < 0,
-		math.IsNaN(in.ArrivalsSD) || in.ArrivalsSD < 0, math.IsNaN(in.MeanContext) || in.MeanContext < 0 || math.IsInf(in.MeanContext, 0):
-		return Need{}, fmt.Errorf("sizing: negative or non-finite reading (arrivals %v ± %v, live %v, working set %v, mean context %v, decode reserved %v, lifetime %v)",
-			in.Arrivals, in.ArrivalsSD, in.LiveSessions, in.WorkingSet, in.MeanContext, in.DecodeReserved, in.Lifetime)
+		math.IsNaN(in.ArrivalsSD) || in.ArrivalsSD < 0, bad(in.LongArrivals), math.IsNaN(in.LongArrivalsSD) || in.LongArrivalsSD < 0,
+		math.IsNaN(in.MeanContext) || in.MeanContext < 0 || math.IsInf(in.MeanContext, 0):
+		return Need{}, fmt.Errorf("sizing: negative or non-finite reading (arrivals %v ± %v, long-run arrivals %v ± %v, live %v, working set %v, mean context %v, decode reserved %v, lifetime %v)",
+			in.Arrivals, in.ArrivalsSD, in.LongArrivals, in.LongArrivalsSD, in.LiveSessions, in.WorkingSet, in.MeanContext, in.DecodeReserved, in.Lifetime)
 	case !(in.KneeRatio > 0) || math.IsInf(in.KneeRatio, 0):
 		return Need{}, fmt.Errorf("sizing: knee ratio %v, must be positive", in.KneeRatio)
 	case !(in.PrefillCache > 0) || math.IsInf(in.PrefillCache, 0):
@@ -253,7 +259,19 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			// and a cold start's few arrivals, or a quiet deployment's Poisson burst, read high.
 			lambda := max(0, in.Arrivals-ArrivalsConfidence*in.ArrivalsSD)
 			steady := lambda * t
-			spike := steady + o.SpikeSize*lambda*min(o.SpikeDuration.Seconds(), t)
+			// The spike planned for is arrivals SpikeSize over the long-run rate (base) for
+			// SpikeDuration. λ, smoothed over ten minutes, reads a spike under way as arrivals: its
+			// sessions are in the steady population already, and only what is left of the planned
+			// spike above λ comes on top. Planned on λ, the spike was planned twice: 1P1D at half
+			// its peak, at the end of a ten-minute +100% spike it was absorbing as it was, read λ
+			// 1.4 × its long-run rate, and +50% of that on top asked for a second prefill instance
+			// that served once the spike was over. On a steady rate the two rates agree and the
+			// whole spike comes on top.
+			base := lambda
+			if in.LongArrivals > 0 && !math.IsInf(in.LongArrivalsSD, 0) {
+				base = min(base, max(0, in.LongArrivals-ArrivalsConfidence*in.LongArrivalsSD))
+			}
+			spike := steady + max(0, (1+o.SpikeSize)*base-lambda)*min(o.SpikeDuration.Seconds(), t)
 			n.ForArrivals, n.Population = true, spike
 			steadyP := prefillFor(steady * m / o.KneeShare)
 			// The lent KV holds the steady population's margin (KneeShare) whole; with the spike,
@@ -278,8 +296,8 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			arrD := ceilPos(spike * m * served / decodePer)
 			n.Prefill, n.Decode, n.ArrivalsPrefill, n.ArrivalsDecode = max(n.Prefill, arrP), max(n.Decode, arrD), arrP, arrD
 			n.Reasons = append(n.Reasons, fmt.Sprintf(
-				"arrivals: %.2f/min (%.2f less %g × its %.2f noise) × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",
-				lambda*60, in.Arrivals*60, ArrivalsConfidence, in.ArrivalsSD*60, in.Lifetime.Round(time.Second), steady, spike, 100*o.SpikeSize, o.SpikeDuration,
+				"arrivals: %.2f/min (%.2f less %g × its %.2f noise) × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike over %.2f/min for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",
+				lambda*60, in.Arrivals*60, ArrivalsConfidence, in.ArrivalsSD*60, in.Lifetime.Round(time.Second), steady, spike, 100*o.SpikeSize, base*60, o.SpikeDuration,
 				tok(m), arrP, tok(in.PrefillCache), in.KneeRatio, arrD, tok(in.DecodeKV), 100*served))
 			if absorbs {
 				n.Reasons = append(n.Reasons, fmt.Sprintf("spike: the fluid model says the deployment absorbs +%.0f%% as it is (≥ the +%.0f%% planned for): no scale-out for it",

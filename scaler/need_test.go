@@ -63,6 +63,20 @@ func TestSize(t *testing.T) {
 		// The arrivals sized two standard errors low: (0.17 − 2 × 0.01) = 0.15, as the base.
 		{name: "the arrivals less twice their noise", in: func(in *NeedInputs) { in.Arrivals, in.ArrivalsSD = 0.17, 0.01 },
 			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "9.00/min (10.20 less 2 × its 0.60 noise)"},
+		// A spike under way: λ (0.15) is above the long-run rate (0.12), and only what is left of
+		// the +50% over the long-run rate comes on top: (1.5 × 0.12 − 0.15) × 400 = 12 sessions,
+		// 72. Prefill: the steady 1.5M still needs 3; decode 72 × 20K × 0.5 = 720K needs 1.
+		{name: "a spike under way is not planned twice", in: func(in *NeedInputs) { in.LongArrivals = 0.12 },
+			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 72, reasonContain: "spike over 7.20/min"},
+		// λ past the +50% over the long-run rate (1.5 × 0.08 < 0.15): nothing on top, 60.
+		{name: "past the planned spike, nothing on top", in: func(in *NeedInputs) { in.LongArrivals = 0.08 },
+			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+		// The long-run rate sized two standard errors low too: 0.14 − 2 × 0.01 = 0.12, 72.
+		{name: "the long-run rate less twice its noise", in: func(in *NeedInputs) { in.LongArrivals, in.LongArrivalsSD = 0.14, 0.01 },
+			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 72},
+		// Arrivals falling (the long-run rate above λ): the whole spike over λ, 90.
+		{name: "a long-run rate above λ", in: func(in *NeedInputs) { in.LongArrivals = 0.3 },
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
 		// A noisy estimate (0.25 ± 0.1): sized at 0.05/s, 20 sessions and 30 with the spike; the
 		// live sessions' 1.2M then bind prefill at 2.
 		{name: "a noisy rate is sized low", in: func(in *NeedInputs) { in.Arrivals, in.ArrivalsSD = 0.25, 0.1 },
@@ -133,6 +147,8 @@ func TestSizeRejects(t *testing.T) {
 	}{
 		{"negative arrivals", "negative or non-finite", func(in *NeedInputs) { in.Arrivals = -1 }, NeedOptions{}},
 		{"negative noise", "negative or non-finite", func(in *NeedInputs) { in.ArrivalsSD = -0.1 }, NeedOptions{}},
+		{"negative long-run arrivals", "negative or non-finite", func(in *NeedInputs) { in.LongArrivals = -1 }, NeedOptions{}},
+		{"long-run noise not a number", "negative or non-finite", func(in *NeedInputs) { in.LongArrivalsSD = math.NaN() }, NeedOptions{}},
 		{"infinite cache", "cache capacity +Inf", func(in *NeedInputs) { in.CacheCapacity = math.Inf(1) }, NeedOptions{}},
 		{"NaN mean context", "mean context NaN", func(in *NeedInputs) { in.MeanContext = math.NaN() }, NeedOptions{}},
 		{"no knee", "knee ratio", func(in *NeedInputs) { in.KneeRatio = 0 }, NeedOptions{}},

@@ -703,13 +703,14 @@ func TestDemoHelpNamesItsRuns(t *testing.T) {
 }
 
 // sim run --scale-ceiling: basin's daemon scales the scenario's pools (the timeline shows the
-// added prefill instance during the spike); flags that cannot go with it are refused by name.
+// prefill instance added for arrivals at 1.3 × the deployment's peak); flags that cannot go with
+// it are refused by name.
 func TestSimRunScaleCeiling(t *testing.T) {
 	if raceEnabled {
 		t.Skip("simulation only, single-threaded: the race detector slows it tenfold; the plain pass runs it")
 	}
 	tl := filepath.Join(t.TempDir(), "timeline.csv")
-	code, _, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-spike", "--policy", "basin",
+	code, _, stderr := basin(t, "sim", "run", "--scenario", "paper-1p1d-h100-overload", "--policy", "basin",
 		"--scale-ceiling", "4", "--timeline", tl)
 	require.Equal(t, 0, code, stderr)
 	f, err := os.Open(tl)
@@ -724,7 +725,7 @@ func TestSimRunScaleCeiling(t *testing.T) {
 		require.NoError(t, err)
 		most = max(most, n)
 	}
-	assert.Greater(t, most, 1, "the +100% spike made basin add a prefill instance")
+	assert.Greater(t, most, 1, "the sustained overload made basin add a prefill instance")
 	assert.LessOrEqual(t, most, 4, "never past the ceiling")
 
 	for _, tc := range []struct {
