@@ -171,7 +171,9 @@ func writeScalingTargets(b *strings.Builder, r *ScalingResult) {
 	worstGain := math.Inf(1)
 	bound := r.StartupDelay.Minutes() + 5
 	ceiling, noWait := lagTally{bound: bound}, lagTally{bound: bound}
+	var perRun runTally
 	for _, row := range r.Rows {
+		perRun.add(row, r.WindowMin)
 		base, auto, sc := row.Summary(ArmBasin, r.WindowMin), row.Summary(ArmAutoscaler, r.WindowMin), row.Summary(ArmScaling, r.WindowMin)
 		if base.ShortMinutes >= shortRowMinutes {
 			shortRows++
@@ -221,8 +223,53 @@ func writeScalingTargets(b *strings.Builder, r *ScalingResult) {
 	fmt.Fprintf(b, "| reaches the all-arrivals ceiling within the start-up delay + 5 min (%v) of the first shortage | %s |\n", bound, ceiling)
 	fmt.Fprintf(b, "| (stricter) nobody waits at the gateway from within %v min of the first shortage | %s |\n", bound, noWait)
 	fmt.Fprintf(b, "| goodput per instance-hour above the utilisation autoscaler's | %d of %d rows (and equal on %d where neither scaled) |\n", perIH, len(r.Rows), perIHTie)
+	fmt.Fprintf(b, "| (run by run) the same, each seed against the same seed | %s |\n", perRun)
 	fmt.Fprintf(b, "| no scale-out on a quiet deployment (load under 1, no spike) | %d of %d rows |\n", quiet, quietRows)
 	fmt.Fprintf(b, "| scale-out before the first utilisation alert | %d of %d runs that scaled out |\n\n", early, scaledRuns)
+}
+
+// runTally compares basin's scaling with the utilisation autoscaler in goodput per instance-hour
+// seed by seed, where the row's medians could hide a seed that loses.
+type runTally struct {
+	above, same, runs int
+	below             []string // "row: n of m"
+}
+
+func (t *runTally) add(row ScalingRow, windowMin float64) {
+	auto := map[uint64]ScalingRun{}
+	for _, x := range row.Runs[ArmAutoscaler] {
+		auto[x.Seed] = x
+	}
+	scaled := func(x ScalingRun) bool { return x.MaxPrefill > row.Provisioned[0] || x.MaxDecode > row.Provisioned[1] }
+	lost, n := 0, 0
+	for _, x := range row.Runs[ArmScaling] {
+		a, ok := auto[x.Seed]
+		if !ok {
+			continue
+		}
+		n++
+		t.runs++
+		s, o := x.GoodputPerInstanceHour(windowMin), a.GoodputPerInstanceHour(windowMin)
+		switch {
+		case s > o:
+			t.above++
+		case s == o && !scaled(x) && !scaled(a):
+			t.same++ // neither scaled on this seed: the same pools
+		default:
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.below = append(t.below, fmt.Sprintf("%s %.1f %s: %d of %d", row.Deployment, row.Load, spikeLabel(row.Spike), lost, n))
+	}
+}
+
+func (t runTally) String() string {
+	s := fmt.Sprintf("%d of %d runs (and equal on %d where neither scaled)", t.above, t.runs, t.same)
+	if len(t.below) > 0 {
+		s += "; at or below it: " + strings.Join(t.below, ", ")
+	}
+	return s
 }
 
 // lagTally counts the rows that fell short by whether arm got there (AfterShortage) within bound.
