@@ -131,6 +131,11 @@ type NeedInputs struct {
 	OffPlateau bool
 	// Prefill and Decode are the instances serving now.
 	Prefill, Decode int
+	// DecodeKept is the fewest decode instances that stay whatever the sizing asks for (a scaling
+	// policy's floor); 0: every decode instance serving now stays. Where the sizing's own decode
+	// need is smaller, the decode instances above it may go, and the KV they lend with them: the
+	// arrivals' prefill is then sized on what the instances that stay can lend.
+	DecodeKept int
 }
 
 // Need is what the deployment needs now, in instances of each role.
@@ -282,7 +287,21 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			// for). Only while the hit rate confirms it: 1P3D at 2 × its peak on two prefill
 			// instances read 0.86–0.91 against its plateau of 0.96 at a working set the knee
 			// said fitted, and its sessions missed their deadlines for half an hour.
-			lentSpike := in.spareLent(spike*m*served, decodePer)
+			arrD := ceilPos(spike * m * served / decodePer)
+			lend := in
+			if in.DecodeKept > 0 {
+				// Only the decode instances that stay lend: 1P1D at 1.5 × its peak sized one
+				// prefill instance on the KV of two decode instances while its decode need was one;
+				// decode scaled in, the lent KV went, and sessions waited until a prefill
+				// instance, asked for again, served.
+				if kept := max(1, arrD, liveD, in.DecodeKept); kept < in.Decode {
+					lend.Decode = kept
+					lend.CacheCapacity = float64(in.Prefill)*in.PrefillCache +
+						min(max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache), max(0, float64(kept)*decodePer-in.DecodeReserved))
+					steadyP = ceilPos((steady*m/o.KneeShare - in.KneeRatio*(lend.CacheCapacity-float64(in.Prefill)*in.PrefillCache)) / kneePerPrefill)
+				}
+			}
+			lentSpike := lend.spareLent(spike*m*served, decodePer)
 			arrP := max(steadyP, ceilPos((spike*m-in.KneeRatio*lentSpike)/kneePerPrefill))
 			absorbs := in.SpikeTolerance != nil && in.SpikeTolerance.Ratio-1 >= o.SpikeSize && arrP > in.Prefill
 			if absorbs {
@@ -293,7 +312,6 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 				// that would ask again.
 				arrP = max(steadyP, in.Prefill)
 			}
-			arrD := ceilPos(spike * m * served / decodePer)
 			n.Prefill, n.Decode, n.ArrivalsPrefill, n.ArrivalsDecode = max(n.Prefill, arrP), max(n.Decode, arrD), arrP, arrD
 			n.Reasons = append(n.Reasons, fmt.Sprintf(
 				"arrivals: %.2f/min (%.2f less %g × its %.2f noise) × %s lifetime = %.0f sessions, %.0f with a +%.0f%% spike over %.2f/min for %s; at %s mean context they need %d prefill (%s cache each, knee %.2f) and %d decode (%s KV each, %.0f%% served)",

@@ -102,6 +102,21 @@ func TestSize(t *testing.T) {
 		{name: "a spike decode cannot spare KV for", in: func(in *NeedInputs) {
 			in.CacheCapacity, in.Decode = 4*560_000+1_200_000, 1
 		}, prefill: 3, dec: 2, forArrivals: true, binding: detector.DecodeFirst, population: 90},
+		// Three decode instances lend 1.2M, and with the spike's 900K reserved could spare
+		// 1.26M: the spike's 1.8M less 1.5M at the knee fits one prefill instance ...
+		{name: "three decode instances lend for the spike", in: func(in *NeedInputs) {
+			in.CacheCapacity, in.Decode = 4*560_000+1_200_000, 3
+		}, prefill: 1, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
+		// ... but the decode need is 2, and where only one is kept whatever the need (a policy's
+		// floor), the third may go: two lend at most 2 × 720K − 500K = 940K now, 540K once the
+		// spike reserves its 900K, and the spike's 1.8M less 675K needs 2 prefill.
+		{name: "only the decode instances kept lend", in: func(in *NeedInputs) {
+			in.CacheCapacity, in.Decode, in.DecodeKept = 4*560_000+1_200_000, 3, 1
+		}, prefill: 2, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
+		// Three kept (the floor at the pool): as if all stay, 1.
+		{name: "a floor at the pool keeps its lending", in: func(in *NeedInputs) {
+			in.CacheCapacity, in.Decode, in.DecodeKept = 4*560_000+1_200_000, 3, 3
+		}, prefill: 1, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
 		// The hit rate under its plateau: the lent KV is not counted on for the spike, 3.
 		{name: "a cache that misses under the knee", in: func(in *NeedInputs) {
 			in.CacheCapacity, in.OffPlateau = 4*560_000+1_200_000, true

@@ -203,7 +203,11 @@ func (p *Policy) Restore(st map[Role]RoleState) {
 func (p *Policy) Decide(in Inputs) Decision {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	need, err := Size(in.NeedInputs, p.o.Need)
+	sizing := in.NeedInputs
+	if slices.Contains(p.o.Roles, RoleDecode) {
+		sizing.DecodeKept = p.o.Floor[RoleDecode] // the decode instances above it may go
+	}
+	need, err := Size(sizing, p.o.Need)
 	if err != nil {
 		return Decision{Reasons: []string{"no scaling: " + err.Error()}}
 	}

@@ -42,6 +42,10 @@ func lends(offPlateau bool) func(*NeedInputs) {
 	}
 }
 
+func threeLend(in *NeedInputs) {
+	in.Prefill, in.Decode, in.CacheCapacity = 1, 3, in.PrefillCache+1_200_000
+}
+
 func TestPolicySteps(t *testing.T) {
 	type step struct {
 		after   time.Duration // since t0
@@ -103,6 +107,16 @@ func TestPolicySteps(t *testing.T) {
 		{"nor what a decode scale-in takes back", Options{ScaleInHold: time.Minute}, []step{
 			{0, lends(false), nil, ""},
 			{time.Minute, lends(false), []Change{{RoleDecode, 2, 1}}, "no scale-in: the live sessions need 4"},
+		}},
+		// One prefill instance and three decode lending 1.2M (TestSize's "only the decode
+		// instances kept lend"): where decode is scaled, with a floor of 1, the third decode
+		// instance may go and its KV with it, so the spike needs a second prefill instance; where
+		// decode is not scaled, all three stay and lend, and one does.
+		{"the lent KV of decode instances that may go", Options{}, []step{
+			{0, threeLend, []Change{{RolePrefill, 1, 2}}, "prefill: need 2, asked 1"},
+		}},
+		{"the lent KV of decode instances that stay", Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}}, []step{
+			{0, threeLend, nil, "prefill: need 1, asked 1"},
 		}},
 		{"the floor holds", Options{Floor: map[Role]int{RolePrefill: 3, RoleDecode: 2}, ScaleInHold: time.Minute}, []step{
 			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
