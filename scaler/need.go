@@ -232,7 +232,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	// The working set the lent KV holds at the knee: a decode-first deployment lends its spare
 	// KV to the cache, and 1P3D at 1.2 × its peak ran with 2.8M of cache on one 1.25M prefill
 	// instance; sized without it, basin asked for a second instance nobody waited for.
-	lentKnee := in.KneeRatio * max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache)
+	lentKnee := in.KneeRatio * in.lent()
 	prefillFor := func(ws float64) int { return ceilPos((ws - lentKnee) / kneePerPrefill) }
 	decodePer := (1 - o.DecodeHeadroom) * in.DecodeKV
 
@@ -290,15 +290,15 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			arrD := ceilPos(spike * m * served / decodePer)
 			lend := in
 			if in.DecodeKept > 0 {
-				// Only the decode instances that stay lend: 1P1D at 1.5 × its peak sized one
-				// prefill instance on the KV of two decode instances while its decode need was one;
-				// decode scaled in, the lent KV went, and sessions waited until a prefill
-				// instance, asked for again, served.
+				// Only the decode instances that stay lend. With the scale-in guard at 2/3 of the
+				// limits, 1P1D at 1.5 × its peak sized one prefill instance on the KV of two decode
+				// instances while its decode need was one; decode scaled in, the lent KV went, and
+				// sessions waited until a prefill instance, asked for again, served.
 				if kept := max(1, arrD, liveD, in.DecodeKept); kept < in.Decode {
 					lend.Decode = kept
 					lend.CacheCapacity = float64(in.Prefill)*in.PrefillCache +
-						min(max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache), max(0, float64(kept)*decodePer-in.DecodeReserved))
-					steadyP = ceilPos((steady*m/o.KneeShare - in.KneeRatio*(lend.CacheCapacity-float64(in.Prefill)*in.PrefillCache)) / kneePerPrefill)
+						min(in.lent(), max(0, float64(kept)*decodePer-in.DecodeReserved))
+					steadyP = ceilPos((steady*m/o.KneeShare - in.KneeRatio*lend.lent()) / kneePerPrefill)
 				}
 			}
 			lentSpike := lend.spareLent(spike*m*served, decodePer)
@@ -337,8 +337,12 @@ func (in NeedInputs) spareLent(reserve, decodePer float64) float64 {
 	if in.OffPlateau {
 		return 0
 	}
-	return min(max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache),
-		max(0, float64(max(1, in.Decode))*decodePer-reserve))
+	return min(in.lent(), max(0, float64(max(1, in.Decode))*decodePer-reserve))
+}
+
+// lent is the cache decode lends now: what the detector reads beyond the prefill instances' own.
+func (in NeedInputs) lent() float64 {
+	return max(0, in.CacheCapacity-float64(in.Prefill)*in.PrefillCache)
 }
 
 // ceilPos is ⌈v⌉ for v > 0 (with a small tolerance so 2.0000001 is 2), 0 otherwise.
