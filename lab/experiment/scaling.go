@@ -46,8 +46,13 @@ type ScalingSpec struct {
 	// Ceiling bounds each role's instances in both scaling arms.
 	Ceiling int
 	// Need sizes basin's scaling (zero: package scaler's defaults).
-	Need    scaler.NeedOptions
-	Workers int
+	Need scaler.NeedOptions
+	// SecondSpikeFrom, when set, repeats each row's spike from this minute, as long and as high:
+	// the pools an arm grew for the first spike meet a second one inside the goodput window, which
+	// shows what the room an arm keeps after a spike buys (the table with one spike shows only
+	// what it costs). 0: one spike.
+	SecondSpikeFrom time.Duration
+	Workers         int
 }
 
 // DefaultScaling is the sweep: 1.2 and 1.5 × peak with and without a +100% spike on both
@@ -83,6 +88,10 @@ func (s ScalingSpec) Validate() error {
 	}
 	if s.Workers < 1 {
 		add("workers: %d, want ≥ 1", s.Workers)
+	}
+	if f := s.SecondSpikeFrom; f != 0 && (f < matrixSpikeTo || f+(matrixSpikeTo-matrixSpikeFrom) > matrixMeasureTo) {
+		add("second spike: from %v, want from the first spike's end (%v) to %v, so that it ends in the window",
+			f, matrixSpikeTo, matrixMeasureTo-(matrixSpikeTo-matrixSpikeFrom))
 	}
 	return errors.Join(errs...)
 }
@@ -220,6 +229,10 @@ func runScalingCell(row ScalingRow, arm string, seed uint64, cal *detector.Calib
 		return ScalingRun{}, err
 	}
 	sc.Seed = seed
+	if f := spec.SecondSpikeFrom; f > 0 && row.Spike > 0 {
+		sc.Arrivals.Spikes = append(sc.Arrivals.Spikes, scenario.Spike{From: scenario.Duration(f),
+			To: scenario.Duration(f + matrixSpikeTo - matrixSpikeFrom), Multiplier: 1 + row.Spike})
+	}
 	pol := harness.Policies{Calibrate: func() (*detector.Calibration, error) { return cal, nil }}
 	floor := map[scaler.Role]int{scaler.RolePrefill: row.Provisioned[0], scaler.RoleDecode: row.Provisioned[1]}
 	ceiling := map[scaler.Role]int{scaler.RolePrefill: spec.Ceiling, scaler.RoleDecode: spec.Ceiling}

@@ -2,7 +2,10 @@ package experiment
 
 import (
 	"bytes"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,10 +57,19 @@ func TestScalingOutrunsTheAlerts(t *testing.T) {
 func TestScalingSpecValidate(t *testing.T) {
 	s := DefaultScaling()
 	s.Deployments, s.Workload, s.Ceiling, s.Workers, s.Seeds = []string{"2p2d"}, "nope", 1, 0, nil
+	s.SecondSpikeFrom = 20 * time.Minute // inside the first spike
 	err := s.Validate()
 	require.Error(t, err)
-	for _, want := range []string{`deployments: "2p2d"`, "workload:", "seeds", "ceiling: 1", "workers: 0"} {
+	for _, want := range []string{`deployments: "2p2d"`, "workload:", "seeds", "ceiling: 1", "workers: 0", "second spike: from 20m0s"} {
 		assert.Contains(t, err.Error(), want)
+	}
+	for _, tc := range []struct {
+		from time.Duration
+		ok   bool
+	}{{0, true}, {25 * time.Minute, true}, {45 * time.Minute, true}, {75 * time.Minute, true}, {76 * time.Minute, false}} {
+		s := DefaultScaling()
+		s.SecondSpikeFrom = tc.from
+		assert.Equal(t, tc.ok, s.Validate() == nil, "second spike from %v: %v", tc.from, s.Validate())
 	}
 }
 
@@ -78,4 +90,14 @@ func TestRunTally(t *testing.T) {
 	}}, 60)
 	// Seed 1 above; seed 2 below; seed 3 the same pools; seed 4 equal, both scaled.
 	assert.Equal(t, "1 of 5 runs (and equal on 3); below it: 1p1d 1.2 +100%: 1 of 4", tally.String())
+}
+
+// TestScalingCommandsInMakeResults: the commands the scaling sections say generated them are the
+// ones `make results` runs.
+func TestScalingCommandsInMakeResults(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	require.NoError(t, err)
+	for _, c := range []string{ScalingCommand, SecondSpikeCommand} {
+		assert.Contains(t, string(mk), "./$(BIN) "+strings.TrimPrefix(c, "basin "), "make results runs %q", c)
+	}
 }

@@ -206,7 +206,7 @@ func simCommands() command {
 				"provisioned, with a utilisation autoscaler (the HPA's algorithm on decode KV usage and prefill queue), and\n" +
 				"with basin's own scaling. The table gives goodput, first-call wait, instance-minutes and goodput per\n" +
 				"instance-hour, and whether each arm scaled.",
-			examples: []string{"basin sim scaling --markdown --plot docs/results-scaling.svg", "basin sim scaling --deployments 1p1d --loads 1.5 --spikes 0 --seeds 1"},
+			examples: []string{"basin sim scaling --markdown --plot docs/results-scaling.svg", "basin sim scaling --loads 1.2,1.5 --spikes 100 --second-spike 45m --seeds 6 --markdown", "basin sim scaling --deployments 1p1d --loads 1.5 --spikes 0 --seeds 1"},
 		}, run: leaf(simScaling)},
 		"matrix": {help: help{
 			summary: "every policy over load (a fraction of each deployment's calibrated peak) × spike × tier × deployment × workload, over seeds",

@@ -20,7 +20,8 @@ func simScaling(env Env, args []string) error {
 	loads := fs.String("loads", joinFloats(def.Loads, 1), "comma-separated base loads, fractions of the calibrated peak")
 	spikes := fs.String("spikes", joinFloats(def.Spikes, 100), "comma-separated spikes over minutes 15–25, per cent of the base rate")
 	ceiling := fs.Int("ceiling", def.Ceiling, "most instances of a role either scaling arm may run")
-	spikeSize := fs.Float64("spike-size", 0, "basin's sizing: the spike absorbed, a fraction of the arrival rate (0: the default)")
+	second := fs.Duration("second-spike", 0, "repeat each row's spike from this minute (45m: over minutes 45–55), inside the goodput window; 0: one spike")
+	spikeSize := fs.Float64("spike-size", 0, "basin's sizing: the spike absorbed, a fraction of the long-run arrival rate (0: the default)")
 	kneeShare := fs.Float64("knee-share", 0, "basin's sizing: the share of the knee the steady working set may reach (0: the default)")
 	workers := fs.Int("workers", def.Workers, "runs at once (results do not depend on it)")
 	markdown := fs.Bool("markdown", false, "print the docs/results.md section")
@@ -35,7 +36,7 @@ func simScaling(env Env, args []string) error {
 		return err
 	}
 	spec.Deployments, spec.Workload, spec.Ceiling, spec.Workers = splitList(*deps), *workload, *ceiling, *workers
-	spec.Need.SpikeSize, spec.Need.KneeShare = *spikeSize, *kneeShare
+	spec.Need.SpikeSize, spec.Need.KneeShare, spec.SecondSpikeFrom = *spikeSize, *kneeShare, *second
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
