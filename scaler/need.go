@@ -229,22 +229,22 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 		served = 1
 	}
 	kneePerPrefill := in.KneeRatio * in.PrefillCache // working set one prefill instance holds at the knee
-	// The working set the lent KV holds at the knee: a decode-first deployment lends its spare
-	// KV to the cache, and 1P3D at 1.2 × its peak ran with 2.8M of cache on one 1.25M prefill
-	// instance; sized without it, basin asked for a second instance nobody waited for.
-	lentKnee := in.KneeRatio * in.lent()
-	prefillFor := func(ws float64) int { return ceilPos((ws - lentKnee) / kneePerPrefill) }
+	// prefillFor is the prefill instances that hold working set ws under the knee beside lent
+	// tokens of lent KV: a decode-first deployment lends its spare KV to the cache, and 1P3D at
+	// 1.2 × its peak ran with 2.8M of cache on one 1.25M prefill instance; sized without it, basin
+	// asked for a second instance nobody waited for.
+	prefillFor := func(ws, lent float64) int { return ceilPos((ws - in.KneeRatio*lent) / kneePerPrefill) }
 	decodePer := (1 - o.DecodeHeadroom) * in.DecodeKV
 
 	// What the live sessions hold now.
-	liveP := prefillFor(in.WorkingSet)
+	liveP := prefillFor(in.WorkingSet, in.lent())
 	liveD := ceilPos(in.DecodeReserved / decodePer)
 	n := Need{Prefill: max(1, liveP), Decode: max(1, liveD), LivePrefill: liveP, LiveDecode: liveD,
 		ServingPrefill: in.Prefill, ServingDecode: in.Decode}
 	n.Reasons = append(n.Reasons, fmt.Sprintf("live: working set %s under the knee needs %d prefill; %s reserved decode KV needs %d decode",
 		tok(in.WorkingSet), liveP, tok(in.DecodeReserved), liveD))
-	if lentKnee > 0 {
-		n.Reasons = append(n.Reasons, fmt.Sprintf("lent: decode lends %s of cache now, counted for the steady population's margin", tok(lentKnee/in.KneeRatio)))
+	if l := in.lent(); l > 0 {
+		n.Reasons = append(n.Reasons, fmt.Sprintf("lent: decode lends %s of cache now, counted for the steady population's margin", tok(l)))
 	}
 
 	if in.LiveSessions > 0 && in.WorkingSet > 0 {
@@ -278,7 +278,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			}
 			spike := steady + max(0, (1+o.SpikeSize)*base-lambda)*min(o.SpikeDuration.Seconds(), t)
 			n.ForArrivals, n.Population = true, spike
-			steadyP := prefillFor(steady * m / o.KneeShare)
+			steadyP := prefillFor(steady*m/o.KneeShare, in.lent())
 			// The lent KV holds the steady population's margin (KneeShare) whole; with the spike,
 			// only what decode can still spare: the spike puts more sessions into calls, and the
 			// lender takes back for decode the KV their calls reserve (on 1P1D nearly all of it;
@@ -298,11 +298,11 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 					lend.Decode = kept
 					lend.CacheCapacity = float64(in.Prefill)*in.PrefillCache +
 						min(in.lent(), max(0, float64(kept)*decodePer-in.DecodeReserved))
-					steadyP = ceilPos((steady*m/o.KneeShare - in.KneeRatio*lend.lent()) / kneePerPrefill)
+					steadyP = prefillFor(steady*m/o.KneeShare, lend.lent())
 				}
 			}
 			lentSpike := lend.spareLent(spike*m*served, decodePer)
-			arrP := max(steadyP, ceilPos((spike*m-in.KneeRatio*lentSpike)/kneePerPrefill))
+			arrP := max(steadyP, prefillFor(spike*m, lentSpike))
 			absorbs := in.SpikeTolerance != nil && in.SpikeTolerance.Ratio-1 >= o.SpikeSize && arrP > in.Prefill
 			if absorbs {
 				// Sized under the knee, the spike asks for more prefill than the fluid model says

@@ -214,13 +214,11 @@ func (p *Policy) Decide(in Inputs) Decision {
 	d := Decision{Need: need, Sized: true, Reasons: slices.Clone(need.Reasons)}
 	// Decode is decided first: a prefill scale-in counts the cache decode lends, which a decode
 	// scale-in in the same step shrinks (inSize). Changes and reasons keep Roles' order.
-	order := slices.Clone(p.o.Roles)
-	slices.SortStableFunc(order, func(a, b Role) int {
-		return boolInt(a != RoleDecode) - boolInt(b != RoleDecode)
-	})
 	changes, whys := map[Role]*Change{}, map[Role]string{}
-	for _, r := range order {
-		changes[r], whys[r] = p.decideRole(r, in, need)
+	for _, r := range []Role{RoleDecode, RolePrefill} {
+		if slices.Contains(p.o.Roles, r) {
+			changes[r], whys[r] = p.decideRole(r, in, need)
+		}
 	}
 	for _, r := range p.o.Roles {
 		d.Reasons = append(d.Reasons, whys[r])
@@ -229,13 +227,6 @@ func (p *Policy) Decide(in Inputs) Decision {
 		}
 	}
 	return d
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // decideRole is one role's step.

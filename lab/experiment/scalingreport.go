@@ -169,17 +169,13 @@ func writeSecondSpikeMarkdown(b *strings.Builder, r *ScalingResult) {
 	fmt.Fprintf(b, "for a +100%% spike), while the utilisation autoscaler gives its instances back within minutes; here the\n")
 	fmt.Fprintf(b, "second spike meets what each arm kept. Columns as above.\n\n")
 	writeScalingRows(b, r)
-	var perIH int
-	var perRun runTally
+	var perIH instanceHourTally
 	for _, row := range r.Rows {
-		perRun.add(row, r.WindowMin)
-		if row.Summary(ArmScaling, r.WindowMin).PerInstanceHour > row.Summary(ArmAutoscaler, r.WindowMin).PerInstanceHour {
-			perIH++
-		}
+		perIH.add(row, r.WindowMin)
 	}
 	b.WriteString("| target | result |\n|---|---|\n")
-	fmt.Fprintf(b, "| goodput per instance-hour above the utilisation autoscaler's | %d of %d rows |\n", perIH, len(r.Rows))
-	fmt.Fprintf(b, "| (run by run) the same, each seed against the same seed | %s |\n\n", perRun)
+	perIH.write(b)
+	b.WriteString("\n")
 }
 
 // writeScalingRows writes the table of rows × arms.
@@ -205,14 +201,14 @@ func writeScalingRows(b *strings.Builder, r *ScalingResult) {
 
 // writeScalingTargets checks the targets row by row.
 func writeScalingTargets(b *strings.Builder, r *ScalingResult) {
-	var shortRows, gain, atCeiling, reachable, perIH, perIHTie, quiet, quietRows, early, scaledRuns int
+	var shortRows, gain, atCeiling, reachable, quiet, quietRows, early, scaledRuns int
 	worstGain := math.Inf(1)
 	bound := r.StartupDelay.Minutes() + 5
 	ceiling, noWait := lagTally{bound: bound}, lagTally{bound: bound}
-	var perRun runTally
+	var perIH instanceHourTally
 	for _, row := range r.Rows {
-		perRun.add(row, r.WindowMin)
-		base, auto, sc := row.Summary(ArmBasin, r.WindowMin), row.Summary(ArmAutoscaler, r.WindowMin), row.Summary(ArmScaling, r.WindowMin)
+		perIH.add(row, r.WindowMin)
+		base, sc := row.Summary(ArmBasin, r.WindowMin), row.Summary(ArmScaling, r.WindowMin)
 		if base.ShortMinutes >= shortRowMinutes {
 			shortRows++
 			g := sc.Goodput / base.Goodput
@@ -229,12 +225,6 @@ func writeScalingTargets(b *strings.Builder, r *ScalingResult) {
 		}
 		ceiling.add(row, row.AfterShortage(ArmScaling, func(x ScalingRun) *float64 { return x.CeilingMin }))
 		noWait.add(row, row.AfterShortage(ArmScaling, func(x ScalingRun) *float64 { return x.ServesAllMin }))
-		switch {
-		case sc.PerInstanceHour > auto.PerInstanceHour:
-			perIH++
-		case sc.PerInstanceHour == auto.PerInstanceHour && sc.ScaledOut == 0 && auto.ScaledOut == 0:
-			perIHTie++ // neither scaled: the same pools
-		}
 		if row.Load < 1 && row.Spike == 0 {
 			quietRows++
 			if sc.ScaledOut == 0 {
@@ -260,10 +250,34 @@ func writeScalingTargets(b *strings.Builder, r *ScalingResult) {
 		gain+atCeiling, shortRows, gain, atCeiling, reachable, worst)
 	fmt.Fprintf(b, "| reaches the all-arrivals ceiling within the start-up delay + 5 min (%v) of the first shortage | %s |\n", bound, ceiling)
 	fmt.Fprintf(b, "| (stricter) nobody waits at the gateway from within %v min of the first shortage | %s |\n", bound, noWait)
-	fmt.Fprintf(b, "| goodput per instance-hour above the utilisation autoscaler's | %d of %d rows (and equal on %d where neither scaled) |\n", perIH, len(r.Rows), perIHTie)
-	fmt.Fprintf(b, "| (run by run) the same, each seed against the same seed (equal: the same instance-minutes in the window) | %s |\n", perRun)
+	perIH.write(b)
 	fmt.Fprintf(b, "| no scale-out on a quiet deployment (load under 1, no spike) | %d of %d rows |\n", quiet, quietRows)
 	fmt.Fprintf(b, "| scale-out before the first utilisation alert | %d of %d runs that scaled out |\n\n", early, scaledRuns)
+}
+
+// instanceHourTally compares basin's scaling with the utilisation autoscaler in goodput per
+// instance-hour, by the rows' medians and run by run.
+type instanceHourTally struct {
+	rows, above, same int // rows; above the autoscaler; equal where neither scaled (the same pools)
+	runs              runTally
+}
+
+func (t *instanceHourTally) add(row ScalingRow, windowMin float64) {
+	t.rows++
+	t.runs.add(row, windowMin)
+	auto, sc := row.Summary(ArmAutoscaler, windowMin), row.Summary(ArmScaling, windowMin)
+	switch {
+	case sc.PerInstanceHour > auto.PerInstanceHour:
+		t.above++
+	case sc.PerInstanceHour == auto.PerInstanceHour && sc.ScaledOut == 0 && auto.ScaledOut == 0:
+		t.same++
+	}
+}
+
+// write writes the two rows of the targets table.
+func (t instanceHourTally) write(b *strings.Builder) {
+	fmt.Fprintf(b, "| goodput per instance-hour above the utilisation autoscaler's | %d of %d rows (and equal on %d where neither scaled) |\n", t.above, t.rows, t.same)
+	fmt.Fprintf(b, "| (run by run) the same, each seed against the same seed (equal: the same instance-minutes in the window) | %s |\n", t.runs)
 }
 
 // runTally compares basin's scaling with the utilisation autoscaler in goodput per instance-hour
