@@ -184,12 +184,13 @@ type ScalingConfig struct {
 	Ceiling map[scaler.Role]int `yaml:"ceiling"`
 	// UpCoolDown is the least time between two scale-outs of a role.
 	UpCoolDown Duration `yaml:"up_cool_down"`
-	// DownCoolDown is the least time between any change of a role and its scale-in.
+	// DownCoolDown is the least time between a role's scale-out and its scale-in.
 	DownCoolDown Duration `yaml:"down_cool_down"`
-	// ScaleInBelow is how far under the limits (share of the knee, of decode KV) what runs now
-	// must sit after a scale-in.
+	// ScaleInBelow is the share of the limits (the knee, the decode KV) what runs now may reach
+	// after a scale-in; with the sizing's planned spike on top it must stay under the limits.
 	ScaleInBelow float64 `yaml:"scale_in_below"`
-	// ScaleInHold is how long a smaller size must have been enough before a scale-in.
+	// ScaleInHold is the window a scale-in looks back over: it goes to the largest size any step
+	// of it found enough, and not before the daemon has watched a whole window.
 	ScaleInHold Duration `yaml:"scale_in_hold"`
 }
 

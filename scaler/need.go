@@ -93,6 +93,10 @@ type NeedInputs struct {
 	// arrivals are sized at Arrivals − ArrivalsConfidence × ArrivalsSD. 0: taken as exact; +Inf:
 	// not known yet, the arrivals are not sized.
 	ArrivalsSD float64
+	// ArrivalsHigh sizes the steady population on Arrivals ArrivalsConfidence standard errors
+	// high instead of low; the spike on top is still planned on the low estimate. What a scale-in
+	// sizes on (Policy.Decide): that the arrivals surely do not need the instances it removes.
+	ArrivalsHigh bool
 	// LongArrivals is the long-run arrival rate (the detector's Assessment.LongLambda, an hour's
 	// average) and LongArrivalsSD its standard error (LongLambdaSD): the spike is planned on the
 	// lower of it and Arrivals, each taken ArrivalsConfidence standard errors low. 0: unknown,
@@ -154,6 +158,13 @@ type Need struct {
 	ForArrivals bool
 	// Population is the sessions the arrivals bring at the session lifetime, spike included.
 	Population float64
+	// SpikeSessions is what the planned spike adds on top of the sessions live now, the spike
+	// part of Population (0 unless ForArrivals): a scale-in goes only to a size that holds the
+	// live sessions and these beside them (Policy.inSize).
+	SpikeSessions float64
+	// MeanContext and ServedFraction are the mean context (tokens) and the share of live sessions
+	// in a call the sizing used (0 with no live session).
+	MeanContext, ServedFraction float64
 	// Binding is the limit reached first at today's instances: detector.CacheFirst or
 	// detector.DecodeFirst ("" when the risk rule could not be applied).
 	Binding string
@@ -252,6 +263,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 		if in.MeanContext > 0 {
 			m = in.MeanContext
 		}
+		n.MeanContext, n.ServedFraction = m, served
 		if r, err := detector.Risk(detector.RiskInputs{
 			CacheTokens: in.PrefillCache * float64(max(1, in.Prefill)), DecodeKVTokens: in.DecodeKV,
 			DecodeInstances: max(1, in.Decode), MeanContext: m, ServedFraction: served, KneeFactor: in.KneeRatio,
@@ -264,6 +276,9 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			// and a cold start's few arrivals, or a quiet deployment's Poisson burst, read high.
 			lambda := max(0, in.Arrivals-ArrivalsConfidence*in.ArrivalsSD)
 			steady := lambda * t
+			if in.ArrivalsHigh {
+				steady = (in.Arrivals + ArrivalsConfidence*in.ArrivalsSD) * t
+			}
 			// The spike planned for is arrivals SpikeSize over the long-run rate (base) for
 			// SpikeDuration. λ, smoothed over ten minutes, reads a spike under way as arrivals: its
 			// sessions are in the steady population already, and only what is left of the planned
@@ -277,7 +292,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 				base = min(base, max(0, in.LongArrivals-ArrivalsConfidence*in.LongArrivalsSD))
 			}
 			spike := steady + max(0, (1+o.SpikeSize)*base-lambda)*min(o.SpikeDuration.Seconds(), t)
-			n.ForArrivals, n.Population = true, spike
+			n.ForArrivals, n.Population, n.SpikeSessions = true, spike, spike-steady
 			steadyP := prefillFor(steady*m/o.KneeShare, in.lent())
 			// The lent KV holds the steady population's margin (KneeShare) whole; with the spike,
 			// only what decode can still spare: the spike puts more sessions into calls, and the

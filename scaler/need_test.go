@@ -205,3 +205,22 @@ func TestSizeParts(t *testing.T) {
 	assert.Equal(t, 12, n.ForNewArrivals(RolePrefill), "without the arrivals' part, the live sessions'")
 	assert.Equal(t, 1, n.ForNewArrivals(RoleDecode), "at least one")
 }
+
+// TestSizeArrivalsHigh: a scale-in's sizing takes the steady population on the arrivals two
+// standard errors high and plans the spike on top of it as the scale-out's does.
+func TestSizeArrivalsHigh(t *testing.T) {
+	in := base()
+	in.ArrivalsSD = 0.02
+	// Low: λ = 0.15 − 2 × 0.02 = 0.11/s × 400 s = 44 sessions, the spike 0.5 × 0.11 × 400 = 22 more.
+	low, err := Size(in, NeedOptions{})
+	require.NoError(t, err)
+	assert.InDelta(t, 66, low.Population, 1e-9)
+	assert.InDelta(t, 22, low.SpikeSessions, 1e-9)
+	// High: 0.19/s × 400 s = 76 sessions, and the same 22 on top.
+	in.ArrivalsHigh = true
+	high, err := Size(in, NeedOptions{})
+	require.NoError(t, err)
+	assert.InDelta(t, 98, high.Population, 1e-9)
+	assert.InDelta(t, 22, high.SpikeSessions, 1e-9)
+	assert.Greater(t, high.ArrivalsPrefill, low.ArrivalsPrefill)
+}

@@ -15,17 +15,22 @@ const (
 	// absolute count computed from the arrivals, not a step, so a scale-out asks for all it needs
 	// at once; the cool-down only keeps a reading's noise from asking twice in two 5-s steps.
 	DefaultUpCoolDown = time.Minute
-	// DefaultDownCoolDown: no scale-in within 10 minutes of any change of that role. Chosen: a
+	// DefaultDownCoolDown: no scale-in within 10 minutes of a scale-out of that role. Chosen: a
 	// removed instance takes its cache with it and a new one starts cold, so flapping costs
 	// recomputes twice; ten minutes is the Basin paper's spike and longer than a session's life.
+	// A scale-in after a scale-in is not flapping and does not wait for it.
 	DefaultDownCoolDown = 10 * time.Minute
-	// DefaultScaleInBelow: scale in only to a size where the live working set is at most half the
-	// knee (and the reserved decode KV half the remaining decode KV). Chosen: "well under the knee"
-	// — after the removal the deployment still absorbs a +100% population spike before the knee.
-	DefaultScaleInBelow = 0.5
-	// DefaultScaleInHold: the smaller size must be enough for 15 minutes running before scaling
-	// in. Chosen: longer than the ten-minute spikes the sizing plans for and than a session's
-	// lifetime (about 6.5 minutes unloaded), so a lull between bursts does not shrink the pool.
+	// DefaultScaleInBelow: scale in only to a size where the live working set is at most 0.8 of
+	// the knee (and the reserved decode KV 0.8 of the KV decode may use), and under the knee with
+	// the sizing's planned spike on top (Policy.inSize). Chosen: the share the sizing keeps the
+	// steady population under (DefaultKneeShare), so that a scale-in goes only to a size the
+	// sizing would not grow again.
+	DefaultScaleInBelow = DefaultKneeShare
+	// DefaultScaleInHold: a scale-in goes to the largest size any step of the last 15 minutes
+	// found enough (the HPA's scale-down stabilisation window), and not before the policy has
+	// watched 15 minutes. Chosen: longer than the ten-minute spikes the sizing plans for and than
+	// a session's lifetime (about 6.5 minutes unloaded), so a lull between bursts does not shrink
+	// the pool.
 	DefaultScaleInHold = 15 * time.Minute
 )
 
@@ -152,18 +157,50 @@ func (d Decision) Changed() bool { return len(d.Changes) > 0 }
 type RoleState struct {
 	// Asked is the instances last asked for (0: none yet, the serving count is taken).
 	Asked int `json:"asked"`
-	// ChangedAt is when Asked last changed.
-	ChangedAt time.Time `json:"changed_at,omitzero"`
-	// SmallerSince is when a smaller size first became enough, continuously (zero: it is not);
-	// SmallerMost is the largest of those smaller sizes since then, where a scale-in goes.
-	SmallerSince time.Time `json:"smaller_since,omitzero"`
-	SmallerMost  int       `json:"smaller_most,omitempty"`
+	// ChangedAt is when Asked last changed, ScaledOutAt when it last grew.
+	ChangedAt   time.Time `json:"changed_at,omitzero"`
+	ScaledOutAt time.Time `json:"scaled_out_at,omitzero"`
+	// WatchedSince is when the policy began sizing this role without a gap (zero: not yet);
+	// Sized holds the sizes each step found enough, as a sliding-window maximum over the last
+	// ScaleInHold: the oldest entry is the largest size any step since its time asked for, each
+	// later one smaller and newer.
+	WatchedSince time.Time `json:"watched_since,omitzero"`
+	Sized        []SizeAt  `json:"sized,omitempty"`
+}
+
+// SizeAt is one step's size found enough for a role.
+type SizeAt struct {
+	At   time.Time `json:"at"`
+	Size int       `json:"size"`
+}
+
+// maxSizingGap is the longest gap between two sized steps that still counts as watching: a
+// daemon that could not size (a missing reading, a restart) for longer has not seen the need it
+// would scale in under, and watches a whole hold again. A minute: twelve of the daemon's 5-s steps.
+const maxSizingGap = time.Minute
+
+// record adds this step's size to the sliding window and drops what has left it (or all of it
+// after a gap), returning the largest size in the window.
+func (st *RoleState) record(at time.Time, size int, hold time.Duration) int {
+	if n := len(st.Sized); st.WatchedSince.IsZero() || n > 0 && at.Sub(st.Sized[n-1].At) > maxSizingGap {
+		st.WatchedSince, st.Sized = at, nil
+	}
+	for len(st.Sized) > 0 && st.Sized[len(st.Sized)-1].Size <= size {
+		st.Sized = st.Sized[:len(st.Sized)-1]
+	}
+	st.Sized = append(st.Sized, SizeAt{At: at, Size: size})
+	for at.Sub(st.Sized[0].At) > hold {
+		st.Sized = st.Sized[1:]
+	}
+	return st.Sized[0].Size
 }
 
 // Policy decides how many instances of each role to ask for: all the arrivals need at once when it
-// rises (after UpCoolDown), back down only when a smaller size has kept the working set well under the
-// knee for ScaleInHold (after DownCoolDown), between Floor and Ceiling. The daemon and the
-// simulator's harness run this same code; it reads no clock. Safe for concurrent use.
+// rises (after UpCoolDown); back down to the largest size found enough over the last ScaleInHold,
+// each step's size being what the arrivals taken high need and what keeps the live sessions well
+// under the limits with the planned spike on top (after DownCoolDown from a scale-out); between
+// Floor and Ceiling. The daemon and the simulator's harness run this same code; it reads no clock.
+// Safe for concurrent use.
 type Policy struct {
 	o  Options
 	mu sync.Mutex
@@ -211,13 +248,24 @@ func (p *Policy) Decide(in Inputs) Decision {
 	if err != nil {
 		return Decision{Reasons: []string{"no scaling: " + err.Error()}}
 	}
+	// A scale-in sizes the steady population on the arrivals taken high (NeedInputs.ArrivalsHigh),
+	// as a scale-out sizes it on them taken low: out when the arrivals surely need it, in when
+	// they surely do not. Sized as a scale-out both ways, 1P3D at 1.5 × its peak gave back a warm
+	// prefill instance 1.6 minutes into a +100% spike, its λ still reading the rate before it,
+	// asked for two cold ones a minute later, and lost sessions waiting for them.
+	high := sizing
+	high.ArrivalsHigh = true
+	needHigh, err := Size(high, p.o.Need)
+	if err != nil {
+		return Decision{Reasons: []string{"no scaling: " + err.Error()}}
+	}
 	d := Decision{Need: need, Sized: true, Reasons: slices.Clone(need.Reasons)}
 	// Decode is decided first: a prefill scale-in counts the cache decode lends, which a decode
 	// scale-in in the same step shrinks (inSize). Changes and reasons keep Roles' order.
 	changes, whys := map[Role]*Change{}, map[Role]string{}
 	for _, r := range []Role{RoleDecode, RolePrefill} {
 		if slices.Contains(p.o.Roles, r) {
-			changes[r], whys[r] = p.decideRole(r, in, need)
+			changes[r], whys[r] = p.decideRole(r, in, need, needHigh)
 		}
 	}
 	for _, r := range p.o.Roles {
@@ -230,8 +278,9 @@ func (p *Policy) Decide(in Inputs) Decision {
 }
 
 // decideRole is one role's step.
-func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
+func (p *Policy) decideRole(r Role, in Inputs, need, needHigh Need) (*Change, string) {
 	st := p.st[r]
+	st.Sized = slices.Clone(st.Sized) // the state State returned keeps its own
 	serving := in.Prefill
 	if r == RoleDecode {
 		serving = in.Decode
@@ -244,13 +293,19 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 	}
 	floor, ceiling := p.o.Floor[r], p.o.Ceiling[r]
 	want := min(ceiling, max(floor, need.ForNewArrivals(r)))
-	since := in.At.Sub(st.ChangedAt)
+	// Scale in only to a size where what runs now sits well under the limits, and only to the
+	// largest such size of the last ScaleInHold: the HPA's scale-down stabilisation window,
+	// against a need that dips between bursts.
+	live := p.inSize(r, in, need)
+	high := min(ceiling, max(floor, needHigh.ForNewArrivals(r)))
+	enough := max(want, high, live)
+	most := st.record(in.At, enough, p.o.ScaleInHold)
+	watched := in.At.Sub(st.WatchedSince)
 	var ch *Change
 	why := fmt.Sprintf("%s: need %d, asked %d (floor %d, ceiling %d)", r, need.ForNewArrivals(r), st.Asked, floor, ceiling)
 	switch {
 	case want > st.Asked:
-		st.SmallerSince, st.SmallerMost = time.Time{}, 0
-		if !st.ChangedAt.IsZero() && since < p.o.UpCoolDown {
+		if since := in.At.Sub(st.ChangedAt); !st.ChangedAt.IsZero() && since < p.o.UpCoolDown {
 			why += fmt.Sprintf("; scale-out to %d waits for the cool-down (%s of %s)", want, since.Round(time.Second), p.o.UpCoolDown)
 			break
 		}
@@ -259,64 +314,68 @@ func (p *Policy) decideRole(r Role, in Inputs, need Need) (*Change, string) {
 		if need.ForNewArrivals(r) > ceiling {
 			why += fmt.Sprintf(" (the ceiling; %d would be needed)", need.ForNewArrivals(r))
 		}
+	case want < st.Asked && live >= st.Asked:
+		why += fmt.Sprintf("; no scale-in: the live sessions need %d at %.0f%% of the limit, or with the planned spike", live, 100*p.o.ScaleInBelow)
+	case want < st.Asked && high >= st.Asked:
+		why += fmt.Sprintf("; no scale-in: the arrivals, taken %g standard errors high, need %d", ArrivalsConfidence, high)
+	case want < st.Asked && most >= st.Asked:
+		why += fmt.Sprintf("; no scale-in: %d was needed within the last %s", most, p.o.ScaleInHold)
+	case want < st.Asked && watched < p.o.ScaleInHold:
+		why += fmt.Sprintf("; %d would do, watched for %s of the %s a scale-in needs", most, watched.Round(time.Second), p.o.ScaleInHold)
+	case want < st.Asked && !st.ScaledOutAt.IsZero() && in.At.Sub(st.ScaledOutAt) < p.o.DownCoolDown:
+		why += fmt.Sprintf("; scale-in to %d waits for the cool-down after the scale-out (%s of %s)", most,
+			in.At.Sub(st.ScaledOutAt).Round(time.Second), p.o.DownCoolDown)
 	case want < st.Asked:
-		// Scale in only to a size where what runs now sits well under the limits.
-		in2 := p.inSize(r, in)
-		target := max(want, in2)
-		if target >= st.Asked {
-			st.SmallerSince, st.SmallerMost = time.Time{}, 0
-			why += fmt.Sprintf("; no scale-in: the live sessions need %d at %.0f%% of the limit", in2, 100*p.o.ScaleInBelow)
-			break
-		}
-		if st.SmallerSince.IsZero() {
-			st.SmallerSince, st.SmallerMost = in.At, 0
-		}
-		// A scale-in goes to the largest size needed over the hold, not this step's: the HPA's
-		// scale-down stabilisation, against a need that dips between bursts.
-		st.SmallerMost = max(st.SmallerMost, target)
-		target = st.SmallerMost
-		held := in.At.Sub(st.SmallerSince)
-		switch {
-		case held < p.o.ScaleInHold:
-			why += fmt.Sprintf("; %d would do for %s of the %s a scale-in needs", target, held.Round(time.Second), p.o.ScaleInHold)
-		case !st.ChangedAt.IsZero() && since < p.o.DownCoolDown:
-			why += fmt.Sprintf("; scale-in to %d waits for the cool-down (%s of %s)", target, since.Round(time.Second), p.o.DownCoolDown)
-		default:
-			ch = &Change{Role: r, From: st.Asked, To: target}
-			why += fmt.Sprintf("; scaling in %d → %d: %d has been enough for %s", st.Asked, target, target, held.Round(time.Second))
-		}
+		ch = &Change{Role: r, From: st.Asked, To: most}
+		why += fmt.Sprintf("; scaling in %d → %d: %d has been enough for %s", st.Asked, most, most, p.o.ScaleInHold)
 	default:
-		st.SmallerSince, st.SmallerMost = time.Time{}, 0
 		why += "; no change"
 	}
 	if ch != nil {
-		st.Asked, st.ChangedAt, st.SmallerSince, st.SmallerMost = ch.To, in.At, time.Time{}, 0
+		st.Asked, st.ChangedAt = ch.To, in.At
+		if ch.To > ch.From {
+			st.ScaledOutAt = in.At
+		}
 	}
 	p.st[r] = st
 	return ch, why
 }
 
-// inSize is the fewest instances of role r that keep what runs now under ScaleInBelow of the
-// limit: the working set under that share of the knee (prefill), the reserved KV under that share
-// of the KV (decode).
+// inSize is the fewest instances of role r that hold what runs now as the sizing would size it:
+// the live working set under ScaleInBelow of the knee and, with the sizing's planned spike on top
+// (need.SpikeSessions at the mean context), under the knee itself (prefill); the reserved decode
+// KV under ScaleInBelow of the KV decode may use and, with the spike's calls, under all of it
+// (decode). A scale-in to that size is one the sizing would not grow again: scaling in only to
+// half the knee, whatever the sizing planned for, kept 1P3D back at 1.2 × its peak after a spike
+// on the two prefill instances the spike had brought for the rest of the run — its steady working
+// set sat at half of one instance's knee, a size it served as provisioned.
 //
-// The prefill instances' knee counts the cache decode lends, as the sizing counts it for a spike:
-// what decode still spares with the population grown to the margin kept (the reserved KV over
-// ScaleInBelow), and nothing while the hit rate reads under its plateau. The lent KV stays when a
-// prefill instance goes. Without it, 1P1D back at 1.2 × its peak after a spike (879K of working
-// set, 632K of cache lent by its two decode instances) read as needing 3 prefill instances at
-// half the knee where the sizing asked for 1, and both deployments kept the instances a spike had
-// brought for the rest of the run.
-func (p *Policy) inSize(r Role, in Inputs) int {
+// Where the arrivals are not sized yet the spike is the population doubled.
+//
+// The prefill instances' knee counts the cache decode lends, as the sizing counts it: what decode
+// still spares once the live calls (and the spike's) reserve their KV, and nothing while the hit
+// rate reads under its plateau. The lent KV stays when a prefill instance goes. Without it, 1P1D
+// back at 1.2 × its peak after a spike (879K of working set, 632K of cache lent by its two decode
+// instances) read as needing 3 prefill instances where the sizing asked for 1.
+func (p *Policy) inSize(r Role, in Inputs, need Need) int {
 	s := p.o.ScaleInBelow
+	decodePer := (1 - p.o.Need.DecodeHeadroom) * in.DecodeKV
+	spike := need.SpikeSessions
+	if !need.ForArrivals {
+		spike = in.LiveSessions
+	}
+	spikeWS := spike * need.MeanContext
+	spikeKV := spikeWS * need.ServedFraction
 	if r == RoleDecode {
-		return max(1, ceilPos(in.DecodeReserved/(s*in.DecodeKV)))
+		return max(1, ceilPos(in.DecodeReserved/(s*decodePer)), ceilPos((in.DecodeReserved+spikeKV)/decodePer))
 	}
 	// The decode instances asked for, where fewer than serve: they are going, and their KV with them.
 	n := in.NeedInputs
 	if a := p.st[RoleDecode].Asked; a > 0 && a < n.Decode {
 		n.Decode = a
 	}
-	lent := n.spareLent(in.DecodeReserved/s, (1-p.o.Need.DecodeHeadroom)*in.DecodeKV)
-	return max(1, ceilPos((in.WorkingSet/s-in.KneeRatio*lent)/(in.KneeRatio*in.PrefillCache)))
+	knee := in.KneeRatio * in.PrefillCache
+	steady := ceilPos((in.WorkingSet/s - in.KneeRatio*n.spareLent(in.DecodeReserved, decodePer)) / knee)
+	spiked := ceilPos((in.WorkingSet + spikeWS - in.KneeRatio*n.spareLent(in.DecodeReserved+spikeKV, decodePer)) / knee)
+	return max(1, steady, spiked)
 }

@@ -24,8 +24,9 @@ func newPolicy(t *testing.T, o Options) *Policy {
 	return p
 }
 
-// quiet is base() with arrivals a third as high: the need is one prefill and one decode, but the
-// live working set (1.2M) keeps two prefill at half the knee.
+// quiet is base() with arrivals a third as high: the arrivals need one prefill and one decode
+// instance (30 sessions of 20K with the spike), and so do the live sessions, with the spike on
+// top (400K + 200K of working set against 700K of knee, 300K of KV against 720K).
 func quiet() NeedInputs {
 	in := base()
 	in.Arrivals = 0.05
@@ -34,10 +35,12 @@ func quiet() NeedInputs {
 	return in
 }
 
-// lends is base() on a quiet deployment whose two decode instances lend 600K of cache.
+// lends is base() on a quiet deployment whose two decode instances lend 600K of cache: 1.68M live
+// tokens need ⌈(1.68M ÷ 0.8 − 1.25 × 600K) ÷ 700K⌉ = 2 prefill with it, 3 without it, and 3 with
+// the 520K one decode instance would lend (its 720K less 200K reserved).
 func lends(offPlateau bool) func(*NeedInputs) {
 	return func(in *NeedInputs) {
-		in.Arrivals, in.WorkingSet, in.DecodeReserved, in.OffPlateau = 0.01, 1_300_000, 200_000, offPlateau
+		in.Arrivals, in.WorkingSet, in.DecodeReserved, in.OffPlateau = 0.01, 1_680_000, 200_000, offPlateau
 		in.CacheCapacity = 4*in.PrefillCache + 600_000
 	}
 }
@@ -46,6 +49,8 @@ func threeLend(in *NeedInputs) {
 	in.Prefill, in.Decode, in.CacheCapacity = 1, 3, in.PrefillCache+1_200_000
 }
 
+// TestPolicySteps runs the policy every 5 s, as the daemon does: each step's readings hold until
+// the next step's time, and no change may come between two steps.
 func TestPolicySteps(t *testing.T) {
 	type step struct {
 		after   time.Duration // since t0
@@ -54,6 +59,14 @@ func TestPolicySteps(t *testing.T) {
 		reason  string // in the reasons
 	}
 	busy := func(in *NeedInputs) { in.Arrivals = 0.3 } // 2 × base: prefill 6, decode 3
+	// 0.2 sessions/s, 4/3 × base: 80 sessions (1.6M) need 3 prefill under 0.8 of the knee, 120
+	// with the spike (2.4M) 4 under the knee; 1.2M of KV, 2 decode.
+	asked := func(in *NeedInputs) { in.Arrivals = 0.2 }
+	// 0.2 ± 0.02/s: taken low (0.16) the arrivals need 3 prefill, 64 sessions and 96 with the
+	// spike; taken high (0.24), 96 sessions and 128 with it: 2.56M, 4 prefill.
+	noisy := func(in *NeedInputs) { in.Arrivals, in.ArrivalsSD = 0.2, 0.02 }
+	blind := func(in *NeedInputs) { in.DecodeKV = 0 }
+	prefillOnly := Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}, ScaleInHold: time.Minute}
 	for _, tc := range []struct {
 		name  string
 		o     Options
@@ -69,44 +82,74 @@ func TestPolicySteps(t *testing.T) {
 		{"a second rise waits for the up cool-down", Options{}, []step{
 			{0, busy, []Change{{RolePrefill, 4, 6}, {RoleDecode, 2, 3}}, ""},
 			{30 * time.Second, func(in *NeedInputs) { in.Arrivals = 0.6 }, nil, "waits for the cool-down (30s of 1m0s)"},
-			{61 * time.Second, func(in *NeedInputs) { in.Arrivals = 0.6 }, []Change{{RolePrefill, 6, 10}, {RoleDecode, 3, 5}}, "(the ceiling; 11 would be needed)"},
+			{time.Minute, func(in *NeedInputs) { in.Arrivals = 0.6 }, []Change{{RolePrefill, 6, 10}, {RoleDecode, 3, 5}}, "(the ceiling; 11 would be needed)"},
 		}},
 		{"scale-in only after the hold", Options{}, []step{
-			{0, func(in *NeedInputs) { *in = quiet() }, nil, "would do for 0s of the 15m0s"},
-			{14 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "would do for 14m0s"},
-			{15 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 2}, {RoleDecode, 2, 1}}, "scaling in 4 → 2"},
+			{0, func(in *NeedInputs) { *in = quiet() }, nil, "1 would do, watched for 0s of the 15m0s"},
+			{14 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "watched for 14m0s"},
+			{15 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 1}, {RoleDecode, 2, 1}}, "scaling in 4 → 1"},
 		}},
-		{"a busy step restarts the hold", Options{}, []step{
+		{"a step that needs them all holds every instance for the hold", Options{}, []step{
 			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
-			{10 * time.Minute, nil, nil, "no scale-in"},
-			{20 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "would do for 0s"},
-			{35 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 2}, {RoleDecode, 2, 1}}, ""},
+			{10 * time.Minute, asked, nil, "prefill: need 4, asked 4"},
+			{20 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "no scale-in: 4 was needed within the last 15m0s"},
+			{35 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 1}, {RoleDecode, 2, 1}}, ""},
+		}},
+		// The base readings need 3 prefill and 2 decode until minute 5, one and one after: at
+		// minute 15 the largest size of the last 15 minutes is 3, at minute 20 it is 1, and
+		// the second scale-in does not wait: it is not the flapping the cool-down is for.
+		{"a scale-in goes to the largest size of the hold, and on as the window moves", Options{}, []step{
+			{0, nil, nil, "3 would do, watched for 0s"},
+			{5 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, ""},
+			{15 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 3}}, "scaling in 4 → 3"},
+			{20 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 3, 1}, {RoleDecode, 2, 1}}, "scaling in 3 → 1"},
+		}},
+		{"a gap in the sizing restarts the watch", Options{}, []step{
+			{0, func(in *NeedInputs) { *in = quiet() }, nil, ""},
+			{5 * time.Minute, blind, nil, "no scaling"},
+			{10 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "watched for 0s"},
+			{15 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "watched for 5m0s of the 15m0s"},
+			{25 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 4, 1}, {RoleDecode, 2, 1}}, ""},
+		}},
+		{"the arrivals taken high hold a scale-in", Options{ScaleInHold: time.Minute}, []step{
+			{0, noisy, nil, "prefill: need 3, asked 4 (floor 1, ceiling 10); no scale-in: the arrivals, taken 2 standard errors high, need 4"},
+			{10 * time.Minute, noisy, nil, "taken 2 standard errors high, need 4"},
 		}},
 		{"scale-in waits for the down cool-down after a scale-out", Options{ScaleInHold: time.Minute}, []step{
 			{0, busy, []Change{{RolePrefill, 4, 6}, {RoleDecode, 2, 3}}, ""},
-			{time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, ""},
-			{5 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "waits for the cool-down (5m0s of 10m0s)"},
-			{10 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 6, 2}, {RoleDecode, 3, 1}}, ""},
+			{time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "6 was needed within the last 1m0s"},
+			{5 * time.Minute, func(in *NeedInputs) { *in = quiet() }, nil, "waits for the cool-down after the scale-out (5m0s of 10m0s)"},
+			{10 * time.Minute, func(in *NeedInputs) { *in = quiet() }, []Change{{RolePrefill, 6, 1}, {RoleDecode, 3, 1}}, ""},
 		}},
-		// 1.6M live tokens need 3 prefill at the knee, but keep ⌈1.6M ÷ (0.5 × 700K)⌉ = 5 at half of
-		// it: the four are not shrunk.
+		// 2.4M live tokens need 4 prefill at the knee and ⌈2.4M ÷ (0.8 × 700K)⌉ = 5 at 0.8 of it:
+		// the four are not shrunk. 1.6M need ⌈2M ÷ 700K⌉ = 3: scaled in to 3, not to the 1 the
+		// arrivals need.
 		{"never below what the live sessions need", Options{ScaleInHold: time.Minute}, []step{
-			{0, func(in *NeedInputs) { in.WorkingSet, in.Arrivals = 1_600_000, 0.01 }, nil, "no scale-in: the live sessions need 5"},
+			{0, func(in *NeedInputs) { in.WorkingSet, in.Arrivals = 2_400_000, 0.01 }, nil, "no scale-in: the live sessions need 5"},
 		}},
-		// The cache decode lends stays when a prefill instance goes. 1.3M live tokens keep
-		// ⌈2.6M ÷ 700K⌉ = 4 prefill at half the knee on their own; decode lends 600K, and with the
-		// population doubled its 400K of reserved KV still leaves 1.04M spare: ⌈(2.6M − 1.25 ×
-		// 600K) ÷ 700K⌉ = 3. Decode, at 200K ÷ (0.5 × 800K), goes to 1, sparing 320K: 4 again.
-		{"the lent cache counts for a prefill scale-in", Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}, ScaleInHold: time.Minute}, []step{
-			{0, lends(false), nil, "would do for 0s"},
-			{time.Minute, lends(false), []Change{{RolePrefill, 4, 3}}, "scaling in 4 → 3"},
+		// 50 live sessions of 32K (1.6M) fit 3 prefill under 0.8 of the knee (2M of 2.1M), but
+		// the planned spike's 20 sessions on top (2.24M) need 4: no scale-in, though the arrivals
+		// (40 sessions, 60 with the spike: 1.92M) need 3.
+		{"the planned spike on top of the live sessions", Options{ScaleInHold: time.Minute}, []step{
+			{0, func(in *NeedInputs) { in.Arrivals, in.WorkingSet, in.LiveSessions = 0.1, 1_600_000, 50 }, nil,
+				"prefill: need 3, asked 4 (floor 1, ceiling 10); no scale-in: the live sessions need 4"},
 		}},
-		{"not while the hit rate is off its plateau", Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}, ScaleInHold: time.Minute}, []step{
-			{0, lends(true), nil, "no scale-in: the live sessions need 4"},
+		{"down to what the live sessions need", Options{Roles: []Role{RolePrefill}, Ceiling: map[Role]int{RolePrefill: 10}, ScaleInHold: time.Minute}, []step{
+			{0, func(in *NeedInputs) { in.WorkingSet, in.Arrivals = 1_600_000, 0.01 }, nil, ""},
+			{time.Minute, func(in *NeedInputs) { in.WorkingSet, in.Arrivals = 1_600_000, 0.01 }, []Change{{RolePrefill, 4, 3}}, "scaling in 4 → 3"},
+		}},
+		// The cache decode lends stays when a prefill instance goes (lends).
+		{"the lent cache counts for a prefill scale-in", prefillOnly, []step{
+			{0, lends(false), nil, "2 would do, watched for 0s"},
+			{time.Minute, lends(false), []Change{{RolePrefill, 4, 2}}, "scaling in 4 → 2"},
+		}},
+		{"not while the hit rate is off its plateau", prefillOnly, []step{
+			{0, lends(true), nil, "3 would do, watched for 0s"},
+			{time.Minute, lends(true), []Change{{RolePrefill, 4, 3}}, "scaling in 4 → 3"},
 		}},
 		{"nor what a decode scale-in takes back", Options{ScaleInHold: time.Minute}, []step{
-			{0, lends(false), nil, ""},
-			{time.Minute, lends(false), []Change{{RoleDecode, 2, 1}}, "no scale-in: the live sessions need 4"},
+			{0, lends(false), nil, "prefill: need 1, asked 4 (floor 1, ceiling 10); 2 would do"},
+			{time.Minute, lends(false), []Change{{RolePrefill, 4, 3}, {RoleDecode, 2, 1}}, "scaling in 4 → 3"},
 		}},
 		// One prefill instance and three decode lending 1.2M (TestSize's "only the decode
 		// instances kept lend"): where decode is scaled, with a floor of 1, the third decode
@@ -138,17 +181,27 @@ func TestPolicySteps(t *testing.T) {
 			{0, func(in *NeedInputs) { in.Prefill, in.Decode = 0, 0 }, nil, "no instance read yet"},
 		}},
 		{"blind: no sizing, no change", Options{}, []step{
-			{0, func(in *NeedInputs) { in.DecodeKV = 0 }, nil, "no scaling: sizing: decode KV"},
+			{0, blind, nil, "no scaling: sizing: decode KV"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPolicy(t, tc.o)
-			for i, s := range tc.steps {
+			readings := func(s step) NeedInputs {
 				in := base()
 				if s.in != nil {
 					s.in(&in)
 				}
-				d := p.Decide(Inputs{At: t0.Add(s.after), NeedInputs: in})
+				return in
+			}
+			for i, s := range tc.steps {
+				if i > 0 {
+					prev := tc.steps[i-1]
+					for at := prev.after + 5*time.Second; at < s.after; at += 5 * time.Second {
+						d := p.Decide(Inputs{At: t0.Add(at), NeedInputs: readings(prev)})
+						require.Empty(t, d.Changes, "at %v, before step %d: %q", at, i, d.Reasons)
+					}
+				}
+				d := p.Decide(Inputs{At: t0.Add(s.after), NeedInputs: readings(s)})
 				assert.Equal(t, s.changes, d.Changes, "step %d: %q", i, d.Reasons)
 				if s.reason != "" {
 					assert.Contains(t, joined(d.Reasons), s.reason, "step %d", i)
