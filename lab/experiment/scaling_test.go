@@ -92,12 +92,33 @@ func TestRunTally(t *testing.T) {
 	assert.Equal(t, "1 of 5 runs (and equal on 3); below it: 1p1d 1.2 +100%: 1 of 4", tally.String())
 }
 
+// TestInstanceHourTally: the row-level comparison names the rows below the autoscaler and keeps
+// apart a row equal because neither arm scaled from one equal because the autoscaler gave its
+// instances back before the window.
+func TestInstanceHourTally(t *testing.T) {
+	run := func(seed uint64, good, im float64, prefill int) ScalingRun {
+		return ScalingRun{Seed: seed, GoodputPerHour: good, InstanceMinutes: im, MaxPrefill: prefill, MaxDecode: 1}
+	}
+	row := func(dep string, load float64, sc, auto ScalingRun) ScalingRow {
+		return ScalingRow{Deployment: dep, Load: load, Spike: 1, Provisioned: [2]int{1, 1},
+			Runs: map[string][]ScalingRun{ArmScaling: {sc}, ArmAutoscaler: {auto}}}
+	}
+	var tally instanceHourTally
+	tally.add(row("1p1d", 1.2, run(1, 400, 200, 2), run(1, 400, 240, 4)), 60) // above
+	tally.add(row("1p1d", 1.5, run(1, 400, 260, 3), run(1, 400, 250, 5)), 60) // below
+	tally.add(row("1p1d", 0.5, run(1, 160, 120, 1), run(1, 160, 120, 1)), 60) // neither scaled
+	tally.add(row("1p3d", 0.5, run(1, 360, 240, 1), run(1, 360, 240, 2)), 60) // the autoscaler's instance gone before the window
+	var b strings.Builder
+	tally.write(&b)
+	assert.Contains(t, b.String(), "| 1 of 4 rows (and equal on 1 where neither scaled, on 1 with the same instance-minutes in the window); below it: 1p1d 1.5 +100% |")
+}
+
 // TestScalingCommandsInMakeResults: the commands the scaling sections say generated them are the
 // ones `make results` runs.
 func TestScalingCommandsInMakeResults(t *testing.T) {
 	mk, err := os.ReadFile("../../Makefile")
 	require.NoError(t, err)
-	for _, c := range []string{ScalingCommand, SecondSpikeCommand} {
+	for _, c := range []string{ScalingCommand, HeldOutCommand, SecondSpikeCommand} {
 		assert.Contains(t, string(mk), "./$(BIN) "+strings.TrimPrefix(c, "basin "), "make results runs %q", c)
 	}
 }

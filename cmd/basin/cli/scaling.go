@@ -15,6 +15,7 @@ func simScaling(env Env, args []string) error {
 	def := experiment.DefaultScaling()
 	fs := newFlags(env)
 	seeds := seedsFlag(fs, len(def.Seeds))
+	firstSeed := fs.Int("first-seed", 1, "number the seeds from this one (4 with --seeds 3: seeds 4, 5, 6)")
 	deps := fs.String("deployments", strings.Join(def.Deployments, ","), "comma-separated deployments (1p1d, 1p3d)")
 	workload := fs.String("workload", def.Workload, "synthetic workload")
 	loads := fs.String("loads", joinFloats(def.Loads, 1), "comma-separated base loads, fractions of the calibrated peak")
@@ -34,6 +35,12 @@ func simScaling(env Env, args []string) error {
 	var err error
 	if spec.Seeds, spec.Loads, spec.Spikes, err = sweepAxes(seeds, *loads, *spikes); err != nil {
 		return err
+	}
+	if *firstSeed < 1 {
+		return fmt.Errorf("%w: --first-seed must be ≥ 1", errUsage)
+	}
+	for i := range spec.Seeds {
+		spec.Seeds[i] += uint64(*firstSeed - 1)
 	}
 	spec.Deployments, spec.Workload, spec.Ceiling, spec.Workers = splitList(*deps), *workload, *ceiling, *workers
 	spec.Need.SpikeSize, spec.Need.KneeShare, spec.SecondSpikeFrom = *spikeSize, *kneeShare, *second
