@@ -164,6 +164,12 @@ type CapacityConfig struct {
 	KneeShare float64 `yaml:"knee_share"`
 	// DecodeHeadroom is the share of each decode instance's KV kept free.
 	DecodeHeadroom float64 `yaml:"decode_headroom"`
+	// DecodeFloor is the fewest decode instances an autoscaler scaling the decode pool on
+	// basin_capacity_needed_instances keeps (its minReplicaCount, minReplicas): the prefill need
+	// then counts the cache lent by the decode instances that stay (that many, or as many as
+	// decode needs), not by every one serving now, which the autoscaler may remove. 0: the decode
+	// pool is not scaled on basin's need. With basin's own scaling of decode, its floor is used.
+	DecodeFloor int `yaml:"decode_floor"`
 }
 
 // Need is the sizing's options.
@@ -353,6 +359,9 @@ func (c *Config) validate(root *yaml.Node) error {
 	}
 	if err := c.Capacity.Need().Validate(); err != nil {
 		bad([]string{"capacity"}, "%v", err)
+	}
+	if c.Capacity.DecodeFloor < 0 {
+		bad([]string{"capacity", "decode_floor"}, "%d, must be ≥ 0 (0: the decode pool is not scaled on basin's need)", c.Capacity.DecodeFloor)
 	}
 	if c.Scaling.Enabled() {
 		if _, err := scaler.New(c.Scaling.Options(c.Capacity.Need())); err != nil {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -797,6 +798,20 @@ func (d *Daemon) publishPolicy() {
 	d.mu.Unlock()
 }
 
+// decodeKept is the fewest decode instances the exported sizing counts lent cache from
+// (scaler.NeedInputs.DecodeKept): basin's own scaling's decode floor where it scales decode, as its
+// policy sizes; else capacity.decode_floor. Sized on every decode instance serving while an
+// autoscaler scales decode down to its need, the prefill need would rise as the lent KV went, and
+// the two pools would trade instances back and forth.
+func (d *Daemon) decodeKept() int {
+	if d.scale != nil {
+		if o := d.scale.Options(); slices.Contains(o.Roles, scaler.RoleDecode) {
+			return o.Floor[scaler.RoleDecode]
+		}
+	}
+	return d.cfg.Capacity.DecodeFloor
+}
+
 // Step is one pass of the loop: snapshot, assess, read the gateway, decide, act.
 func (d *Daemon) Step(ctx context.Context) {
 	d.loop.Lock()
@@ -807,7 +822,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	now := snap.At
 	a := d.det.Step(snap)
 	// The need is a signal for autoscalers: sized every step, standby, paused or dry run alike.
-	need, needErr := d.pol.SizeFrom(snap, a, d.cfg.Capacity.Need())
+	need, needErr := d.pol.SizeFrom(snap, a, d.cfg.Capacity.Need(), d.decodeKept())
 	if tr := a.Transition; tr != nil && acting { // the standby watches too; one daemon posts
 		d.log.Info("state", "from", tr.From, "to", tr.To, "reasons", tr.Reasons)
 		d.slack.Notify(notify.Event{Kind: notify.KindTransition, At: tr.At, Deployment: d.cfg.Deployment,

@@ -170,11 +170,33 @@ func TestScalingConfig(t *testing.T) {
 		{"floor above ceiling", "scaling:\n  backend: {kind: http, url: http://x}\n  floor: {decode: 3}\n  ceiling: {decode: 2}\n", "floor.decode: 3 above ceiling.decode 2"},
 		{"unknown role", "scaling:\n  backend: {kind: http, url: http://x}\n  ceiling: {unified: 2}\n", `unknown role "unified"`},
 		{"spike size", "capacity: {spike_size: -1}\n", "spike_size"},
+		{"decode floor", "capacity: {decode_floor: -1}\n", "capacity.decode_floor: -1, must be ≥ 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(baseYAML + tc.yaml))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestDecodeKept: the exported sizing counts lent cache from the decode instances that stay —
+// capacity.decode_floor where an autoscaler scales decode on basin's need, basin's own decode floor
+// where basin scales decode (its policy sizes so), every instance serving otherwise.
+func TestDecodeKept(t *testing.T) {
+	const scaling = "scaling:\n  backend: {kind: http, url: http://x}\n"
+	for _, tc := range []struct {
+		name, yaml string
+		want       int
+	}{
+		{"decode not scaled", "", 0},
+		{"an autoscaler keeps two", "capacity: {decode_floor: 2}\n", 2},
+		{"basin scales decode, default floor", "capacity: {decode_floor: 2}\n" + scaling + "  ceiling: {decode: 4}\n", 1},
+		{"basin scales decode from 3", scaling + "  floor: {decode: 3}\n  ceiling: {decode: 4}\n", 3},
+		{"basin scales prefill only", "capacity: {decode_floor: 2}\n" + scaling + "  ceiling: {prefill: 4}\n", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, newEnv(t, tc.yaml).daemon().decodeKept())
 		})
 	}
 }

@@ -47,12 +47,15 @@ func (p *Policy) Scale(plan Plan, s *scaler.Policy, in scaler.Inputs) (Plan, sca
 }
 
 // SizeFrom is what the deployment needs now, from a step's snapshot and assessment (Size on
-// NeedInputsFrom): the daemon exports it for autoscalers every step, acting or not.
-func (p *Policy) SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions) (scaler.Need, error) {
+// NeedInputsFrom): the daemon exports it for autoscalers every step, acting or not. decodeKept is
+// scaler.NeedInputs.DecodeKept: the fewest decode instances whatever scales the decode pool keeps
+// (0: it is not scaled, every decode instance serving now stays and lends).
+func (p *Policy) SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.NeedOptions, decodeKept int) (scaler.Need, error) {
 	in, err := p.NeedInputsFrom(s, a)
 	if err != nil {
 		return scaler.Need{}, err
 	}
+	in.DecodeKept = decodeKept
 	return scaler.Size(in, o)
 }
 

@@ -3,6 +3,7 @@ package remediate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -164,13 +165,27 @@ func TestLoopScaleBlind(t *testing.T) {
 // TestSizeFrom: the sizing the daemon exports is Size on the step's readings.
 func TestSizeFrom(t *testing.T) {
 	p := newPolicy(t, Options{})
-	n, err := p.SizeFrom(scaleSnapshot(), scaleAssessment(t0), scaler.NeedOptions{})
+	n, err := p.SizeFrom(scaleSnapshot(), scaleAssessment(t0), scaler.NeedOptions{}, 0)
 	require.NoError(t, err)
 	assert.Equal(t, 3, n.Prefill)
 	assert.Equal(t, 2, n.Decode)
 	assert.Equal(t, detector.CacheFirst, n.Binding)
-	_, err = p.SizeFrom(collector.Snapshot{}, scaleAssessment(t0), scaler.NeedOptions{})
+	_, err = p.SizeFrom(collector.Snapshot{}, scaleAssessment(t0), scaler.NeedOptions{}, 0)
 	assert.Error(t, err)
+
+	// One prefill instance and three decode lending 1.2M (scaler's TestSize, "only the decode
+	// instances kept lend"): with the decode pool scaled down to its need (kept 1), the third
+	// decode instance's KV goes, and the spike needs a second prefill instance.
+	s := scaleSnapshot()
+	s.Signals[collector.CacheCapacity] = collector.Value{V: 560_000 + 1_200_000, State: collector.OK, At: t0}
+	for i := 1; i < 3; i++ {
+		s.Decode = append(s.Decode, collector.DecodeInstance{Name: fmt.Sprintf("decode-%d", i), At: t0, State: collector.OK, Complete: true, CapacityTokens: 800_000})
+	}
+	for kept, want := range map[int]int{0: 1, 1: 2} {
+		n, err := p.SizeFrom(s, scaleAssessment(t0), scaler.NeedOptions{}, kept)
+		require.NoError(t, err)
+		assert.Equal(t, want, n.Prefill, "decode kept %d: %q", kept, n.Reasons)
+	}
 }
 
 // TestReconcileAppliesScaleAgain: a scale intent a crash left without its outcome is applied again

@@ -113,6 +113,7 @@ func daemonDefaults() map[string]string {
 		"capacity.spike_duration":  code(scaler.DefaultSpikeDuration.String()),
 		"capacity.knee_share":      code(fmt.Sprint(scaler.DefaultKneeShare)),
 		"capacity.decode_headroom": code(fmt.Sprint(scaler.DefaultDecodeHeadroom)),
+		"capacity.decode_floor":    code("0") + " (the decode pool not scaled on basin's need)",
 		"scaling.backend.kind":     "— (scaling off)",
 		"scaling.floor":            "1 a role",
 		"scaling.ceiling":          "required with a backend",
