@@ -13,15 +13,22 @@ import (
 
 // checkEnded asserts that every session of the report the server saw a call of was ended once
 // when it did not complete, and never when it did (its last call's x-session-end ended it), and
-// that the report counts them.
+// that the report counts them. A session whose call, cut by a cancelled run, reached the server
+// only after the end it was sent was refused (not live yet) is the one exception: the client
+// cannot order a request it abandoned, and the report counts it not live.
 func checkEnded(t *testing.T, f *fake, rep *Report) {
 	t.Helper()
 	require.NotEmpty(t, rep.PerSession, "run with PerSession")
-	seen, ends := f.attempts(), f.ends()
+	seen, ends, crossed := f.attempts(), f.ends(), f.crossed()
 	want := 0
 	for _, s := range rep.PerSession {
 		if _, ok := seen[s.ID]; !ok {
 			assert.Zero(t, ends[s.ID], "session %s: the server never saw it", s.ID)
+			continue
+		}
+		if crossed[s.ID] {
+			assert.True(t, rep.Interrupted, "session %s: its call crossed its end in a run not cancelled", s.ID)
+			assert.Zero(t, ends[s.ID], "session %s: its end was refused", s.ID)
 			continue
 		}
 		if s.Outcome == Completed {

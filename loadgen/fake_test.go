@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -98,6 +99,10 @@ type fake struct {
 		// ends counts the end requests answered 200, by session; endAt is when the last came.
 		ends  map[string]int
 		endAt map[string]time.Time
+		// refused holds the sessions an end was answered 404 for; crossed those of them whose
+		// call reached the server after that answer (a call cut by a cancelled run can cross
+		// its session's end on the wire).
+		refused, crossed map[string]bool
 		// lastCall is when the last call was answered.
 		lastCall time.Time
 	}
@@ -108,6 +113,7 @@ func newFake(script func(session string, attempt int) reply) *fake {
 	f.mu.attempts = map[string]int{}
 	f.mu.ends = map[string]int{}
 	f.mu.endAt = map[string]time.Time{}
+	f.mu.refused, f.mu.crossed = map[string]bool{}, map[string]bool{}
 	return f
 }
 
@@ -134,6 +140,9 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	n := f.mu.attempts[id]
 	f.mu.attempts[id]++
+	if f.mu.refused[id] {
+		f.mu.crossed[id] = true
+	}
 	f.mu.lastCall = time.Now()
 	f.mu.headers = append(f.mu.headers, r.Header.Clone())
 	f.mu.bodies = append(f.mu.bodies, req)
@@ -198,6 +207,8 @@ func (f *fake) serveEnd(w http.ResponseWriter, id string) {
 	if seen {
 		f.mu.ends[id]++
 		f.mu.endAt[id] = time.Now()
+	} else {
+		f.mu.refused[id] = true
 	}
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -218,6 +229,13 @@ func (f *fake) ends() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// crossed returns the sessions whose call reached the server after their end was refused.
+func (f *fake) crossed() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.mu.crossed)
 }
 
 func (f *fake) attempts() map[string]int {
