@@ -26,8 +26,10 @@
 // # The policy
 //
 // Policy asks at once for all the arrivals need when that rises (after a short cool-down against
-// noise), and asks for less only when a smaller size would have kept what runs well under the
-// knee for a while, never below what the live sessions hold, a floor, or above a ceiling. The daemon and the simulator's harness run it
+// noise), and asks for less as the mirror of it: each step finds the size that is enough — the
+// arrivals taken high, the live sessions well under the knee and under it with the planned spike
+// on top — and a scale-in goes to the largest of those over a sliding window (the HPA's
+// stabilisation), never below a floor or above a ceiling. The daemon and the simulator's harness run it
 // through remediate.Loop, whose executor audits each ask before applying it and applies nothing
 // in a dry run. The policy reads no clock: Inputs.At is now.
 //
