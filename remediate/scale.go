@@ -91,7 +91,7 @@ func (p *Policy) NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (sc
 	in.LiveSessions, in.WorkingSet = get(collector.LiveSessions), get(collector.WorkingSet)
 	in.DecodeReserved = get(collector.DecodeReserved)
 	if f, err := detector.ServedFractionOf(s); err == nil && f >= 0 && f <= 1 {
-		in.ServedFraction = f
+		in.ServedFraction, in.ServedKnown = f, true
 	}
 	var cache float64
 	for _, p := range s.Prefill {

@@ -41,7 +41,7 @@ func TestNeedInputsFrom(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, scaler.NeedInputs{Arrivals: 0.2, ArrivalsSD: 0.01, MeanContext: 21_000, Lifetime: 400 * time.Second,
 		LiveSessions: 60, WorkingSet: 1.2e6, ServedFraction: 0.5, KneeRatio: 1.25, PrefillCache: 560_000, DecodeKV: 800_000,
-		CacheCapacity: 560_000, DecodeReserved: 500_000, Prefill: 1, Decode: 1}, in,
+		CacheCapacity: 560_000, DecodeReserved: 500_000, Prefill: 1, Decode: 1, ServedKnown: true}, in,
 		"the settled λ (neither the windowed rate nor the λ started at its first reading) is the rate to serve, with its noise and the smoothed mean context")
 
 	// Off the plateau: the hit rate a reading, more than the policy's plateau_tolerance (0.03

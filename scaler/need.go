@@ -111,9 +111,13 @@ type NeedInputs struct {
 	// Assessment.MeanContext); 0: WorkingSet/LiveSessions now, which a few long sessions coming
 	// and going move by half on a quiet deployment.
 	MeanContext float64
-	// ServedFraction is the share of live sessions in a model call (decode holds their KV);
-	// 0 when unknown, then taken as 1.
+	// ServedFraction is the share of live sessions in a model call (decode holds their KV).
+	// ServedKnown says it is a reading even where it is 0 (nobody in a call at that instant);
+	// without it a 0 is unknown (no gateway to read) and taken as 1. Read as unknown, a moment
+	// with nobody in a call sized 1P1D's decode for every session in one: it asked for a third
+	// decode instance five minutes after a spike, and kept it for 19.
 	ServedFraction float64
+	ServedKnown    bool
 	// KneeRatio is the knee as W/C.
 	KneeRatio float64
 	// PrefillCache is one prefill instance's prefix cache (GPU and host tier), DecodeKV one
@@ -236,7 +240,7 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 		return Need{}, fmt.Errorf("sizing: served fraction %v outside [0, 1]", in.ServedFraction)
 	}
 	served := in.ServedFraction
-	if served == 0 {
+	if served == 0 && !in.ServedKnown {
 		served = 1
 	}
 	kneePerPrefill := in.KneeRatio * in.PrefillCache // working set one prefill instance holds at the knee

@@ -134,6 +134,10 @@ func TestSize(t *testing.T) {
 		// Every session served: 1.6M of decode KV over 20K is 80 sessions, under the knee's 140.
 		{name: "unknown served fraction counts every session", in: func(in *NeedInputs) { in.ServedFraction = 0 },
 			prefill: 3, dec: 3, forArrivals: true, binding: detector.DecodeFirst, population: 90},
+		// Nobody in a call at this instant, read as such: the arrivals' calls hold no decode KV,
+
+		{name: "a served fraction read as 0 is not unknown", in: func(in *NeedInputs) { in.ServedFraction, in.ServedKnown = 0, true },
+			prefill: 3, dec: 1, forArrivals: true, binding: "", population: 90},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := base()
