@@ -124,9 +124,13 @@ type Assessment struct {
 	SettledLambdaSD float64 `json:"-"`
 	LongLambdaSD    float64 `json:"-"`
 	MeanContext     float64 `json:"mean_context_tokens,omitempty"`
-	ArrivalRate     float64 `json:"arrival_rate_per_s"`
-	CompletionRate  float64 `json:"completion_rate_per_s"`
-	CallsPerSession float64 `json:"calls_per_session,omitempty"`
+	// ServedFraction is the share of live sessions in a model call, smoothed as MeanContext
+	// (Fluid.ServedFraction); nil without the gateway's sessions in call. What package scaler
+	// sizes decode from.
+	ServedFraction  *float64 `json:"served_fraction,omitempty"`
+	ArrivalRate     float64  `json:"arrival_rate_per_s"`
+	CompletionRate  float64  `json:"completion_rate_per_s"`
+	CallsPerSession float64  `json:"calls_per_session,omitempty"`
 	// PeakCompletionRate is the peak session completion rate in use, sessions per second: the
 	// calibration's, or the learnt curve's once its falling side has been seen; 0 while unknown.
 	PeakCompletionRate float64 `json:"peak_completion_rate_per_s,omitempty"`
@@ -325,6 +329,9 @@ func (d *Detector) Last() (Assessment, bool) {
 // observation is one snapshot's needed signals, all fresh and sane.
 type observation struct {
 	w, c, hit, n, arrival, completion, calls, prompt float64
+	// inCall is the live sessions in a model call (the gateway's), when inCallOK.
+	inCall   float64
+	inCallOK bool
 	// hitFresh: the collector had a fresh hit rate (it has none while no prompt flows).
 	hitFresh bool
 	// wEstimated: the working set is the engines' KV estimate (no gateway), which cannot exceed C.
@@ -373,6 +380,9 @@ func read(s collector.Snapshot) (observation, []string) {
 	get(collector.ArrivalRate, &o.arrival, nonNeg, "≥ 0")
 	get(collector.CompletionRate, &o.completion, nonNeg, "≥ 0")
 	get(collector.CallRate, &o.calls, nonNeg, "≥ 0")
+	if v, fresh := s.Get(collector.SessionsInCall); fresh && v >= 0 && !math.IsInf(v, 0) {
+		o.inCall, o.inCallOK = v, true // optional: only the served fraction reads it
+	}
 	slices.Sort(blind)
 	return o, blind
 }
@@ -470,7 +480,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 	}
 	d.mu.fluid.Observe(now, FluidObservation{
 		LiveSessions: obs.n, CallRate: obs.calls, CompletionRate: obs.completion,
-		ArrivalRate: obs.arrival, WorkingSet: obs.w,
+		ArrivalRate: obs.arrival, WorkingSet: obs.w, InCall: obs.inCall, InCallOK: obs.inCallOK,
 	})
 	knee := d.kneeLocked()
 	ev := newEvaluation(d.o, now, obs, knee, d.mu.fluid.Outlook(obs.n, knee.Ratio, obs.c), ev0, d.mu.state)
@@ -508,7 +518,7 @@ func (d *Detector) assessLocked(now time.Time, obs observation) Assessment {
 		TimeToTrap: out.TimeToTrap, SpikeTolerance: out.SpikeTolerance, Lambda: out.Lambda, LongLambda: out.LongLambda, ArrivalRate: obs.arrival,
 		CompletionRate: obs.completion, CallsPerSession: out.K, PeakCompletionRate: ev.peak,
 		SessionLifetime: out.Lifetime.Seconds(), SettledLambda: out.SettledLambda, MeanContext: out.MeanContext,
-		SettledLambdaSD: out.SettledLambdaSD, LongLambdaSD: out.LongLambdaSD,
+		SettledLambdaSD: out.SettledLambdaSD, LongLambdaSD: out.LongLambdaSD, ServedFraction: out.ServedFraction,
 	}
 	a.Reasons = slices.Concat(why, ev.describe(d.mu.state, why), obs.estimated)
 	d.mu.last = a

@@ -114,6 +114,9 @@ type FluidObservation struct {
 	CompletionRate float64 // sessions completed per second
 	ArrivalRate    float64 // sessions arriving per second
 	WorkingSet     float64 // tokens, for the mean context
+	// InCall is how many live sessions have a model call in flight (the gateway's), when InCallOK.
+	InCall   float64
+	InCallOK bool
 }
 
 // FluidPoint is one point of the learnt completion curve.
@@ -166,6 +169,8 @@ type Outlook struct {
 	// SettledLambdaSD is SettledLambda's standard error (Fluid.SettledLambdaSD), LongLambdaSD
 	// LongLambda's (Fluid.LongLambdaSD).
 	SettledLambdaSD, LongLambdaSD float64
+	// ServedFraction is the smoothed served fraction (Fluid.ServedFraction); nil while unknown.
+	ServedFraction *float64
 	// SpikeTolerance is the largest spike the deployment absorbs now (nil while K, λ, the edge
 	// or the curve is unknown).
 	SpikeTolerance *SpikeTolerance
@@ -203,9 +208,13 @@ type Fluid struct {
 	// ctxWeight their gathered weight: ctxW/ctxN is the mean context without the noise of a few
 	// long sessions coming and going.
 	ctxW, ctxN, ctxWeight float64
-	calls, completions    float64 // EWMAs, ratio is K
-	completed             float64 // sessions completed, integrated
-	seededK               float64
+	// srvIn and srvN are the sessions in a call and the live sessions smoothed over
+	// MeanContextTau over the steps that read both, with srvWeight their gathered weight:
+	// srvIn/srvN is the served fraction without the instant's noise.
+	srvIn, srvN, srvWeight float64
+	calls, completions     float64 // EWMAs, ratio is K
+	completed              float64 // sessions completed, integrated
+	seededK                float64
 
 	tolCurve sessionCurve // SpikeTolerance's scratch copy of the curve
 }
@@ -303,6 +312,11 @@ func (f *Fluid) Observe(at time.Time, o FluidObservation) {
 		f.ctxW += wc * (o.WorkingSet - f.ctxW)
 		f.ctxN += wc * (o.LiveSessions - f.ctxN)
 		f.ctxWeight += wc * (1 - f.ctxWeight)
+		if o.InCallOK {
+			f.srvIn += wc * (o.InCall - f.srvIn)
+			f.srvN += wc * (o.LiveSessions - f.srvN)
+			f.srvWeight += wc * (1 - f.srvWeight)
+		}
 	}
 	wk := ewmaWeight(dt, f.o.KTau)
 	f.calls += wk * (o.CallRate - f.calls)
@@ -368,6 +382,17 @@ func (f *Fluid) MeanContext() float64 {
 		return f.meanCtx
 	}
 	return f.ctxW / f.ctxN
+}
+
+// ServedFraction is the share of live sessions in a model call, smoothed over MeanContextTau:
+// false until a step read both the sessions in a call and the live sessions. The instant's share
+// is noise for sizing: 40 sessions of 1P1D read 10, 0 and 9 in a call over ten seconds, and the
+// sizing turns it into decode instances, asked for at once.
+func (f *Fluid) ServedFraction() (float64, bool) {
+	if f.srvWeight <= 0 || !(f.srvN > 0) {
+		return 0, false
+	}
+	return min(1, max(0, f.srvIn/f.srvN)), true
 }
 
 // LongLambdaTau is the time constant of the long-run arrival rate (with the default LambdaTau;
@@ -537,6 +562,9 @@ func (f *Fluid) Outlook(n, kneeRatio, cacheTokens float64) Outlook {
 	out := Outlook{Lambda: f.lambda, LongLambda: f.longLambda(), ObservedSlope: f.slope,
 		SettledLambda: f.SettledLambda(), MeanContext: f.MeanContext(), SettledLambdaSD: f.SettledLambdaSD(),
 		LongLambdaSD: f.LongLambdaSD()}
+	if v, ok := f.ServedFraction(); ok {
+		out.ServedFraction = ptr(v)
+	}
 	if f.meanCtx > 0 && cacheTokens > 0 && kneeRatio > 0 {
 		out.KneeSessions = ptr(kneeRatio * cacheTokens / f.meanCtx)
 	}

@@ -438,3 +438,36 @@ func TestFluidLongLambda(t *testing.T) {
 	assert.InDelta(t, 6*1.285, long(), 0.02)
 	assert.Less(t, long(), c.f.Lambda()*60+1, "not above λ three minutes after the spike")
 }
+
+// TestFluidServedFraction: the served fraction is unknown until a step reads the sessions in a
+// call, and smoothed over MeanContextTau after: a step with nobody in a call moves it by the
+// step's weight, not to 0.
+func TestFluidServedFraction(t *testing.T) {
+	f, err := NewFluid(FluidOptions{})
+	require.NoError(t, err)
+	at := time.Unix(0, 0)
+	obs := func(inCall float64, ok bool) {
+		f.Observe(at, FluidObservation{LiveSessions: 40, ArrivalRate: 0.1, WorkingSet: 1e6, InCall: inCall, InCallOK: ok})
+		at = at.Add(5 * time.Second)
+	}
+	for range 12 {
+		obs(0, false)
+	}
+	_, ok := f.ServedFraction()
+	assert.False(t, ok, "no gateway: unknown")
+	assert.Nil(t, f.Outlook(40, 1.25, 1e6).ServedFraction)
+	for range 12 * 10 { // ten minutes with 10 of 40 in a call
+		obs(10, true)
+	}
+	v, ok := f.ServedFraction()
+	require.True(t, ok)
+	assert.InDelta(t, 0.25, v, 1e-9)
+	obs(0, true) // an instant with nobody in a call
+	v, _ = f.ServedFraction()
+	assert.Less(t, v, 0.25, "the step counts")
+	assert.Greater(t, v, 0.24, "by its 5 s of the 5 minutes' weight, not to 0")
+	obs(0, false) // a step without the reading leaves it
+	w, _ := f.ServedFraction()
+	assert.Equal(t, v, w)
+	assert.InDelta(t, v, *f.Outlook(40, 1.25, 1e6).ServedFraction, 1e-12)
+}

@@ -44,6 +44,17 @@ func TestNeedInputsFrom(t *testing.T) {
 		CacheCapacity: 560_000, DecodeReserved: 500_000, Prefill: 1, Decode: 1, ServedKnown: true}, in,
 		"the settled λ (neither the windowed rate nor the λ started at its first reading) is the rate to serve, with its noise and the smoothed mean context")
 
+	// The detector's smoothed served fraction, once it has one, over the instant's (30 of 60);
+	// a smoothed 0 is a reading too.
+	for _, served := range []float64{0.2, 0} {
+		a.ServedFraction = &served
+		in, err = p.NeedInputsFrom(scaleSnapshot(), a)
+		require.NoError(t, err)
+		assert.Equal(t, served, in.ServedFraction)
+		assert.True(t, in.ServedKnown)
+	}
+	a.ServedFraction = nil
+
 	// Off the plateau: the hit rate a reading, more than the policy's plateau_tolerance (0.03
 	// by default) under the plateau — the budget rules' own reading of it.
 	wide := newPolicy(t, Options{PlateauTolerance: 0.04, LeaveDrop: 0.08})
