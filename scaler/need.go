@@ -306,7 +306,13 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 			// for). Only while the hit rate confirms it: 1P3D at 2 × its peak on two prefill
 			// instances read 0.86–0.91 against its plateau of 0.96 at a working set the knee
 			// said fitted, and its sessions missed their deadlines for half an hour.
-			arrD := ceilPos(spike * m * served / decodePer)
+			// Decode holds the calls in flight, and how many of the population are in a call at
+			// once swings about its mean (the served fraction, smoothed): sized for the mean,
+			// 1P1D at 1.5 × its peak kept one decode instance and left sessions waiting at the
+			// gateway for 11 minutes of the hour. Taken as binomial, the calls are sized
+			// ArrivalsConfidence standard deviations above it.
+			inCall := spike*served + ArrivalsConfidence*math.Sqrt(spike*served*(1-served))
+			arrD := ceilPos(inCall * m / decodePer)
 			lend := in
 			if in.DecodeKept > 0 {
 				// Only the decode instances that stay lend. With the scale-in guard at 2/3 of the

@@ -35,16 +35,19 @@ func TestSize(t *testing.T) {
 	}{
 		// λT = 0.15 × 400 = 60 sessions; the spike adds 0.5 × 0.15 × 400 = 30 (T < 10 min): 90.
 		// Prefill: max(60 × 20K ÷ 0.8, 90 × 20K) = 1.8M over 1.25 × 560K = 700K each → 3.
-		// Decode: 90 × 20K × 0.5 = 900K over 0.9 × 800K = 720K each → 2.
+		// Decode: 90 × 0.5 = 45 in a call, 54.5 with two binomial standard deviations (2 ×
+		// √(90 × 0.5 × 0.5)); 54.5 × 20K = 1.09M over 0.9 × 800K = 720K each → 2.
 		{name: "the arrivals with a +50% spike", prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90,
 			reasonContain: "90 with a +50% spike"},
 		// T > the spike's 10 minutes: the spike adds 0.5 × 0.15 × 600 = 45 to 0.15 × 1200 = 180;
-		// prefill max(180 × 20K ÷ 0.8, 225 × 20K) = 4.5M ÷ 700K → 7, decode 2.25M ÷ 720K → 4.
+		// prefill max(180 × 20K ÷ 0.8, 225 × 20K) = 4.5M ÷ 700K → 7, decode (112.5 + 2 × 7.5) ×
+		// 20K = 2.55M ÷ 720K → 4.
 		{name: "a spike shorter than a lifetime adds its own length", in: func(in *NeedInputs) { in.Lifetime = 1200 * time.Second },
 			prefill: 7, dec: 4, forArrivals: true, binding: detector.CacheFirst, population: 225},
-		// Steady 60 × 20K ÷ 0.8 = 1.5M > spike 60 × 20K: 1.5M ÷ 700K → 3.
+		// Steady 60 × 20K ÷ 0.8 = 1.5M > spike 60 × 20K: 1.5M ÷ 700K → 3. Decode: (30 + 2 ×
+		// √15) × 20K = 755K → 2.
 		{name: "no spike: the steady population under 0.8 of the knee", o: NeedOptions{SpikeSize: 1e-9},
-			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 60},
 		{name: "a +100% spike", o: NeedOptions{SpikeSize: 1}, prefill: 4, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 120},
 		// A trapped deployment: 8M tokens live need 8M ÷ 700K = 12 prefill whatever the arrivals.
 		{name: "the live working set binds", in: func(in *NeedInputs) { in.WorkingSet = 8_000_000; in.LiveSessions = 400 },
@@ -65,15 +68,16 @@ func TestSize(t *testing.T) {
 			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "9.00/min (10.20 less 2 × its 0.60 noise)"},
 		// A spike under way: λ (0.15) is above the long-run rate (0.12), and only what is left of
 		// the +50% over the long-run rate comes on top: (1.5 × 0.12 − 0.15) × 400 = 12 sessions,
-		// 72. Prefill: the steady 1.5M still needs 3; decode 72 × 20K × 0.5 = 720K needs 1.
+		// 72. Prefill: the steady 1.5M still needs 3; decode (36 + 2 × √18) × 20K = 890K needs 2
+		// (the mean, 720K, would need 1; it takes +100% to need 2 without the margin).
 		{name: "a spike under way is not planned twice", in: func(in *NeedInputs) { in.LongArrivals = 0.12 },
-			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 72, reasonContain: "spike over 7.20/min"},
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 72, reasonContain: "spike over 7.20/min"},
 		// λ past the +50% over the long-run rate (1.5 × 0.08 < 0.15): nothing on top, 60.
 		{name: "past the planned spike, nothing on top", in: func(in *NeedInputs) { in.LongArrivals = 0.08 },
-			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 60},
 		// The long-run rate sized two standard errors low too: 0.14 − 2 × 0.01 = 0.12, 72.
 		{name: "the long-run rate less twice its noise", in: func(in *NeedInputs) { in.LongArrivals, in.LongArrivalsSD = 0.14, 0.01 },
-			prefill: 3, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 72},
+			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 72},
 		// Arrivals falling (the long-run rate above λ): the whole spike over λ, 90.
 		{name: "a long-run rate above λ", in: func(in *NeedInputs) { in.LongArrivals = 0.3 },
 			prefill: 3, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90},
@@ -84,15 +88,15 @@ func TestSize(t *testing.T) {
 		{name: "a rate not known yet is not sized", in: func(in *NeedInputs) { in.ArrivalsSD = math.Inf(1) },
 			prefill: 2, dec: 1, forArrivals: false, binding: detector.CacheFirst, reasonContain: "not sized yet"},
 		// The smoothed mean context (30K) replaces W/live (20K): prefill max(60 × 30K ÷ 0.8,
-		// 90 × 30K) = 2.7M ÷ 700K → 4; decode 90 × 30K × 0.5 = 1.35M ÷ 720K → 2.
+		// 90 × 30K) = 2.7M ÷ 700K → 4; decode 54.5 × 30K = 1.64M ÷ 720K → 3.
 		{name: "the smoothed mean context", in: func(in *NeedInputs) { in.MeanContext = 30_000 },
-			prefill: 4, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "at 30K mean context"},
+			prefill: 4, dec: 3, forArrivals: true, binding: detector.CacheFirst, population: 90, reasonContain: "at 30K mean context"},
 		// Decode lends 1.2M on top of the four instances' 2.24M: 1.5M at the knee. Without a
 		// spike, the steady 60 × 20K ÷ 0.8 = 1.5M margin fits in it; the population itself
 		// (1.2M) reserves 600K of decode's 2 × 720K, which leaves 840K to lend (1.05M at the
 		// knee), and the other 150K fits one prefill instance (3 without the lent KV).
 		{name: "the cache decode lends holds the steady margin", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
-			o: NeedOptions{SpikeSize: 1e-9}, prefill: 1, dec: 1, forArrivals: true, binding: detector.CacheFirst, population: 60},
+			o: NeedOptions{SpikeSize: 1e-9}, prefill: 1, dec: 2, forArrivals: true, binding: detector.CacheFirst, population: 60},
 		// With a spike, only what decode still spares is lent: 90 sessions reserve 900K, 540K
 		// stays lent (675K at the knee), and the spike's 1.8M less that needs 2 prefill.
 		{name: "a spike keeps only what decode spares", in: func(in *NeedInputs) { in.CacheCapacity = 4*560_000 + 1_200_000 },
