@@ -20,8 +20,8 @@
 // configured length, adds what of it λ does not carry already (a spike under way is in λ) on top,
 // unless the detector's fluid model says the deployment absorbs it as it is. Prefill instances
 // must hold that population's working set under the knee (the steady population's margin may sit
-// in the KV decode lends), decode instances the KV of its calls in flight (the served share, with a binomial margin); neither may fall under what the
-// live sessions hold now.
+// in the KV decode lends), decode instances the KV of its calls in flight (the served share, with
+// a binomial margin); neither may fall under what the live sessions hold now.
 //
 // # The policy
 //
