@@ -652,3 +652,20 @@ func TestReasonsAreNotRepeated(t *testing.T) {
 	}
 	assert.Equal(t, 5, transitions)
 }
+
+// TestServedFractionFromTheGateway: the assessment carries the served fraction the fluid model
+// smooths from the gateway's sessions in a call, and none without them.
+func TestServedFractionFromTheGateway(t *testing.T) {
+	d, err := New(scriptOptions())
+	require.NoError(t, err)
+	as := runScript(t, d, 0, time.Minute, func(time.Duration) sample { return sample{wc: 1, hit: 0.96} })
+	assert.Nil(t, as[len(as)-1].ServedFraction, "no sessions in call read: unknown")
+	var a Assessment
+	for off := time.Minute + step; off <= 10*time.Minute; off += step {
+		s := sample{wc: 1, hit: 0.96}.snapshot(t0.Add(off))
+		s.Signals[collector.SessionsInCall] = collector.Value{V: 10, State: collector.OK, At: t0.Add(off)} // 10 of 40
+		a = d.Step(s)
+	}
+	require.NotNil(t, a.ServedFraction)
+	assert.InDelta(t, 0.25, *a.ServedFraction, 1e-9)
+}
