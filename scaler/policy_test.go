@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"encoding/json"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -260,6 +261,38 @@ func TestPolicyRestore(t *testing.T) {
 	d := q.Decide(Inputs{At: t0.Add(30 * time.Second), NeedInputs: in})
 	assert.False(t, d.Changed(), "the cool-down carried over: %q", d.Reasons)
 	assert.Equal(t, 6, q.State()[RolePrefill].Asked)
+}
+
+// TestPolicyRestoreKeepsTheWindow: the sizes a scale-in looks back over survive a restart through
+// the daemon's JSON state file; a restart within a minute goes on watching, a longer one watches
+// a whole window again.
+func TestPolicyRestoreKeepsTheWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		resume time.Duration // the first step after the restart
+		in     time.Duration // when the scale-in comes
+	}{
+		{"restarted at once", 10 * time.Minute, 15 * time.Minute},
+		{"down for five minutes", 15 * time.Minute, 30 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPolicy(t, Options{})
+			at := time.Duration(0)
+			for ; at < 10*time.Minute; at += 5 * time.Second {
+				require.Empty(t, p.Decide(Inputs{At: t0.Add(at), NeedInputs: quiet()}).Changes)
+			}
+			b, err := json.Marshal(p.State())
+			require.NoError(t, err)
+			var st map[Role]RoleState
+			require.NoError(t, json.Unmarshal(b, &st))
+			q := newPolicy(t, Options{})
+			q.Restore(st)
+			for at = tc.resume; at < tc.in; at += 5 * time.Second {
+				require.Empty(t, q.Decide(Inputs{At: t0.Add(at), NeedInputs: quiet()}).Changes, "at %v", at)
+			}
+			assert.Equal(t, []Change{{RolePrefill, 4, 1}, {RoleDecode, 2, 1}}, q.Decide(Inputs{At: t0.Add(tc.in), NeedInputs: quiet()}).Changes)
+		})
+	}
 }
 
 // TestPolicyOnAClock runs the policy as the daemon's loop does, on a ticker, in a synctest
