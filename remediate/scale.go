@@ -68,8 +68,8 @@ func (p *Policy) SizeFrom(s collector.Snapshot, a detector.Assessment, o scaler.
 // up; what λ lags behind a real rise, the spike headroom covers. The mean context is the
 // detector's smoothed one, the lifetime the detector's, each role's instance size the mean over
 // the instances read fresh and whole, the served fraction the gateway's smoothed by the detector
-// (the instant's before the detector has one; unknown without a gateway), and whether the hit rate is off its plateau by the policy's own rule (onPlateau). An
-// error names what is missing.
+// (the instant's before the detector has one; unknown without a gateway), and whether the hit
+// rate is off its plateau by the policy's own rule (onPlateau). An error names what is missing.
 func (p *Policy) NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (scaler.NeedInputs, error) {
 	in := scaler.NeedInputs{Lifetime: secondsDuration(a.SessionLifetime), KneeRatio: a.Knee.Ratio}
 	var missing []string
@@ -90,10 +90,9 @@ func (p *Policy) NeedInputsFrom(s collector.Snapshot, a detector.Assessment) (sc
 	}
 	in.LiveSessions, in.WorkingSet = get(collector.LiveSessions), get(collector.WorkingSet)
 	in.DecodeReserved = get(collector.DecodeReserved)
-	switch f, err := detector.ServedFractionOf(s); {
-	case a.ServedFraction != nil:
+	if a.ServedFraction != nil {
 		in.ServedFraction, in.ServedKnown = *a.ServedFraction, true
-	case err == nil && f >= 0 && f <= 1:
+	} else if f, err := detector.ServedFractionOf(s); err == nil && f >= 0 && f <= 1 {
 		in.ServedFraction, in.ServedKnown = f, true // a first step: the detector has not smoothed one yet
 	}
 	var cache float64

@@ -243,13 +243,8 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	if served == 0 && !in.ServedKnown {
 		served = 1
 	}
-	kneePerPrefill := in.KneeRatio * in.PrefillCache // working set one prefill instance holds at the knee
-	// prefillFor is the prefill instances that hold working set ws under the knee beside lent
-	// tokens of lent KV: a decode-first deployment lends its spare KV to the cache, and 1P3D at
-	// 1.2 × its peak ran with 2.8M of cache on one 1.25M prefill instance; sized without it, basin
-	// asked for a second instance nobody waited for.
-	prefillFor := func(ws, lent float64) int { return ceilPos((ws - in.KneeRatio*lent) / kneePerPrefill) }
-	decodePer := (1 - o.DecodeHeadroom) * in.DecodeKV
+	prefillFor := in.prefillFor
+	decodePer := o.decodePer(in.DecodeKV)
 
 	// What the live sessions hold now.
 	liveP := prefillFor(in.WorkingSet, in.lent())
@@ -353,6 +348,17 @@ func Size(in NeedInputs, o NeedOptions) (Need, error) {
 	}
 	return n, nil
 }
+
+// prefillFor is the prefill instances that hold working set ws under the knee beside lent tokens
+// of lent KV: a decode-first deployment lends its spare KV to the cache, and 1P3D at 1.2 × its
+// peak ran with 2.8M of cache on one 1.25M prefill instance; sized without it, basin asked for a
+// second instance nobody waited for.
+func (in NeedInputs) prefillFor(ws, lent float64) int {
+	return ceilPos((ws - in.KneeRatio*lent) / (in.KneeRatio * in.PrefillCache))
+}
+
+// decodePer is the KV one decode instance of kv tokens may hold, its headroom kept free.
+func (o NeedOptions) decodePer(kv float64) float64 { return (1 - o.DecodeHeadroom) * kv }
 
 // spareLent is the cache decode lends now that it can still spare once its calls reserve
 // reserve tokens: the lender takes back for decode what the calls reserve, out of the KV decode

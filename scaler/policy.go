@@ -359,7 +359,7 @@ func (p *Policy) decideRole(r Role, in Inputs, need, needHigh Need) (*Change, st
 // instances) read as needing 3 prefill instances where the sizing asked for 1.
 func (p *Policy) inSize(r Role, in Inputs, need Need) int {
 	s := p.o.ScaleInBelow
-	decodePer := (1 - p.o.Need.DecodeHeadroom) * in.DecodeKV
+	decodePer := p.o.Need.decodePer(in.DecodeKV)
 	spike := need.SpikeSessions
 	if !need.ForArrivals {
 		spike = in.LiveSessions
@@ -374,8 +374,7 @@ func (p *Policy) inSize(r Role, in Inputs, need Need) int {
 	if a := p.st[RoleDecode].Asked; a > 0 && a < n.Decode {
 		n.Decode = a
 	}
-	knee := in.KneeRatio * in.PrefillCache
-	steady := ceilPos((in.WorkingSet/s - in.KneeRatio*n.spareLent(in.DecodeReserved, decodePer)) / knee)
-	spiked := ceilPos((in.WorkingSet + spikeWS - in.KneeRatio*n.spareLent(in.DecodeReserved+spikeKV, decodePer)) / knee)
+	steady := n.prefillFor(in.WorkingSet/s, n.spareLent(in.DecodeReserved, decodePer))
+	spiked := n.prefillFor(in.WorkingSet+spikeWS, n.spareLent(in.DecodeReserved+spikeKV, decodePer))
 	return max(1, steady, spiked)
 }
